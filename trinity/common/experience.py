@@ -1,0 +1,178 @@
+"""Experiences: what a workflow returns, and the padded batch the trainer consumes.
+
+An ``Experience`` is one sequence: prompt tokens followed by response tokens.
+Per-token fields (``logprobs``, ``action_mask``, ``advantages``, ``returns``)
+cover the *response* part only, so their length is ``len(tokens) - prompt_length``.
+
+``ExperienceBatch`` pads a list of experiences into tensors with the prompt
+left-padded to ``P`` columns and the response right-padded to ``R`` columns, so
+response token ``j`` of every row sits at column ``P + j`` (veRL's layout).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+
+
+def _as_long(x: Any) -> torch.Tensor:
+    return x if isinstance(x, torch.Tensor) else torch.tensor(list(x), dtype=torch.long)
+
+
+def _as_float(x: Any) -> torch.Tensor:
+    return x.float() if isinstance(x, torch.Tensor) else torch.tensor(list(x), dtype=torch.float)
+
+
+@dataclass
+class Experience:
+    """One trajectory (prompt + response) and everything the trainer needs to learn from it."""
+
+    tokens: Any  # (L,) token ids, prompt then response; lists are converted to a LongTensor
+    prompt_length: int  # number of prompt tokens at the start of ``tokens``
+    reward: Optional[float] = None  # scalar reward of the whole response
+    logprobs: Optional[Any] = None  # (L - prompt_length,) rollout logprobs of response tokens
+    action_mask: Optional[Any] = None  # (L - prompt_length,) 1 where the model generated the token
+    advantages: Optional[torch.Tensor] = None  # (L - prompt_length,) set by an AdvantageFn
+    returns: Optional[torch.Tensor] = None  # (L - prompt_length,) set by an AdvantageFn
+    info: Dict[str, Any] = field(default_factory=dict)  # free-form, e.g. reward components
+    metrics: Dict[str, float] = field(default_factory=dict)  # numbers averaged into explorer metrics
+    group_id: str = ""  # experiences of one task share it (GRPO groups); set by the runner
+    eid: str = field(default_factory=lambda: uuid.uuid4().hex)  # unique id of this experience
+    model_version: int = 0  # trainer step of the weights that produced it; set by the runner
+    prompt_text: Optional[str] = None
+    response_text: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        self.tokens = _as_long(self.tokens)
+        n_resp = len(self.tokens) - int(self.prompt_length)
+        if n_resp < 0:
+            raise ValueError(
+                f"Experience.prompt_length={self.prompt_length} exceeds len(tokens)={len(self.tokens)}"
+            )
+        self.prompt_length = int(self.prompt_length)
+        if self.logprobs is not None:
+            self.logprobs = _as_float(self.logprobs)
+        if self.action_mask is None:
+            self.action_mask = torch.ones(n_resp, dtype=torch.bool)
+        else:
+            self.action_mask = _as_long(self.action_mask).bool()
+        for name in ("logprobs", "action_mask", "advantages", "returns"):
+            value = getattr(self, name)
+            if value is not None and len(value) != n_resp:
+                raise ValueError(
+                    f"Experience.{name} has length {len(value)}, expected the response "
+                    f"length {n_resp} (len(tokens) - prompt_length)"
+                )
+
+    @property
+    def response_length(self) -> int:
+        return len(self.tokens) - self.prompt_length
+
+
+@dataclass
+class ExperienceBatch:
+    """A padded batch of experiences; tensor names are what loss functions ask for.
+
+    Shapes: ``B`` rows, ``P`` prompt columns (left-padded), ``R`` response columns
+    (right-padded), ``T = P + R``.
+    """
+
+    input_ids: torch.Tensor  # (B, T)
+    attention_mask: torch.Tensor  # (B, T) 1 on real tokens
+    position_ids: torch.Tensor  # (B, T)
+    action_mask: torch.Tensor  # (B, R) float, 1 on response tokens that count in the loss
+    rewards: torch.Tensor  # (B,) scalar rewards (0 where missing)
+    old_logprob: torch.Tensor  # (B, R) rollout logprobs (0 where missing)
+    prompt_len: int  # P
+    group_ids: List[str]
+    experiences: List[Experience]
+    advantages: Optional[torch.Tensor] = None  # (B, R)
+    returns: Optional[torch.Tensor] = None  # (B, R)
+    token_level_rewards: Optional[torch.Tensor] = None  # (B, R), reward on the last response token
+    ref_logprob: Optional[torch.Tensor] = None  # (B, R) reference-model logprobs
+    extra: Dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    @property
+    def response_len(self) -> int:
+        return self.action_mask.shape[1]
+
+    @classmethod
+    def from_experiences(cls, exps: Sequence[Experience], pad_token_id: int) -> "ExperienceBatch":
+        if not exps:
+            raise ValueError("cannot build an ExperienceBatch from no experiences")
+        P = max(e.prompt_length for e in exps)
+        R = max(max(e.response_length for e in exps), 1)
+        B = len(exps)
+        input_ids = torch.full((B, P + R), pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((B, P + R), dtype=torch.long)
+        action_mask = torch.zeros((B, R))
+        old_logprob = torch.zeros((B, R))
+        for i, e in enumerate(exps):
+            p, r = e.prompt_length, e.response_length
+            input_ids[i, P - p : P] = e.tokens[:p]
+            input_ids[i, P : P + r] = e.tokens[p:]
+            attention_mask[i, P - p : P + r] = 1
+            action_mask[i, :r] = e.action_mask.float()
+            if e.logprobs is not None:
+                old_logprob[i, :r] = e.logprobs
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        rewards = torch.tensor([float(e.reward or 0.0) for e in exps])
+        batch = cls(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            action_mask=action_mask,
+            rewards=rewards,
+            old_logprob=old_logprob,
+            prompt_len=P,
+            group_ids=[e.group_id for e in exps],
+            experiences=list(exps),
+        )
+        for name in ("advantages", "returns"):
+            if all(getattr(e, name) is not None for e in exps):
+                t = torch.zeros((B, R))
+                for i, e in enumerate(exps):
+                    t[i, : e.response_length] = getattr(e, name)
+                setattr(batch, name, t)
+        return batch
+
+    def tensor(self, name: str) -> torch.Tensor:
+        """The tensor a loss function parameter named ``name`` refers to."""
+        aliases = {"logprobs": "old_logprob", "response_mask": "action_mask"}
+        name = aliases.get(name, name)
+        value = getattr(self, name, None) if name != "extra" else None
+        if value is None:
+            value = self.extra.get(name)
+        if not isinstance(value, torch.Tensor):
+            raise KeyError(f"the experience batch has no tensor '{name}'")
+        return value
+
+    def select(self, idx: Sequence[int]) -> "ExperienceBatch":
+        """A sub-batch (micro-batch) of rows ``idx``, keeping the padding layout."""
+        index = torch.as_tensor(list(idx), dtype=torch.long)
+
+        def pick(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+            return None if t is None else t.index_select(0, index)
+
+        return ExperienceBatch(
+            input_ids=pick(self.input_ids),
+            attention_mask=pick(self.attention_mask),
+            position_ids=pick(self.position_ids),
+            action_mask=pick(self.action_mask),
+            rewards=pick(self.rewards),
+            old_logprob=pick(self.old_logprob),
+            prompt_len=self.prompt_len,
+            group_ids=[self.group_ids[i] for i in idx],
+            experiences=[self.experiences[i] for i in idx],
+            advantages=pick(self.advantages),
+            returns=pick(self.returns),
+            token_level_rewards=pick(self.token_level_rewards),
+            ref_logprob=pick(self.ref_logprob),
+            extra={k: pick(v) for k, v in self.extra.items()},
+        )

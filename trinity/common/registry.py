@@ -1,0 +1,69 @@
+"""Name -> class registries: the one layer of indirection (DESIGN.md §2.7).
+
+Register with the decorator, look up by the registered name or by a dotted
+``module.Class`` path (so a config can name a class that was never registered).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from typing import Any, Dict, Generic, Iterator, Optional, TypeVar
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """A named mapping from string keys to classes (or functions)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._modules: Dict[str, T] = {}
+
+    def register_module(self, name: str, module: Optional[T] = None, force: bool = False) -> Any:
+        """Register ``module`` under ``name``; usable as ``@REG.register_module("x")``.
+
+        A second registration of a taken name is refused unless ``force`` is set,
+        so two plugins cannot silently shadow each other.
+        """
+
+        def _register(obj: T) -> T:
+            if name in self._modules and self._modules[name] is not obj and not force:
+                raise KeyError(
+                    f"{self.name} already has a module named '{name}' "
+                    f"({self._modules[name]!r}); choose another name"
+                )
+            self._modules[name] = obj
+            return obj
+
+        if module is not None:
+            return _register(module)
+        return _register
+
+    def get(self, name: str) -> T:
+        """The module registered as ``name``, or the object at dotted path ``name``."""
+        if name in self._modules:
+            return self._modules[name]
+        if "." in name:
+            module_path, _, attr = name.rpartition(".")
+            try:
+                return getattr(importlib.import_module(module_path), attr)
+            except (ImportError, AttributeError) as exc:
+                raise KeyError(f"{self.name}: cannot import '{name}': {exc}") from exc
+        close = difflib.get_close_matches(name, list(self._modules), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        known = ", ".join(sorted(self._modules)) or "(none)"
+        raise KeyError(f"{self.name} has no module named '{name}'{hint} Known: {known}")
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._modules
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._modules))
+
+    def names(self) -> list:
+        return sorted(self._modules)
+
+    def __repr__(self) -> str:
+        return f"Registry({self.name!r}, {self.names()})"
+
