@@ -1,0 +1,434 @@
+"""Finalizing configs: derived values, never overriding the user, support and range checks,
+veRL key mapping, and the two align-with-verl.md examples."""
+
+import logging
+import os
+import sys
+import textwrap
+import types
+
+import pytest
+
+import trinity.common.config.derive as derive_module
+from trinity.common.config import (
+    ConfigError,
+    effective_trainer_settings,
+    finalize,
+    load_config,
+    save_resolved_config,
+)
+from trinity.common.registry import Registry
+
+CONFIGS = os.path.join(os.path.dirname(__file__), "configs")
+
+
+def _component(name, args):
+    return type(name, (), {"default_args": classmethod(lambda cls: dict(args))})
+
+
+def _algorithm(name, defaults):
+    return type(name, (), {"default_config": classmethod(lambda cls: dict(defaults))})
+
+
+@pytest.fixture(autouse=True)
+def fake_algorithms(monkeypatch):
+    """A stand-in for trinity.algorithm (written in parallel) with grpo and sft registered."""
+    module = types.ModuleType("trinity.algorithm")
+    module.ALGORITHM_TYPE = Registry("algorithm_type")
+    grpo = {
+        "repeat_times": 2,
+        "sample_strategy": "default",
+        "policy_loss_fn": "ppo",
+        "advantage_fn": "grpo",
+        "kl_penalty_fn": "none",
+        "kl_loss_fn": "k2",
+        "entropy_loss_fn": "default",
+    }
+    sft = {"repeat_times": 1, "policy_loss_fn": "sft", "kl_loss_fn": "none"}
+    module.ALGORITHM_TYPE.register_module("grpo", _algorithm("GRPO", grpo))
+    module.ALGORITHM_TYPE.register_module("sft", _algorithm("SFT", sft))
+    components = {
+        "SAMPLE_STRATEGY": {"default": {}},
+        "ADVANTAGE_FN": {"grpo": {"epsilon": 1e-6, "norm_adv_by_std_in_grpo": True}},
+        "POLICY_LOSS_FN": {"ppo": {"clip_range": 0.2, "loss_agg_mode": "token-mean"}, "sft": {}},
+        "KL_FN": {name: {"kl_coef": 0.001} for name in ("none", "k1", "k2", "k3", "low_var_kl")},
+        "ENTROPY_LOSS_FN": {"default": {"entropy_coef": 0.0}},
+    }
+    for registry_name, entries in components.items():
+        registry = Registry(registry_name)
+        for name, args in entries.items():
+            registry.register_module(name, _component(name, args))
+        setattr(module, registry_name, registry)
+    monkeypatch.setitem(sys.modules, "trinity.algorithm", module)
+    monkeypatch.setattr(derive_module, "detect_gpu_count", lambda: 0)
+
+
+BASE = """
+project: proj
+name: exp
+checkpoint_root_dir: /ck
+model:
+  model_path: /models/tiny
+  max_prompt_tokens: 100
+  max_response_tokens: 28
+buffer:
+  batch_size: 4
+  explorer_input:
+    default_workflow_type: math_workflow
+    default_eval_workflow_type: eval_workflow
+    default_reward_fn_type: math_reward
+    taskset: {name: train, path: /data}
+    eval_tasksets:
+      - {name: test, path: /data, split: test}
+"""
+
+
+def load(tmp_path, text=BASE, overrides=()):
+    path = tmp_path / "config.yaml"
+    path.write_text(textwrap.dedent(text))
+    return load_config(str(path), list(overrides))
+
+
+def finalized(tmp_path, text=BASE, overrides=()):
+    return load(tmp_path, text, overrides).check_and_update()
+
+
+def problems(tmp_path, text=BASE, overrides=()):
+    with pytest.raises(ConfigError) as excinfo:
+        finalized(tmp_path, text, overrides)
+    return excinfo.value.problems
+
+
+def test_derived_values(tmp_path):
+    config = finalized(tmp_path)
+    # grpo's default_config gives repeat_times 2 (not set by the user).
+    assert config.algorithm.repeat_times == 2
+    assert config.buffer.train_batch_size == 4 * 2
+    assert config.model.max_model_len == 100 + 28
+    assert config.model.critic_model_path == "/models/tiny"
+    assert config.ray_namespace == "proj/exp"
+    train = config.buffer.explorer_input.tasksets[0]
+    assert (train.repeat_times, train.rollout_args.n, train.rollout_args.max_tokens) == (2, 2, 28)
+    assert (train.default_workflow_type, train.default_reward_fn_type) == (
+        "math_workflow",
+        "math_reward",
+    )
+    assert train.is_eval is False
+    test = config.buffer.explorer_input.eval_tasksets[0]
+    assert (test.repeat_times, test.rollout_args.n, test.is_eval) == (1, 1, True)
+    assert (test.default_workflow_type, test.default_reward_fn_type) == (
+        "eval_workflow",
+        "math_reward",
+    )
+    experience = config.buffer.trainer_input.experience_buffer
+    assert (experience.name, experience.storage_type) == ("experience_buffer", "queue")
+    rollout = config.explorer.rollout_model
+    assert (rollout.model_path, rollout.max_model_len, rollout.max_response_tokens) == (
+        "/models/tiny",
+        128,
+        28,
+    )
+
+
+def test_defaults_follow_the_machine(tmp_path):
+    config = finalized(tmp_path)
+    assert config.cluster.gpu_per_node == 0
+    assert config.explorer.rollout_model.engine_type == "transformers"
+    assert config.explorer.rollout_model.dtype == "float32"
+    assert config.synchronizer.sync_method == "memory"  # mode both
+    assert config.trainer.max_token_len_per_gpu == 16384  # max(16384, 128)
+
+
+def test_algorithm_components_and_args(tmp_path):
+    text = BASE + textwrap.dedent(
+        """
+        algorithm:
+          kl_loss_fn: k1
+          kl_loss_fn_args: {kl_coef: 0.5}
+          loss_agg_mode: seq-mean-token-mean
+        """
+    )
+    algorithm = finalized(tmp_path, text).algorithm
+    assert (algorithm.policy_loss_fn, algorithm.advantage_fn) == ("ppo", "grpo")
+    assert algorithm.kl_loss_fn == "k1"  # user value kept over grpo's k2
+    assert algorithm.kl_loss_fn_args == {"kl_coef": 0.5}
+    # algorithm.loss_agg_mode reaches every loss whose arguments take one.
+    assert algorithm.policy_loss_fn_args == {
+        "clip_range": 0.2,
+        "loss_agg_mode": "seq-mean-token-mean",
+    }
+    assert algorithm.entropy_loss_fn_args == {"entropy_coef": 0.0}
+
+
+def test_explicit_values_are_never_overridden(tmp_path):
+    text = BASE + textwrap.dedent(
+        """
+        ray_namespace: my_ns
+        mode: both
+        cluster: {gpu_per_node: 2}
+        synchronizer: {sync_method: checkpoint}
+        algorithm: {repeat_times: 5}
+        trainer: {max_token_len_per_gpu: 4096}
+        explorer:
+          rollout_model: {max_response_tokens: 20, dtype: bfloat16}
+        """
+    )
+    overrides = [
+        "buffer.train_batch_size=10",
+        "model.max_model_len=200",
+        "buffer.explorer_input.taskset.repeat_times=3",
+        "buffer.explorer_input.taskset.rollout_args.temperature=0.7",
+        "buffer.explorer_input.taskset.default_workflow_type=my_workflow",
+        "buffer.explorer_input.eval_tasksets.0.repeat_times=4",
+    ]
+    config = finalized(tmp_path, text, overrides)
+    assert config.ray_namespace == "my_ns"
+    assert config.cluster.gpu_per_node == 2
+    assert config.synchronizer.sync_method == "checkpoint"
+    assert config.algorithm.repeat_times == 5
+    assert config.buffer.train_batch_size == 10
+    assert config.model.max_model_len == 200
+    assert config.trainer.max_token_len_per_gpu == 4096
+    assert config.explorer.rollout_model.max_response_tokens == 20
+    assert config.explorer.rollout_model.dtype == "bfloat16"
+    train = config.buffer.explorer_input.tasksets[0]
+    assert (train.repeat_times, train.rollout_args.n, train.rollout_args.temperature) == (3, 3, 0.7)
+    assert train.default_workflow_type == "my_workflow"
+    test = config.buffer.explorer_input.eval_tasksets[0]
+    assert (test.repeat_times, test.rollout_args.n) == (4, 4)
+
+
+def test_derived_values_are_not_marked_as_user_set(tmp_path):
+    config = finalized(tmp_path)
+    assert "train_batch_size" not in config.buffer.model_fields_set
+    assert "repeat_times" not in config.algorithm.model_fields_set
+    assert finalize(config).model_dump() == config.model_dump()  # idempotent
+
+
+def test_model_temperature_applies_to_tasksets_without_their_own(tmp_path):
+    overrides = [
+        "model.temperature=0.5",
+        "buffer.explorer_input.eval_tasksets.0.rollout_args.temperature=0",
+    ]
+    config = finalized(tmp_path, overrides=overrides)
+    assert config.buffer.explorer_input.tasksets[0].rollout_args.temperature == 0.5
+    assert config.buffer.explorer_input.eval_tasksets[0].rollout_args.temperature == 0.0
+
+
+def test_chat_template_path_overrides_custom_template(tmp_path):
+    template = tmp_path / "template.jinja"
+    template.write_text("{{ messages }}")
+    config = finalized(tmp_path, overrides=[f"model.chat_template_path={template}"])
+    assert config.model.custom_chat_template == "{{ messages }}"
+    assert config.buffer.explorer_input.tasksets[0].format.chat_template == "{{ messages }}"
+    assert config.explorer.rollout_model.chat_template == "{{ messages }}"
+
+
+def test_total_steps_copied_both_ways(tmp_path):
+    config = finalized(tmp_path, overrides=["buffer.total_steps=7"])
+    assert config.trainer.total_steps == 7
+    config = finalized(tmp_path, overrides=["trainer.total_steps=9"])
+    assert config.buffer.total_steps == 9
+    found = problems(tmp_path, overrides=["trainer.total_steps=9", "buffer.total_steps=8"])
+    assert found == ["buffer.total_steps = 8 and trainer.total_steps = 9 disagree; set one of them"]
+
+
+def test_max_model_len_needs_its_parts(tmp_path):
+    found = problems(tmp_path, overrides=["model.max_prompt_tokens=null"])
+    assert any(p.startswith("model.max_model_len is unset and cannot be derived") for p in found)
+
+
+def test_sync_method_follows_mode(tmp_path):
+    sft = """
+    model: {model_path: /m, max_model_len: 64}
+    mode: train
+    algorithm: {algorithm_type: sft}
+    buffer:
+      batch_size: 2
+      trainer_input:
+        experience_buffer: {name: sft_data, path: /sft}
+    """
+    config = finalized(tmp_path, sft)
+    assert config.synchronizer.sync_method == "checkpoint"
+    assert config.buffer.trainer_input.experience_buffer.storage_type == "file"
+    assert config.buffer.train_batch_size == 2  # sft: repeat_times 1
+    found = problems(tmp_path, sft, ["synchronizer.sync_method=memory"])
+    assert found == [
+        "synchronizer.sync_method = memory needs mode both (trainer and explorer in one run); "
+        "with mode train use checkpoint"
+    ]
+
+
+def test_not_supported_values_are_reported_together(tmp_path):
+    overrides = [
+        "algorithm.algorithm_type=dpo",
+        "explorer.rollout_model.engine_type=vllm",
+        "synchronizer.sync_method=nccl",
+        "monitor.monitor_type=wandb",
+        "explorer.concurrent_mode=asynchronous",
+        "buffer.explorer_input.taskset.storage_type=sql",
+        "model.lora_configs=[{lora_rank: 8}]",
+        "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+    ]
+    found = problems(tmp_path, overrides=overrides)
+    expected_starts = [
+        "algorithm.algorithm_type = dpo is not supported yet (supported: grpo, sft)",
+        "model.lora_configs = [{'lora_rank': 8}] is not supported yet",
+        "buffer.explorer_input.tasksets[0].storage_type = sql is not supported yet",
+        "explorer.concurrent_mode = asynchronous is not supported yet",
+        "explorer.rollout_model.engine_type = vllm is not supported yet (supported: "
+        "transformers, unset)",
+        "synchronizer.sync_method = nccl is not supported yet",
+        "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size = 2 is "
+        "not supported yet",
+        "monitor.monitor_type = wandb is not supported yet (supported: tensorboard)",
+    ]
+    assert len(found) == len(expected_starts)
+    for problem, start in zip(found, expected_starts, strict=True):
+        assert problem.startswith(start), problem
+
+
+def test_experience_buffer_storage_depends_on_mode(tmp_path):
+    found = problems(
+        tmp_path, overrides=["buffer.trainer_input.experience_buffer={name: e, path: /e}"]
+    )
+    assert found == [
+        "buffer.trainer_input.experience_buffer.storage_type = file is not supported yet "
+        "(supported: queue)"
+    ]
+
+
+def test_impossible_arithmetic_is_reported_together(tmp_path):
+    overrides = [
+        "buffer.batch_size=0",
+        "algorithm.repeat_times=1",
+        "model.min_response_tokens=28",
+        "model.max_model_len=110",
+        "synchronizer.sync_interval=0",
+        "synchronizer.sync_offset=-1",
+        "buffer.explorer_input.taskset.rollout_args.n=3",
+    ]
+    found = problems(tmp_path, overrides=overrides)
+    assert found == [
+        "buffer.batch_size = 0 must be >= 1",
+        "buffer.train_batch_size = 0 must be >= 1",  # derived 0 * 1
+        "synchronizer.sync_interval = 0 must be >= 1",
+        "synchronizer.sync_offset = -1 must be >= 0",
+        "model.min_response_tokens = 28 must be less than model.max_response_tokens = 28",
+        "model.max_prompt_tokens + model.min_response_tokens = 100 + 28 exceeds "
+        "model.max_model_len = 110",
+        "algorithm.repeat_times = 1: grpo compares several rollouts of each task, so it needs "
+        "repeat_times > 1",
+        "buffer.explorer_input.tasksets[0].rollout_args.n = 3 differs from its repeat_times = 1; "
+        "set repeat_times only",
+    ]
+
+
+def test_unregistered_component_is_an_error(tmp_path):
+    found = problems(tmp_path, overrides=["algorithm.advantage_fn=gae"])
+    assert len(found) == 1
+    assert found[0].startswith("algorithm.advantage_fn = gae: ADVANTAGE_FN has no module named")
+
+
+def test_storage_names_must_be_unique(tmp_path):
+    found = problems(tmp_path, overrides=["buffer.explorer_input.eval_tasksets.0.name=train"])
+    assert found == [
+        "buffer.explorer_input.eval_tasksets[0].name = train is also used by "
+        "buffer.explorer_input.tasksets[0]"
+    ]
+
+
+VERL = """
+trainer:
+  trainer_config:
+    actor_rollout_ref:
+      actor:
+        grad_clip: 0.5
+        ppo_micro_batch_size_per_gpu: 2
+        optim: {lr: 3e-6, warmup_style: cosine}
+      rollout:
+        n: 4
+"""
+
+
+def test_verl_keys_map_onto_the_native_trainer(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="trinity.config"):
+        config = finalized(tmp_path, BASE + VERL)
+    assert config.trainer.grad_clip == 0.5
+    assert config.algorithm.optimizer.lr == 3e-6
+    assert config.algorithm.optimizer.lr_scheduler_type == "cosine"
+    settings = effective_trainer_settings(config)
+    assert settings["micro_batch_size_per_device"] == 2
+    assert settings["grad_clip"] == 0.5
+    assert settings["ref_max_token_len_per_device"] == config.trainer.max_token_len_per_gpu
+    assert settings["critic"]["optimizer"].lr == 1e-5
+    assert settings["critic"]["ppo_epochs"] == 1
+    # rollout keys are accepted but have no effect: the warning names them and their home.
+    assert "trainer.trainer_config.actor_rollout_ref.rollout.n = 4" in caplog.text
+    assert "set algorithm.repeat_times" in caplog.text
+
+
+def test_verl_key_conflicting_with_trinity_key_is_an_error(tmp_path):
+    found = problems(tmp_path, BASE + VERL, ["trainer.grad_clip=2.0"])
+    assert found == [
+        "trainer.trainer_config.actor_rollout_ref.actor.grad_clip = 0.5 conflicts with "
+        "trainer.grad_clip = 2.0; set only trainer.grad_clip"
+    ]
+
+
+def example(name):
+    return os.path.join(CONFIGS, name)
+
+
+EXAMPLE_OVERRIDES = [
+    "model.model_path=/models/tiny",
+    "cluster.gpu_per_node=0",
+    "buffer.explorer_input.tasksets.0.path=/data/gsm8k",
+    "buffer.explorer_input.eval_tasksets.0.path=/data/gsm8k",
+]
+
+
+def test_grpo_example_validates(tmp_path, caplog):
+    overrides = EXAMPLE_OVERRIDES + ["monitor.monitor_type=tensorboard"]
+    with caplog.at_level(logging.WARNING, logger="trinity.config"):
+        config = load_config(example("grpo_example.yaml"), overrides).check_and_update()
+    assert config.algorithm.algorithm_type == "grpo"
+    assert (config.algorithm.repeat_times, config.buffer.train_batch_size) == (8, 2048)
+    assert config.algorithm.kl_loss_fn == "low_var_kl"
+    assert config.algorithm.kl_loss_fn_args == {"kl_coef": 0.001}
+    assert config.algorithm.entropy_loss_fn_args == {"entropy_coef": 0}
+    assert config.model.max_model_len == 1024
+    assert config.buffer.explorer_input.tasksets[0].rollout_args.n == 8
+    assert config.buffer.explorer_input.eval_tasksets[0].rollout_args.n == 1
+    assert effective_trainer_settings(config)["max_token_len_per_device"] == 24000
+    assert "ref.fsdp_config.param_offload = true" in caplog.text
+
+
+def test_ppo_example_fails_only_on_unbuilt_features():
+    overrides = EXAMPLE_OVERRIDES + ["monitor.monitor_type=tensorboard"]
+    config = load_config(example("ppo_example.yaml"), overrides)
+    with pytest.raises(ConfigError) as excinfo:
+        config.check_and_update()
+    found = excinfo.value.problems
+    assert len(found) == 2
+    assert found[0].startswith("algorithm.algorithm_type = ppo is not supported yet")
+    assert found[1].startswith("explorer.auxiliary_models = [{'model_path': ")
+    assert found[1].endswith("is not supported yet (supported: [])")
+
+
+def test_saved_config_reloads_to_the_same_config(tmp_path):
+    config = finalized(tmp_path, BASE + VERL + "stages:\n  - stage_name: only\n")
+    path = tmp_path / "out" / "config.yaml"
+    save_resolved_config(config, str(path))
+    text = path.read_text()
+    assert "train_batch_size: 8" in text and "sync_method: memory" in text
+    reloaded = load_config(str(path)).check_and_update()
+    assert reloaded.model_dump() == config.model_dump()
+
+
+def test_train_mode_needs_an_experience_buffer(tmp_path):
+    text = "mode: train\nmodel: {model_path: /m, max_model_len: 64}\n"
+    text += "algorithm: {algorithm_type: sft}\n"
+    assert problems(tmp_path, text) == [
+        "buffer.trainer_input.experience_buffer is required in mode train"
+    ]

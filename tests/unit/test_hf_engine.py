@@ -1,0 +1,311 @@
+"""TransformersEngine: agrees with HF ``generate``, exact logprobs, limits, seeds, truncation."""
+
+import logging
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from trinity.common.models import sampling
+from trinity.common.models.hf_engine import SampleOutput, SamplingParams, TransformersEngine
+from trinity.common.models.tiny import TINY_PRESETS, build_tiny_model
+
+QUESTIONS = ["1+2=", "What is 123 + 456? Think step by step.", "x", "0123456789 ~ 9876543210"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return build_tiny_model(str(tmp_path_factory.mktemp("engine") / "m"), **TINY_PRESETS["micro"])
+
+
+def make_engine(model_dir, **kwargs):
+    args = dict(max_model_len=256, max_prompt_tokens=128, max_response_tokens=48)
+    return TransformersEngine(model_dir, **{**args, **kwargs})
+
+
+@pytest.fixture(scope="module")
+def engine(model_dir):
+    return make_engine(model_dir)
+
+
+def sharpened(engine):
+    """Load random weights ~20x larger than the init: peaked, varied outputs whose greedy
+    responses end at different steps (the fresh init answers every prompt alike)."""
+    gen = torch.Generator().manual_seed(0)
+    weights = engine.model.state_dict()
+    engine.load_state_dict(
+        {
+            k: torch.randn(v.shape, generator=gen) * 20 / v.shape[-1] ** 0.5
+            for k, v in weights.items()
+            if v.dim() == 2
+        }
+    )
+    return engine
+
+
+@pytest.fixture(scope="module")
+def sharp_engine(model_dir):
+    return sharpened(make_engine(model_dir))
+
+
+@pytest.fixture(scope="module")
+def prompts(engine):
+    return [engine.apply_chat_template([{"role": "user", "content": q}]) for q in QUESTIONS]
+
+
+def hf_greedy(engine, prompts, max_new_tokens, **kwargs):
+    """Reference: plain ``model.generate`` on the left-padded batch, cut after eos."""
+    batch = engine.tokenizer.pad({"input_ids": prompts}, return_tensors="pt")
+    width = batch["input_ids"].shape[1]
+    with torch.no_grad():
+        out = engine.model.generate(
+            **batch, do_sample=False, max_new_tokens=max_new_tokens, min_new_tokens=1, **kwargs
+        )
+    results = []
+    for row in out[:, width:].tolist():
+        eos = [i for i, t in enumerate(row) if t in engine.eos_ids]
+        results.append(row[: eos[0] + 1] if eos else row)
+    return results
+
+
+def recomputed_logprobs(engine, prompt, sample: SampleOutput, temperature):
+    """log_softmax(logits / T) of the response tokens from one full forward pass."""
+    ids = torch.tensor([prompt + sample.token_ids])
+    with torch.no_grad():
+        logits = engine.model(ids).logits[0, len(prompt) - 1 : -1] / temperature
+    return logits.log_softmax(-1).gather(1, torch.tensor(sample.token_ids)[:, None]).squeeze(1)
+
+
+def test_chat_template_and_prompt_encoding(engine):
+    ids = engine.apply_chat_template([{"role": "user", "content": "hi"}])
+    assert engine.tokenizer.decode(ids) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert engine.tokenizer.decode(engine.encode_prompt("12+7=")) == "12+7="
+
+
+def test_greedy_matches_hf_generate(sharp_engine, prompts):
+    # 80 new tokens also exercises the KV buffer growing past its first 64 columns.
+    engine = sharp_engine
+    params = [SamplingParams(temperature=0, max_tokens=80)] * len(prompts)
+    outputs = engine.generate(prompts, params)
+    reference = hf_greedy(engine, prompts, max_new_tokens=80)
+    for out, ref in zip(outputs, reference, strict=True):
+        assert len(out) == 1
+        assert out[0].token_ids == ref
+        assert out[0].finish_reason == ("stop" if ref[-1] in engine.eos_ids else "length")
+    # rows finished at 3 different steps, so finished rows were dropped mid-batch
+    assert len({len(out[0].token_ids) for out in outputs}) == 3
+
+
+def test_mixed_batch_and_duplicate_prompts_keep_greedy_rows_exact(sharp_engine, prompts):
+    # A greedy request batched with sampled requests (and a duplicate prompt) is unaffected.
+    params = [
+        SamplingParams(temperature=0),
+        SamplingParams(n=3, temperature=1.0, top_k=5),
+        SamplingParams(temperature=0),
+        SamplingParams(n=2, temperature=0.7, top_p=0.8),
+        SamplingParams(temperature=0),
+    ]
+    batch = [prompts[0], prompts[1], prompts[2], prompts[3], prompts[0]]
+    outputs = sharp_engine.generate(batch, params)
+    assert [len(o) for o in outputs] == [1, 3, 1, 2, 1]
+    reference = hf_greedy(sharp_engine, [prompts[0], prompts[2]], max_new_tokens=48)
+    assert outputs[0][0].token_ids == reference[0] == outputs[4][0].token_ids
+    assert outputs[2][0].token_ids == reference[1]
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_logprobs_match_full_forward(engine, prompts, temperature):
+    # top-k/top-p change which tokens can be drawn, not the reported logprobs.
+    params = [SamplingParams(n=2, temperature=temperature, top_k=20, top_p=0.9, seed=5)] * 4
+    outputs = engine.generate(prompts, params)
+    for prompt, samples in zip(prompts, outputs, strict=True):
+        for sample in samples:
+            expected = recomputed_logprobs(engine, prompt, sample, temperature)
+            assert torch.allclose(torch.tensor(sample.logprobs), expected, atol=1e-4)
+
+
+def test_greedy_logprobs_use_temperature_one(engine, prompts):
+    (sample,) = engine.generate(prompts[:1], [SamplingParams(temperature=0)])[0]
+    expected = recomputed_logprobs(engine, prompts[0], sample, 1.0)
+    assert torch.allclose(torch.tensor(sample.logprobs), expected, atol=1e-4)
+
+
+def test_seeded_samples_are_reproducible_and_distinct(engine, prompts):
+    params = SamplingParams(n=4, temperature=1.0, seed=11)
+    first = engine.generate([prompts[1]], [params])[0]
+    # Same seed in a different batch (other requests, other row positions): same samples.
+    again = engine.generate([prompts[0], prompts[1]], [SamplingParams(n=3), params])[1]
+    assert [s.token_ids for s in first] == [s.token_ids for s in again]
+    assert len({tuple(s.token_ids) for s in first}) == 4  # the n samples differ
+    other = engine.generate([prompts[1]], [SamplingParams(n=4, temperature=1.0, seed=12)])[0]
+    assert [s.token_ids for s in other] != [s.token_ids for s in first]
+
+
+def test_engine_seed_makes_unseeded_runs_reproducible(model_dir, prompts):
+    runs = []
+    for _ in range(2):
+        engine = make_engine(model_dir, seed=3)
+        runs.append([s.token_ids for s in engine.generate([prompts[0]], [SamplingParams(n=3)])[0]])
+    assert runs[0] == runs[1]
+
+
+def test_min_max_tokens_and_stop_ids(engine, prompts):
+    # Every token but "x" is a stop id: the first token allowed to stop ends the sample
+    # (while stops are masked only "x" can be drawn).
+    x_id = engine.encode_prompt("x")[0]
+    almost_all = [i for i in range(len(engine.tokenizer)) if i != x_id]
+    stop_now = SamplingParams(n=2, min_tokens=0, stop_token_ids=almost_all, seed=1)
+    stop_after_5 = SamplingParams(n=2, min_tokens=5, stop_token_ids=almost_all)
+    # min == max: eos is masked throughout, so exactly 7 tokens, none of them eos.
+    exactly_7 = SamplingParams(n=2, min_tokens=7, max_tokens=7)
+    outputs = engine.generate(prompts[:3], [stop_now, stop_after_5, exactly_7])
+    for s in outputs[0]:  # 1 token, or a run of "x" then a stop
+        assert s.token_ids[:-1] == [x_id] * (len(s.token_ids) - 1)
+        assert s.finish_reason == "stop" and s.token_ids[-1] != x_id
+    for s in outputs[1]:
+        assert s.token_ids[:5] == [x_id] * 5 and s.finish_reason == "stop"
+    for s in outputs[2]:
+        assert len(s.token_ids) == 7 and s.finish_reason == "length"
+        assert not set(s.token_ids) & set(engine.eos_ids)
+        assert len(s.logprobs) == 7
+
+    # Stop on the 3rd greedy token: output ends at its first occurrence, inclusive.
+    (greedy,) = engine.generate(prompts[:1], [SamplingParams(temperature=0, min_tokens=0)])[0]
+    stop_id = greedy.token_ids[2]
+    params = SamplingParams(temperature=0, min_tokens=0, stop_token_ids=[stop_id])
+    (stopped,) = engine.generate(prompts[:1], [params])[0]
+    assert stopped.token_ids == greedy.token_ids[: greedy.token_ids.index(stop_id) + 1]
+    assert stopped.finish_reason == "stop"
+
+
+def test_prompt_truncation_keeps_the_tail_and_warns_once(model_dir, caplog):
+    engine = make_engine(model_dir, max_prompt_tokens=10)
+    long_prompt = engine.encode_prompt("abcdefghijklmnopqrstuvwxyz")
+    with caplog.at_level(logging.WARNING):
+        outputs = engine.generate([long_prompt] * 2, [SamplingParams(max_tokens=3)] * 2)
+    assert outputs[0][0].prompt_token_ids == long_prompt[-10:]
+    assert engine.tokenizer.decode(outputs[1][0].prompt_token_ids) == "qrstuvwxyz"
+    assert sum("truncated" in r.message for r in caplog.records) == 1
+
+
+def test_without_truncation_max_tokens_is_capped_to_fit(model_dir):
+    engine = make_engine(
+        model_dir, max_model_len=30, max_prompt_tokens=10, enable_prompt_truncation=False
+    )
+    prompt = engine.encode_prompt("x" * 25)  # 25 + 48 > 30: only 5 new tokens fit
+    (sample,) = engine.generate([prompt], [SamplingParams(min_tokens=48)])[0]
+    assert sample.prompt_token_ids == prompt
+    assert len(sample.token_ids) == 5 and sample.finish_reason == "length"
+    with pytest.raises(ValueError, match="no room to generate within max_model_len=30"):
+        engine.generate([engine.encode_prompt("x" * 30)], [SamplingParams()])
+
+
+def test_chunking_by_max_num_seqs_gives_same_results(sharp_engine, model_dir, prompts):
+    params = [SamplingParams(n=2, temperature=0)] * len(prompts)
+    whole = sharp_engine.generate(prompts, params)
+    chunked_engine = sharpened(make_engine(model_dir, max_num_seqs=3))
+    chunked = chunked_engine.generate(prompts, params)  # chunks of one prompt (2 rows) each
+    assert [[s.token_ids for s in o] for o in whole] == [[s.token_ids for s in o] for o in chunked]
+
+
+def test_repetition_penalty_matches_hf(model_dir, prompts):
+    engine = sharpened(make_engine(model_dir, repetition_penalty=1.5))
+    for prompt in prompts[:2]:  # one prompt at a time: HF also penalises pad tokens
+        (out,) = engine.generate([prompt], [SamplingParams(temperature=0)])[0]
+        (ref,) = hf_greedy(engine, [prompt], max_new_tokens=48, repetition_penalty=1.5)
+        (plain,) = hf_greedy(engine, [prompt], max_new_tokens=48)
+        assert out.token_ids == ref != plain  # the penalty changed the output
+
+
+def test_load_state_dict_swaps_weights(model_dir, tmp_path, prompts):
+    other_dir = build_tiny_model(str(tmp_path / "other"), **TINY_PRESETS["micro"], seed=1)
+    engine, other = make_engine(model_dir), make_engine(other_dir)
+    params = [SamplingParams(n=2, temperature=1.0, seed=0)]  # seeded: same noise for both
+    before = [s.token_ids for s in engine.generate(prompts[:1], params)[0]]
+    target = [s.token_ids for s in other.generate(prompts[:1], params)[0]]
+    assert before != target
+
+    weights = AutoModelForCausalLM.from_pretrained(other_dir).state_dict()
+    assert set(weights) <= set(engine.state_dict_keys())
+    engine.load_state_dict(weights)
+    assert [s.token_ids for s in engine.generate(prompts[:1], params)[0]] == target
+
+    with pytest.raises(KeyError, match="unknown key"):
+        engine.load_state_dict({"model.not_a_layer.weight": torch.zeros(1)})
+    with pytest.raises(ValueError, match="has shape"):
+        engine.load_state_dict({"model.norm.weight": torch.zeros(3)})
+
+
+@pytest.mark.parametrize(
+    "kwargs", [dict(n=0), dict(temperature=-1), dict(top_p=0), dict(max_tokens=0)]
+)
+def test_invalid_sampling_params(kwargs):
+    with pytest.raises(ValueError):
+        SamplingParams(**kwargs)
+
+
+# ---------------------------------------------------------------- sampling math
+
+
+def test_filter_top_k_top_p_by_hand():
+    # Row probabilities 0.5, 0.3, 0.15, 0.05 (log-probs as logits), listed in a shuffled
+    # order in the last row to check that the filter maps back to vocabulary positions.
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    logits = p.log().repeat(5, 1)
+    logits[4] = p[[2, 0, 3, 1]].log()
+    top_k = torch.tensor([2, -1, -1, 3, 2])
+    # Mass of strictly more likely tokens: 0, 0.5, 0.8, 0.95. Top-p drops a token when
+    # that mass already reaches p: p=0.7 keeps 2 tokens, p=0.5 keeps 1, p=0.81 keeps 3.
+    top_p = torch.tensor([1.0, 0.7, 0.5, 0.9, 1.0])
+    probs = sampling.filter_top_k_top_p(logits, top_k, top_p).softmax(-1)
+    expected = torch.tensor(
+        [
+            [0.625, 0.375, 0, 0],  # top-2: 0.5 / 0.8, 0.3 / 0.8
+            [0.625, 0.375, 0, 0],  # top-p 0.7
+            [1.0, 0, 0, 0],  # top-p 0.5
+            # top-3 renormalised to 0.526, 0.316, 0.158: masses before 0, 0.53, 0.84 < 0.9
+            [0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0],
+            [0, 0.625, 0, 0.375],  # shuffled row, top-2
+        ]
+    )
+    assert torch.allclose(probs, expected, atol=1e-6)
+
+
+def test_repetition_penalty_by_hand():
+    logits = torch.tensor([[2.0, -1.0, 3.0]])
+    seen = torch.tensor([[True, True, False]])
+    # seen positive logit divided by 2, seen negative multiplied by 2, unseen untouched
+    out = sampling.apply_repetition_penalty(logits, seen, 2.0)
+    assert torch.equal(out, torch.tensor([[1.0, -2.0, 3.0]]))
+
+
+def test_sample_tokens_exponential_race():
+    logits = torch.tensor([0.5, 0.3, 0.2]).log().repeat(2, 1)
+    noise = torch.tensor([[1.0, 0.1, 1.0], [1.0, 0.1, 1.0]])
+    # p / E = [0.5, 3.0, 0.2] -> token 1 for the sampled row; the greedy row takes argmax 0
+    greedy = torch.tensor([True, False])
+    assert sampling.sample_tokens(logits, greedy, noise).tolist() == [0, 1]
+    # With Exp(1) noise, frequencies follow the probabilities.
+    gen = torch.Generator().manual_seed(0)
+    rows = 20000
+    noise = torch.empty(rows, 3).exponential_(generator=gen)
+    picks = sampling.sample_tokens(logits[:1].expand(rows, 3), torch.zeros(rows, dtype=bool), noise)
+    freq = torch.bincount(picks, minlength=3) / rows
+    assert torch.allclose(freq, torch.tensor([0.5, 0.3, 0.2]), atol=0.015)
+
+
+@pytest.mark.parametrize("temperature,top_k", [(0.7, -1), (1.0, 3)])
+def test_engine_first_token_frequencies_follow_the_model(sharp_engine, prompts, temperature, top_k):
+    params = SamplingParams(
+        n=3000, temperature=temperature, top_k=top_k, max_tokens=1, min_tokens=0
+    )
+    (samples,) = sharp_engine.generate([prompts[1]], [params])
+    with torch.no_grad():
+        logits = sharp_engine.model(torch.tensor([prompts[1]])).logits[0, -1] / temperature
+    if top_k > 0:
+        logits[logits < logits.topk(top_k).values[-1]] = float("-inf")
+    expected = logits.softmax(-1)
+    picks = torch.tensor([s.token_ids[0] for s in samples])
+    freq = torch.bincount(picks, minlength=len(expected)) / len(picks)
+    assert torch.allclose(freq, expected, atol=0.03)
+    assert set(picks.tolist()) <= set(expected.nonzero().squeeze(1).tolist())

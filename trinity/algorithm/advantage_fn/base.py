@@ -1,0 +1,60 @@
+"""The ``AdvantageFn`` interface and its registry."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Dict, Tuple
+
+import torch
+
+from trinity.common.experience import ExperienceBatch
+from trinity.common.registry import Registry
+
+ADVANTAGE_FN: Registry = Registry("advantage_fn")
+
+
+class AdvantageFn(ABC):
+    """Computes ``advantages`` and ``returns`` of a batch before the policy update.
+
+    Constructor arguments come from ``algorithm.advantage_fn_args`` in the config,
+    with ``default_args()`` filling the ones the user did not set.
+    """
+
+    @abstractmethod
+    def __call__(self, exps: ExperienceBatch, **kwargs) -> Tuple[ExperienceBatch, Dict]:
+        """Set ``exps.advantages`` and ``exps.returns`` (both ``(B, R)``); return the batch
+        and a dict of metrics (full metric names, e.g. ``critic/advantages/mean``)."""
+
+    @classmethod
+    def default_args(cls) -> Dict:
+        """Default constructor arguments, used where the config leaves them unset."""
+        return {}
+
+
+def score_of(exps: ExperienceBatch) -> torch.Tensor:
+    """``(B,)`` sequence scores: the sum of ``token_level_rewards`` when a KL fn has set
+    them (so an in-reward KL penalty is included), else the scalar ``rewards``."""
+    if exps.token_level_rewards is not None:
+        return exps.token_level_rewards.sum(dim=-1)
+    return exps.rewards.float()
+
+
+def advantage_metrics(exps: ExperienceBatch) -> Dict[str, float]:
+    """veRL-style statistics, ``critic/<name>/{mean,max,min}`` for ``score`` (the scalar
+    reward), ``rewards`` (its sum with any in-reward KL penalty), both per sequence, and
+    ``advantages`` and ``returns`` over valid response tokens."""
+    valid = exps.action_mask > 0
+    named = {
+        "score": exps.rewards.float(),
+        "rewards": score_of(exps),
+        "advantages": exps.advantages[valid],
+        "returns": exps.returns[valid],
+    }
+    metrics: Dict[str, float] = {}
+    for name, values in named.items():
+        if values.numel() == 0:
+            continue  # no valid token in the batch: there is nothing to describe
+        metrics[f"critic/{name}/mean"] = values.mean().item()
+        metrics[f"critic/{name}/max"] = values.max().item()
+        metrics[f"critic/{name}/min"] = values.min().item()
+    return metrics

@@ -1,0 +1,79 @@
+"""GRPO advantages: each reward normalised within its group of responses to one task."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Tuple
+
+import torch
+
+from trinity.algorithm.advantage_fn.base import (
+    ADVANTAGE_FN,
+    AdvantageFn,
+    advantage_metrics,
+    score_of,
+)
+from trinity.common.experience import ExperienceBatch
+
+
+def group_normalized_scores(
+    scores: torch.Tensor,
+    group_ids: List[str],
+    epsilon: float = 1e-6,
+    norm_by_std: bool = True,
+) -> torch.Tensor:
+    """GRPO's outcome advantage per sequence.
+
+    Args:
+        scores: ``(B,)`` one score per sequence.
+        group_ids: ``B`` ids; rows sharing an id answer the same task.
+        epsilon: added to the group std so a group of equal scores gives 0, not 0/0.
+        norm_by_std: False drops the division by the std (Dr. GRPO); the mean is still
+            subtracted.
+
+    Returns:
+        ``(B,)`` advantages ``(s - mean_g) / (std_g + epsilon)`` where ``std_g`` is the
+        unbiased std (``torch.std``, as veRL). A group with a single row has no baseline
+        to compare against and gets 0 (veRL instead uses mean 0, std 1 there, i.e. the
+        raw score).
+    """
+    index_of: Dict[str, int] = {}
+    ids = [index_of.setdefault(g, len(index_of)) for g in group_ids]
+    idx = torch.tensor(ids, device=scores.device)
+    scores = scores.float()
+    zeros = torch.zeros(len(index_of), device=scores.device)
+    count = zeros.index_add(0, idx, torch.ones_like(scores))
+    mean = zeros.index_add(0, idx, scores) / count
+    deviation = scores - mean[idx]
+    if norm_by_std:
+        var = zeros.index_add(0, idx, deviation**2) / (count - 1).clamp(min=1)
+        deviation = deviation / (var.sqrt()[idx] + epsilon)
+    return torch.where(count[idx] > 1, deviation, torch.zeros_like(deviation))
+
+
+@ADVANTAGE_FN.register_module("grpo")
+class GRPOAdvantageFn(AdvantageFn):
+    """Group-relative advantage, broadcast over the response's action tokens.
+
+    Returns equal advantages, as in veRL (GRPO has no critic to regress on them).
+    """
+
+    def __init__(self, epsilon: float = 1e-6, norm_adv_by_std_in_grpo: bool = True) -> None:
+        self.epsilon = epsilon
+        self.norm_adv_by_std_in_grpo = norm_adv_by_std_in_grpo
+
+    def __call__(self, exps: ExperienceBatch, **kwargs) -> Tuple[ExperienceBatch, Dict]:
+        if any(not g for g in exps.group_ids):
+            raise ValueError(
+                "GRPO needs Experience.group_id on every experience (the runner sets it to "
+                "the task id); found an empty one"
+            )
+        seq_adv = group_normalized_scores(
+            score_of(exps), exps.group_ids, self.epsilon, self.norm_adv_by_std_in_grpo
+        )
+        exps.advantages = seq_adv.unsqueeze(-1) * exps.action_mask
+        exps.returns = exps.advantages.clone()
+        return exps, advantage_metrics(exps)
+
+    @classmethod
+    def default_args(cls) -> Dict:
+        return {"epsilon": 1e-6, "norm_adv_by_std_in_grpo": True}

@@ -1,0 +1,119 @@
+"""Algorithm types: named bundles of components selected by ``algorithm.algorithm_type``."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Dict, Optional, Type
+
+from trinity.algorithm.policy_loss_fn import POLICY_LOSS_FN
+from trinity.common.experience import Experience
+from trinity.common.registry import Registry
+
+ALGORITHM_TYPE: Registry = Registry("algorithm_type")
+
+# The data format algorithms declare as their ``schema`` (the developer guide's name).
+ExperienceModel = Experience
+
+
+class AlgorithmType(ABC):
+    """What an algorithm needs from the trainer, and its default components.
+
+    Class attributes:
+        use_critic: train a value model.
+        use_reference: the algorithm may use a frozen reference model (see
+            ``needs_reference`` for when one is actually loaded).
+        use_advantage: run the ``AdvantageFn``; False skips it.
+        can_balance_batch: rows may be reordered when splitting into micro-batches.
+        schema: the experience type it trains on.
+    """
+
+    use_critic: bool
+    use_reference: bool
+    use_advantage: bool
+    can_balance_batch: bool
+    schema: type
+
+    @classmethod
+    @abstractmethod
+    def default_config(cls) -> Dict:
+        """``algorithm`` config keys this type sets where the user did not."""
+
+
+@ALGORITHM_TYPE.register_module("grpo")
+class GRPOAlgorithm(AlgorithmType):
+    """GRPO: group-normalised outcome advantages, PPO clipped loss, k2 KL loss."""
+
+    use_critic: bool = False
+    use_reference: bool = True
+    use_advantage: bool = True
+    can_balance_batch: bool = True
+    schema: type = ExperienceModel
+
+    @classmethod
+    def default_config(cls) -> Dict:
+        return {
+            "repeat_times": 2,
+            "sample_strategy": "default",
+            "policy_loss_fn": "ppo",
+            "advantage_fn": "grpo",
+            "kl_penalty_fn": "none",
+            "kl_loss_fn": "k2",
+            "entropy_loss_fn": "default",
+        }
+
+
+@ALGORITHM_TYPE.register_module("sft")
+class SFTAlgorithm(AlgorithmType):
+    """Supervised fine-tuning on the response tokens; no advantages, no KL.
+
+    It names no ``advantage_fn``: with ``use_advantage`` False none is ever built.
+    """
+
+    use_critic: bool = False
+    use_reference: bool = False
+    use_advantage: bool = False
+    can_balance_batch: bool = True
+    schema: type = ExperienceModel
+
+    @classmethod
+    def default_config(cls) -> Dict:
+        return {
+            "repeat_times": 1,
+            "sample_strategy": "default",
+            "policy_loss_fn": "sft",
+            "kl_penalty_fn": "none",
+            "kl_loss_fn": "none",
+            "entropy_loss_fn": "none",
+        }
+
+
+def needs_reference(
+    algorithm_type: Type[AlgorithmType],
+    kl_loss_fn: str,
+    kl_penalty_fn: str,
+    policy_loss_fn: Optional[str] = None,
+) -> bool:
+    """Whether the trainer must load a reference model and fill ``ref_logprob``.
+
+    A reference is only read by a KL fn other than ``"none"`` or by a policy loss with a
+    ``ref_logprob`` parameter, so GRPO with both KL fns set to ``"none"`` needs none.
+
+    Raises:
+        ValueError: a component needs reference logprobs but the algorithm declares
+            ``use_reference = False`` (e.g. ``sft`` with ``kl_loss_fn: k2``).
+    """
+    users = [
+        f"{key}: {name}"
+        for key, name in (("kl_loss_fn", kl_loss_fn), ("kl_penalty_fn", kl_penalty_fn))
+        if name != "none"
+    ]
+    loss_keys = POLICY_LOSS_FN.get(policy_loss_fn).select_keys if policy_loss_fn else ()
+    if "ref_logprob" in loss_keys:
+        users.append(f"policy_loss_fn: {policy_loss_fn}")
+    if users and not algorithm_type.use_reference:
+        raise ValueError(
+            f"algorithm {algorithm_type.__name__} uses no reference model, but "
+            f"{', '.join(users)} reads reference logprobs; change that setting "
+            "or choose an algorithm that uses a reference model"
+        )
+    return bool(users)

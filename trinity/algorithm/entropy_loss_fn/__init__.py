@@ -1,0 +1,12 @@
+"""Entropy loss functions (``algorithm.entropy_loss_fn``).
+
+To add one: subclass ``EntropyLossFn``, implement
+``__call__(entropy, action_mask, loss_agg_mode, **kwargs) -> (loss, metrics)``, give
+``default_args()``, decorate it with ``@ENTROPY_LOSS_FN.register_module("name")`` and
+import the file below.
+"""
+
+from trinity.algorithm.entropy_loss_fn.base import ENTROPY_LOSS_FN, EntropyLossFn
+from trinity.algorithm.entropy_loss_fn.default import DefaultEntropyLossFn, NoEntropyLossFn
+
+__all__ = ["ENTROPY_LOSS_FN", "EntropyLossFn", "DefaultEntropyLossFn", "NoEntropyLossFn"]

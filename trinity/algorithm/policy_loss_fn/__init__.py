@@ -1,0 +1,13 @@
+"""Policy loss functions (``algorithm.policy_loss_fn``).
+
+To add one: subclass ``PolicyLossFn`` in a new file of this package, write
+``__call__`` with one parameter per tensor it needs (they become ``select_keys``; keep
+``**kwargs``) returning ``(loss, metrics)``, give ``default_args()``, decorate it with
+``@POLICY_LOSS_FN.register_module("name")`` and import the file below.
+"""
+
+from trinity.algorithm.policy_loss_fn.base import POLICY_LOSS_FN, PolicyLossFn
+from trinity.algorithm.policy_loss_fn.ppo import PPOPolicyLossFn
+from trinity.algorithm.policy_loss_fn.sft import SFTLossFn
+
+__all__ = ["POLICY_LOSS_FN", "PolicyLossFn", "PPOPolicyLossFn", "SFTLossFn"]

@@ -1,0 +1,58 @@
+"""The ``PolicyLossFn`` interface and its registry."""
+
+from __future__ import annotations
+
+import inspect
+from abc import ABC, abstractmethod
+from typing import Dict, Tuple
+
+import torch
+
+from trinity.algorithm.utils import check_loss_agg_mode
+from trinity.common.registry import Registry
+
+POLICY_LOSS_FN: Registry = Registry("policy_loss_fn")
+
+
+def call_parameter_names(fn) -> Tuple[str, ...]:
+    """Names of ``fn``'s named parameters, without ``self``, ``*args`` and ``**kwargs``."""
+    skip = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    params = inspect.signature(fn).parameters.values()
+    return tuple(p.name for p in params if p.kind not in skip and p.name != "self")
+
+
+class PolicyLossFn(ABC):
+    """The policy's training loss from per-token tensors.
+
+    The trainer reads ``select_keys`` (the parameter names of ``__call__``) and passes
+    exactly those tensors, each ``(B, R)``: ``logprob`` is the current policy's logprob
+    of the response tokens, every other name is looked up in the batch with
+    ``ExperienceBatch.tensor(name)`` (``old_logprob``, ``action_mask``, ``advantages``,
+    ``ref_logprob``, ...). So a subclass lists the tensors it needs as parameters and
+    keeps ``**kwargs`` for forward compatibility.
+
+    Constructor arguments come from ``algorithm.policy_loss_fn_args``.
+    """
+
+    # Class-level fallbacks, so subclasses that do not call ``super().__init__`` (like the
+    # developer guide's OPMD example) still answer these.
+    loss_agg_mode: str = "token-mean"
+    select_keys: Tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.select_keys = call_parameter_names(cls.__call__)
+
+    def __init__(self, loss_agg_mode: str = "token-mean") -> None:
+        self.loss_agg_mode = check_loss_agg_mode(loss_agg_mode)
+
+    @abstractmethod
+    def __call__(
+        self, logprob: torch.Tensor, action_mask: torch.Tensor, **kwargs
+    ) -> Tuple[torch.Tensor, Dict]:
+        """Return the scalar loss and its metrics (bare names; the trainer adds ``actor/``)."""
+
+    @classmethod
+    def default_args(cls) -> Dict:
+        """Default constructor arguments, used where the config leaves them unset."""
+        return {}

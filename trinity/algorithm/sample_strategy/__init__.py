@@ -1,0 +1,12 @@
+"""Sample strategies (``algorithm.sample_strategy``).
+
+To add one: subclass ``SampleStrategy``, take the reader (and the keyword arguments you
+need) in ``__init__``, implement ``sample(step, batch_size) -> (experiences, metrics)``,
+give ``state_dict``/``load_state_dict`` if it keeps state, decorate it with
+``@SAMPLE_STRATEGY.register_module("name")`` and import the file below.
+"""
+
+from trinity.algorithm.sample_strategy.base import SAMPLE_STRATEGY, SampleStrategy
+from trinity.algorithm.sample_strategy.default import DefaultSampleStrategy
+
+__all__ = ["SAMPLE_STRATEGY", "SampleStrategy", "DefaultSampleStrategy"]

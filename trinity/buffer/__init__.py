@@ -1,0 +1,49 @@
+"""The buffer: data in (tasksets, SFT data) and experiences between explorer and trainer.
+
+Plain classes, no Ray (the launcher wraps them in actors):
+
+- ``TaskReader``: a ``file`` taskset -> batches of ``Task`` (order from ``TASK_SELECTORS``).
+- ``SFTReader`` / ``SFTFormatter``: SFT rows -> tokenized ``Experience`` batches.
+- ``ExperienceQueue``: thread-safe FIFO of experiences, made durable by an
+  ``ExperienceStore`` (``SQLiteExperienceStore``).
+
+Extending:
+
+- A new task order: subclass ``TaskSelector``, implement ``order(num_rows, epoch)``, and
+  decorate it with ``@TASK_SELECTORS.register_module("name")``; users select it with
+  ``task_selector.selector_type: name``.
+- A new storage type for rows (e.g. ``sql`` tasksets): write a loader returning a
+  ``datasets.Dataset`` next to ``load_rows`` in ``file_reader.py`` and dispatch on
+  ``storage.storage_type`` there; ``TaskReader``/``SFTReader`` then work unchanged.
+- A new durable backend for the queue: subclass ``ExperienceStore`` (``add``,
+  ``mark_consumed``, ``unconsumed``) and pass an instance as ``ExperienceQueue(store=...)``.
+"""
+
+from trinity.buffer.file_reader import load_rows
+from trinity.buffer.queue import ExperienceQueue
+from trinity.buffer.selector import TASK_SELECTORS, BatchCursor, TaskSelector, build_selector
+from trinity.buffer.sft import PromptTooLongError, SFTFormatter, SFTReader
+from trinity.buffer.store import (
+    ExperienceStore,
+    SQLiteExperienceStore,
+    deserialize_experience,
+    serialize_experience,
+)
+from trinity.buffer.task_reader import TaskReader
+
+__all__ = [
+    "TASK_SELECTORS",
+    "BatchCursor",
+    "ExperienceQueue",
+    "ExperienceStore",
+    "PromptTooLongError",
+    "SFTFormatter",
+    "SFTReader",
+    "SQLiteExperienceStore",
+    "TaskReader",
+    "TaskSelector",
+    "build_selector",
+    "deserialize_experience",
+    "load_rows",
+    "serialize_experience",
+]

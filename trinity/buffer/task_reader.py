@@ -1,0 +1,67 @@
+"""TaskReader: rows of a taskset turned into ``Task`` objects, batch by batch, resumable."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from trinity.buffer.file_reader import check_columns, check_row, load_rows, required_columns
+from trinity.buffer.selector import BatchCursor, build_selector
+from trinity.common.workflows.workflow import Task
+
+
+class TaskReader:
+    """Reads a taskset (``StorageConfig`` with storage_type ``file``) as ``Task`` batches.
+
+    Order follows ``storage.task_selector``; ``state_dict()`` records the position (epoch,
+    index in the epoch, steps read) so a resumed run continues where it stopped.
+    """
+
+    def __init__(
+        self, storage: Any, total_epochs: int = 1, total_steps: Optional[int] = None
+    ) -> None:
+        self.storage = storage
+        self.rows = load_rows(storage)
+        self.required = required_columns(storage.format, explicit_only=True)
+        check_columns(self.rows, self.required, storage)
+        self.cursor = BatchCursor(
+            len(self.rows), build_selector(storage.task_selector), total_epochs, total_steps
+        )
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def read(self, batch_size: int) -> List[Task]:
+        """The next ``batch_size`` tasks; raises ``StopIteration`` when reading is over."""
+        return [self.task(i) for i in self.cursor.next_batch(batch_size)]
+
+    def read_all(self) -> List[Task]:
+        """Every task in file order, once (for eval sets); does not move the position."""
+        return [self.task(i) for i in range(len(self.rows))]
+
+    def num_steps(self, batch_size: int) -> int:
+        """Number of batches ``read`` hands out over the whole run."""
+        return self.cursor.num_steps(batch_size)
+
+    def task(self, index: int) -> Task:
+        """The ``Task`` for row ``index`` with this taskset's settings."""
+        row = self.rows[index]
+        check_row(row, index, self.required, self.storage)
+        s = self.storage
+        return Task(
+            workflow=s.default_workflow_type,
+            reward_fn=s.default_reward_fn_type,
+            raw_task=row,
+            format_args=s.format,
+            rollout_args=s.rollout_args,
+            workflow_args=dict(s.workflow_args or {}),
+            reward_fn_args=dict(s.reward_fn_args or {}),
+            is_eval=bool(s.is_eval),
+            taskset_name=s.name,
+            index=index,
+        )
+
+    def state_dict(self) -> Dict[str, int]:
+        return self.cursor.state_dict()
+
+    def load_state_dict(self, state: Dict[str, int]) -> None:
+        self.cursor.load_state_dict(state)

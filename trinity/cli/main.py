@@ -1,0 +1,48 @@
+"""``trinity`` CLI (Typer). Heavy imports happen inside commands, so ``--help`` is instant."""
+
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Trinity-RFT: reinforcement fine-tuning of LLMs.")
+
+
+@app.command(context_settings={"allow_extra_args": False})
+def run(
+    config: str = typer.Option(..., "--config", help="Path to the YAML config."),
+    plugin_dir: Optional[List[str]] = typer.Option(
+        None, "--plugin-dir", help="Folder of plugin modules to import (repeatable)."
+    ),
+    overrides: Optional[List[str]] = typer.Argument(None, help="Dotted overrides, e.g. buffer.batch_size=8"),
+) -> None:
+    """Run the experiment a config describes (all its stages)."""
+    from trinity.common.config import ConfigError
+    from trinity.runtime.launcher import run as run_experiment
+
+    try:
+        run_experiment(config, list(overrides or []), list(plugin_dir or []))
+    except (ConfigError, FileNotFoundError, ValueError, ImportError) as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(code=2) from None
+
+
+@app.command("prepare-quickstart")
+def prepare_quickstart(
+    out: str = typer.Option("./quickstart", "--out", help="Where to build the tiny model and data."),
+) -> None:
+    """Build the quickstart's tiny model and synthetic arithmetic data (offline, seeded)."""
+    from trinity.utils.synthetic import prepare_quickstart as build
+
+    for key, path in build(out).items():
+        typer.echo(f"{key}: {path}")
+
+
+def main() -> None:
+    sys.exit(app())
+
+
+if __name__ == "__main__":
+    main()

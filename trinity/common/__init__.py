@@ -1,0 +1,1 @@
+"""Shared building blocks: config, experiences, registries, workflows, rewards and models."""

@@ -1,0 +1,202 @@
+"""Building blocks shared by every config section: the base model, field helpers, errors.
+
+A field is declared once, as ``name: type = Field(default, description=...)``. Fields whose
+value is accepted but not used by this build are declared with :func:`inert`, which records
+why in the field's metadata; :func:`explicit_inert_values` later lists the ones a user set.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from typing import Any, ClassVar, Dict, List, Optional, Tuple
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A configuration a user must fix; the message says where and how."""
+
+    def __init__(self, problems: List[str] | str, header: str = "Invalid configuration") -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{header} ({len(self.problems)} problem(s)):\n{lines}")
+
+
+class ConfigModel(BaseModel):
+    """Base of every config section: unknown keys are errors, numbers may fill string fields."""
+
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+
+    # Keys users bring from elsewhere (old Trinity versions, veRL) -> where they live now.
+    # Only used to make the unknown-key error point at the right place.
+    MOVED_KEYS: ClassVar[Dict[str, str]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _none_strings_to_null(cls, data: Any) -> Any:
+        # The guide's own examples write `custom_chat_template: None`, which YAML reads as the
+        # string "None"; for a field that may be null that can only mean null.
+        if not isinstance(data, dict):
+            return data
+        fields = cls.model_fields
+        return {
+            k: None if v == "None" and k in fields and _allows_none(fields[k].annotation) else v
+            for k, v in data.items()
+        }
+
+
+def inert(default: Any = None, *, description: str, reason: str, **kwargs: Any) -> Any:
+    """A field that is accepted (so configs written for other backends load) but has no effect.
+
+    ``reason`` says why, or which key to use instead; it is printed in a warning whenever a
+    user sets the field (or anything below it) explicitly. Pass ``default_factory=`` for
+    mutable defaults.
+    """
+    extra = {"inert": reason}
+    if "default_factory" in kwargs:
+        return Field(description=description, json_schema_extra=extra, **kwargs)
+    return Field(default, description=description, json_schema_extra=extra, **kwargs)
+
+
+def assign(model: BaseModel, name: str, value: Any) -> None:
+    """Set a derived value without marking it as user-set.
+
+    ``model_fields_set`` then keeps meaning "what the user wrote", which stage merging and the
+    never-override rule rely on.
+    """
+    was_set = name in model.model_fields_set
+    setattr(model, name, value)
+    if not was_set:
+        model.model_fields_set.discard(name)
+
+
+def set_default(model: BaseModel, name: str, value: Any) -> None:
+    """Derive ``name`` unless the user set it explicitly."""
+    if name not in model.model_fields_set:
+        assign(model, name, value)
+
+
+def is_set(model: BaseModel, name: str) -> bool:
+    """True when the user wrote ``name`` in this section."""
+    return name in model.model_fields_set
+
+
+def join_path(prefix: str, part: Any) -> str:
+    """``buffer`` + ``tasksets`` -> ``buffer.tasksets``; list indices render as ``[0]``."""
+    if isinstance(part, int):
+        return f"{prefix}[{part}]"
+    return f"{prefix}.{part}" if prefix else str(part)
+
+
+def explicit_inert_values(model: BaseModel, prefix: str = "") -> List[Tuple[str, Any, str]]:
+    """(path, value, reason) for every user-set field declared with :func:`inert`.
+
+    A user-set section under an inert field reports each of its own user-set leaves.
+    """
+    found: List[Tuple[str, Any, str]] = []
+    _collect_inert(model, prefix, None, found)
+    return found
+
+
+def _collect_inert(model: BaseModel, prefix: str, reason: Optional[str], out: list) -> None:
+    for name, field in type(model).model_fields.items():
+        if name not in model.model_fields_set:
+            continue
+        path = join_path(prefix, name)
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        why = reason or extra.get("inert")
+        value = getattr(model, name)
+        if isinstance(value, BaseModel):
+            _collect_inert(value, path, why, out)
+        elif why:
+            out.append((path, value, why))
+
+
+def validate_model(cls: type, data: Any, prefix: str = "") -> Any:
+    """``cls.model_validate(data)``, turning pydantic's errors into one :class:`ConfigError`."""
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError([_describe_error(cls, err, prefix) for err in exc.errors()]) from None
+
+
+def _describe_error(root: type, err: dict, prefix: str) -> str:
+    loc = tuple(err["loc"])
+    path = prefix
+    for part in loc:
+        path = join_path(path, part)
+    if err["type"] == "missing":
+        return f"{path}: required key is missing"
+    if err["type"] == "extra_forbidden":
+        return _unknown_key_message(root, loc, path)
+    if err["type"] == "value_error":
+        return f"{path or '<root>'}: {err['msg'].removeprefix('Value error, ')}"
+    expected = _type_name(_annotation_at(root, loc))
+    return f"{path}: expected {expected}, got {err.get('input')!r} ({err['msg']})"
+
+
+def _unknown_key_message(root: type, loc: tuple, path: str) -> str:
+    key = str(loc[-1])
+    parent = _unwrap(_annotation_at(root, loc[:-1]))
+    message = f"{path}: unknown key"
+    if not (isinstance(parent, type) and issubclass(parent, ConfigModel)):
+        return message
+    if key in parent.MOVED_KEYS:
+        return f"{message}; set '{parent.MOVED_KEYS[key]}' instead"
+    close = difflib.get_close_matches(key, list(parent.model_fields), n=1, cutoff=0.6)
+    return f"{message}; did you mean '{close[0]}'?" if close else message
+
+
+def _annotation_at(root: type, loc: tuple) -> Any:
+    """The declared type found by following ``loc`` (field names, list indices, dict keys)."""
+    tp: Any = root
+    for part in loc:
+        tp = _unwrap(tp)
+        origin, args = typing.get_origin(tp), typing.get_args(tp)
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            field = tp.model_fields.get(str(part))
+            if field is None:
+                return None
+            tp = field.annotation
+        elif origin in (list, tuple) and args and isinstance(part, int):
+            tp = args[min(part, len(args) - 1)] if origin is tuple else args[0]
+        elif origin is dict and len(args) == 2:
+            tp = args[1]
+        else:
+            return None
+    return tp
+
+
+def _optional_args(tp: Any) -> Tuple[Any, ...]:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return typing.get_args(tp)
+    return ()
+
+
+def _allows_none(tp: Any) -> bool:
+    return tp is None or type(None) in _optional_args(tp)
+
+
+def _unwrap(tp: Any) -> Any:
+    """``Optional[X]`` -> ``X``."""
+    args = [a for a in _optional_args(tp) if a is not type(None)]
+    return args[0] if len(args) == 1 else tp
+
+
+def _type_name(tp: Any) -> str:
+    if tp is None:
+        return "a valid value"
+    if _allows_none(tp) and _unwrap(tp) is not tp:
+        return f"{_type_name(_unwrap(tp))} or null"
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin is list:
+        return f"a list of {_type_name(args[0])}" if args else "a list"
+    if origin is tuple:
+        return f"a list of {len(args)} numbers" if args else "a list"
+    if origin is dict or (isinstance(tp, type) and issubclass(tp, BaseModel)):
+        return "a mapping"
+    return getattr(tp, "__name__", str(tp))

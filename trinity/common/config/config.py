@@ -1,0 +1,139 @@
+"""The root ``Config`` and the ``stages`` it may run in sequence."""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any, Dict, List, Literal, Optional
+
+from pydantic import Field, field_validator
+
+from trinity.common.config.base import ConfigError, ConfigModel, validate_model
+from trinity.common.config.schema_algorithm import AlgorithmConfig
+from trinity.common.config.schema_buffer import BufferConfig
+from trinity.common.config.schema_explorer import ExplorerConfig, SynchronizerConfig
+from trinity.common.config.schema_misc import (
+    DataProcessorConfig,
+    LogConfig,
+    MonitorConfig,
+    ServiceConfig,
+)
+from trinity.common.config.schema_model import ClusterConfig, ModelConfig
+from trinity.common.config.schema_trainer import TrainerConfig
+
+Mode = Literal["both", "train", "explore", "bench", "colocate", "serve"]
+
+
+class StageConfig(ConfigModel):
+    """One entry of ``stages``: sections given here override the global ones key by key."""
+
+    stage_name: str = Field(description="Unique stage name; the run is named <name>_<stage_name>.")
+    mode: Optional[Mode] = Field(None, description="Mode of this stage; unset: the global mode.")
+    algorithm: Optional[AlgorithmConfig] = Field(None, description="Algorithm overrides.")
+    buffer: Optional[BufferConfig] = Field(None, description="Buffer overrides.")
+    explorer: Optional[ExplorerConfig] = Field(None, description="Explorer overrides.")
+    trainer: Optional[TrainerConfig] = Field(None, description="Trainer overrides.")
+
+
+class Config(ConfigModel):
+    """A whole run. Attribute names are the YAML keys of the configuration guide."""
+
+    project: str = Field("Trinity-RFT", description="Project name.")
+    name: str = Field("rft", description="Experiment name.")
+    mode: Mode = Field("both", description="Which components run.")
+    checkpoint_root_dir: str = Field(
+        "./checkpoints", description="Everything lands in <checkpoint_root_dir>/<project>/<name>."
+    )
+    continue_from_checkpoint: bool = Field(
+        True, description="Resume from the latest checkpoint; false: rename to <name>_<timestamp>."
+    )
+    ray_namespace: Optional[str] = Field(
+        None, description="Ray namespace; unset: <project>/<name>."
+    )
+    ignore_validator_suggestions: bool = Field(
+        False, description="Skip the GPU memory suggestions of the validator."
+    )
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="Algorithm.")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="Model and token limits.")
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="Nodes and GPUs.")
+    buffer: BufferConfig = Field(default_factory=BufferConfig, description="Data.")
+    explorer: ExplorerConfig = Field(default_factory=ExplorerConfig, description="Explorer.")
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="Trainer.")
+    synchronizer: SynchronizerConfig = Field(
+        default_factory=SynchronizerConfig, description="Weight sync."
+    )
+    monitor: MonitorConfig = Field(default_factory=MonitorConfig, description="Metrics.")
+    service: ServiceConfig = Field(default_factory=ServiceConfig, description="Services.")
+    data_processor: DataProcessorConfig = Field(
+        default_factory=DataProcessorConfig, description="Data pipelines."
+    )
+    log: LogConfig = Field(default_factory=LogConfig, description="Logging.")
+    stages: List[StageConfig] = Field(
+        default_factory=list, description="Stages run in sequence; empty: one stage."
+    )
+
+    @field_validator("stages")
+    @classmethod
+    def _unique_stage_names(cls, stages: List[StageConfig]) -> List[StageConfig]:
+        names = [stage.stage_name for stage in stages]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"stage_name must be unique, repeated: {duplicates}")
+        return stages
+
+    @property
+    def checkpoint_job_dir(self) -> str:
+        """``<checkpoint_root_dir>/<project>/<name>``: where this run writes everything."""
+        return os.path.join(self.checkpoint_root_dir, self.project, self.name)
+
+    def check_and_update(self) -> Config:
+        """Validate what needs the whole config and derive unset values; see ``finalize``."""
+        from trinity.common.config.derive import finalize
+
+        return finalize(self)
+
+    def stage_configs(self) -> List[Config]:
+        """One config per stage, each stage's sections deep-merged over the global ones.
+
+        Call it on a loaded config before ``check_and_update``: each stage is finalized on
+        its own, so derived values (train_batch_size, ray_namespace, ...) follow the stage.
+        """
+        if not self.stages:
+            return [self]
+        base = self.model_dump(exclude_unset=True, exclude={"stages"})
+        configs = []
+        for index, stage in enumerate(self.stages):
+            overrides = stage.model_dump(exclude_unset=True, exclude={"stage_name"})
+            merged = merge_stage(base, overrides)
+            merged["name"] = f"{self.name}_{stage.stage_name}"
+            try:
+                configs.append(validate_model(Config, merged))
+            except ConfigError as exc:
+                header = f"Invalid stage {index} ({stage.stage_name})"
+                raise ConfigError(exc.problems, header) from None
+        return configs
+
+
+def merge_stage(base: Dict[str, Any], stage: Dict[str, Any]) -> Dict[str, Any]:
+    """Deep-merge ``stage`` over ``base``: mappings merge key by key, anything else replaces.
+
+    A stage that changes ``algorithm.algorithm_type`` does not inherit the global algorithm
+    section: component choices of one algorithm (KL loss, advantage, repeat_times) are wrong
+    for another, so the new algorithm starts from its own defaults.
+    """
+    merged = copy.deepcopy(base)
+    new_algorithm = stage.get("algorithm", {}).get("algorithm_type")
+    if new_algorithm is not None and new_algorithm != base.get("algorithm", {}).get(
+        "algorithm_type", AlgorithmConfig().algorithm_type
+    ):
+        merged.pop("algorithm", None)
+    return _deep_merge(merged, stage)
+
+
+def _deep_merge(base: Dict[str, Any], over: Dict[str, Any]) -> Dict[str, Any]:
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            base[key] = _deep_merge(base[key], value)
+        else:
+            base[key] = copy.deepcopy(value)
+    return base

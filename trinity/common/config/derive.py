@@ -1,0 +1,218 @@
+"""Every derived value of a config, computed in one place.
+
+``finalize`` never changes a value the user set: each derivation goes through
+``set_default``, which only fills keys absent from the section's ``model_fields_set``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import List
+
+from trinity.common.config.base import ConfigError, assign, set_default
+from trinity.common.config.config import Config
+from trinity.common.config.schema_algorithm import AlgorithmConfig
+from trinity.common.config.schema_buffer import StorageConfig
+from trinity.common.config.schema_model import ModelConfig
+from trinity.common.config.validate import (
+    algorithm_module,
+    check_consistency,
+    check_supported,
+    storages_of,
+    warn_inert,
+)
+from trinity.common.config.verl_mapping import carry_verl_settings
+
+logger = logging.getLogger("trinity.config")
+
+# algorithm key -> name of its registry in trinity.algorithm
+COMPONENT_REGISTRIES = {
+    "sample_strategy": "SAMPLE_STRATEGY",
+    "advantage_fn": "ADVANTAGE_FN",
+    "policy_loss_fn": "POLICY_LOSS_FN",
+    "kl_penalty_fn": "KL_FN",
+    "kl_loss_fn": "KL_FN",
+    "entropy_loss_fn": "ENTROPY_LOSS_FN",
+}
+
+
+def detect_gpu_count() -> int:
+    """GPUs visible to this process."""
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def finalize(config: Config) -> Config:
+    """Check support, derive every unset value, check consistency; returns a new Config.
+
+    Raises ``ConfigError`` listing every problem of a stage at once: first everything this
+    build does not support, then everything that cannot be derived or cannot run.
+    """
+    config = config.model_copy(deep=True)
+    unsupported = check_supported(config)
+    if unsupported:
+        raise ConfigError(unsupported, "Configuration uses features that are not built yet")
+    problems: List[str] = []
+    _derive_run(config)
+    _derive_from_machine(config)
+    problems += _derive_algorithm(config)
+    problems += carry_verl_settings(config)
+    problems += _derive_model(config)
+    problems += _derive_buffer(config)
+    problems += check_consistency(config)
+    if problems:
+        raise ConfigError(problems)
+    warn_inert(config)
+    return config
+
+
+def _derive_run(config: Config) -> None:
+    set_default(config, "ray_namespace", f"{config.project}/{config.name}")
+    # Ray actors do not share the launcher's working directory: make the root absolute.
+    assign(config, "checkpoint_root_dir", os.path.abspath(config.checkpoint_root_dir))
+
+
+def _derive_from_machine(config: Config) -> None:
+    """Unset keys whose guide defaults assume GPUs resolve to what this machine can run."""
+    rollout = config.explorer.rollout_model
+    set_default(config.cluster, "gpu_per_node", detect_gpu_count())
+    set_default(rollout, "engine_type", "transformers")
+    set_default(rollout, "dtype", "bfloat16" if config.cluster.gpu_per_node else "float32")
+    sync_method = "memory" if config.mode == "both" else "checkpoint"
+    set_default(config.synchronizer, "sync_method", sync_method)
+    logger.info(
+        "Resolved for this machine: cluster.gpu_per_node=%s explorer.rollout_model.engine_type=%s "
+        "explorer.rollout_model.dtype=%s synchronizer.sync_method=%s",
+        config.cluster.gpu_per_node,
+        rollout.engine_type,
+        rollout.dtype,
+        config.synchronizer.sync_method,
+    )
+
+
+def _derive_algorithm(config: Config) -> List[str]:
+    """The algorithm type's defaults fill unset keys; each ``*_args`` merges over defaults."""
+    algorithm, registries = config.algorithm, algorithm_module()
+    problems = []
+    defaults = registries.ALGORITHM_TYPE.get(algorithm.algorithm_type).default_config()
+    for key, value in defaults.items():
+        if key not in AlgorithmConfig.model_fields:
+            problems.append(
+                f"algorithm.algorithm_type = {algorithm.algorithm_type}: its default_config() "
+                f"sets unknown key '{key}'"
+            )
+            continue
+        set_default(algorithm, key, value)
+    for key, registry_name in COMPONENT_REGISTRIES.items():
+        name = getattr(algorithm, key)
+        if name is None:
+            continue
+        try:
+            component = getattr(registries, registry_name).get(name)
+        except KeyError as exc:
+            problems.append(f"algorithm.{key} = {name}: {exc.args[0]}")
+            continue
+        defaults = dict(component.default_args())
+        if "loss_agg_mode" in defaults:  # one setting for every loss unless its args say otherwise
+            defaults["loss_agg_mode"] = algorithm.loss_agg_mode
+        assign(algorithm, f"{key}_args", {**defaults, **getattr(algorithm, f"{key}_args")})
+    return problems
+
+
+def _derive_model(config: Config) -> List[str]:
+    model, trainer, rollout = config.model, config.trainer, config.explorer.rollout_model
+    problems = []
+    if not model.critic_model_path:
+        assign(model, "critic_model_path", model.model_path)
+    if model.max_model_len is None:
+        if model.max_prompt_tokens is None or model.max_response_tokens is None:
+            problems.append(
+                "model.max_model_len is unset and cannot be derived: set it, or set both "
+                "model.max_prompt_tokens and model.max_response_tokens"
+            )
+        else:
+            assign(model, "max_model_len", model.max_prompt_tokens + model.max_response_tokens)
+    if model.max_model_len is not None:
+        set_default(trainer, "max_token_len_per_gpu", max(16384, model.max_model_len))
+    if model.chat_template_path:
+        problems += _read_chat_template(model)
+    set_default(rollout, "model_path", model.model_path)
+    set_default(rollout, "chat_template", model.custom_chat_template)
+    for key in ("max_model_len", "max_prompt_tokens", "max_response_tokens"):
+        set_default(rollout, key, getattr(model, key))
+    return problems
+
+
+def _read_chat_template(model: ModelConfig) -> List[str]:
+    """The guide: chat_template_path, when set, overrides custom_chat_template."""
+    try:
+        with open(model.chat_template_path, encoding="utf-8") as f:
+            assign(model, "custom_chat_template", f.read())
+    except OSError as exc:
+        return [f"model.chat_template_path = {model.chat_template_path}: {exc.strerror}"]
+    return []
+
+
+def _derive_buffer(config: Config) -> List[str]:
+    buffer, algorithm = config.buffer, config.algorithm
+    problems = []
+    set_default(buffer, "train_batch_size", buffer.batch_size * algorithm.repeat_times)
+    problems += _derive_total_steps(config)
+    trainer_input = buffer.trainer_input
+    if trainer_input.experience_buffer is None and config.mode != "train":
+        assign(
+            trainer_input,
+            "experience_buffer",
+            StorageConfig(name="experience_buffer", storage_type="queue"),
+        )
+    elif trainer_input.experience_buffer is None:
+        problems.append("buffer.trainer_input.experience_buffer is required in mode train")
+    else:
+        set_default(trainer_input.experience_buffer, "name", "experience_buffer")
+    for key, storage in trainer_input.auxiliary_buffers.items():
+        set_default(storage, "name", key)
+    if config.model.custom_chat_template is not None:
+        for _, storage in storages_of(config):
+            set_default(storage.format, "chat_template", config.model.custom_chat_template)
+    tasksets = buffer.explorer_input.tasksets
+    for index, storage in enumerate(tasksets):
+        name = "taskset" if len(tasksets) == 1 else f"taskset_{index}"
+        _derive_taskset(config, storage, name, is_eval=False)
+    for index, storage in enumerate(buffer.explorer_input.eval_tasksets):
+        _derive_taskset(config, storage, f"eval_taskset_{index}", is_eval=True)
+    return problems
+
+
+def _derive_total_steps(config: Config) -> List[str]:
+    buffer, trainer = config.buffer, config.trainer
+    if buffer.total_steps is not None and trainer.total_steps is not None:
+        if buffer.total_steps != trainer.total_steps:
+            return [
+                f"buffer.total_steps = {buffer.total_steps} and trainer.total_steps = "
+                f"{trainer.total_steps} disagree; set one of them"
+            ]
+    elif buffer.total_steps is not None:
+        assign(trainer, "total_steps", buffer.total_steps)
+    elif trainer.total_steps is not None:
+        assign(buffer, "total_steps", trainer.total_steps)
+    return []
+
+
+def _derive_taskset(config: Config, storage: StorageConfig, name: str, is_eval: bool) -> None:
+    explorer_input, model = config.buffer.explorer_input, config.model
+    assign(storage, "is_eval", is_eval)
+    set_default(storage, "name", name)
+    set_default(storage, "repeat_times", 1 if is_eval else config.algorithm.repeat_times)
+    workflow = explorer_input.default_workflow_type
+    if is_eval and explorer_input.default_eval_workflow_type is not None:
+        workflow = explorer_input.default_eval_workflow_type
+    set_default(storage, "default_workflow_type", workflow)
+    set_default(storage, "default_reward_fn_type", explorer_input.default_reward_fn_type)
+    args = storage.rollout_args
+    set_default(args, "n", storage.repeat_times)
+    set_default(args, "max_tokens", model.max_response_tokens)
+    for key in ("temperature", "top_p", "top_k"):
+        if getattr(model, key) is not None:
+            set_default(args, key, getattr(model, key))

@@ -1,0 +1,84 @@
+"""YAML in (through OmegaConf), typed ``Config`` out; and the resolved YAML back to disk."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from typing import Any, Sequence
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from trinity.common.config.base import ConfigError, validate_model
+from trinity.common.config.config import Config
+
+
+def load_config(path: str, overrides: Sequence[str] = ()) -> Config:
+    """Load a YAML config, apply ``a.b.c=value`` overrides, resolve interpolation, validate.
+
+    ``${oc.env:VAR,default}`` and ``${other.key}`` are resolved by OmegaConf. Nothing is
+    derived and the filesystem is not touched beyond reading ``path``; call
+    ``Config.check_and_update()`` for that.
+    """
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        raw = OmegaConf.load(path)
+    except (OmegaConfBaseException, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(raw, DictConfig):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    for item in overrides:
+        _apply_override(raw, item)
+    try:
+        data = OmegaConf.to_container(raw, resolve=True)
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None) or "?"
+        reason = str(exc).splitlines()[0]
+        raise ConfigError(f"{key}: cannot resolve interpolation: {reason}") from None
+    return validate_model(Config, data)
+
+
+def _apply_override(raw: DictConfig, item: str) -> None:
+    """Apply one ``a.b.c=value`` override; the value is parsed as YAML (numbers, lists, null)."""
+    key, sep, _ = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override '{item}' must look like section.key=value")
+    key = key.strip()
+    try:
+        # from_dotlist parses the value the same way the YAML file is parsed.
+        value = OmegaConf.select(OmegaConf.from_dotlist([item]), key)
+        OmegaConf.update(raw, key, value, merge=True)
+    except (OmegaConfBaseException, ValueError, TypeError) as exc:
+        raise ConfigError(f"override '{item}': {exc}") from None
+
+
+def apply_run_name(config: Config) -> Config:
+    """With ``continue_from_checkpoint: false``, rename the run to ``<name>_<timestamp>``.
+
+    The launcher calls this once, before anything reads ``name``, so every component of
+    the run (and every stage) sees the same new name.
+    """
+    if config.continue_from_checkpoint:
+        return config
+    stamp = datetime.now().strftime("%Y%m%d%H%M%S")
+    return config.model_copy(update={"name": f"{config.name}_{stamp}"}, deep=True)
+
+
+def save_resolved_config(config: Config, path: str) -> None:
+    """Write every field of ``config`` (derived values included) as YAML.
+
+    Stages and the veRL ``trainer_config`` tree are written as the user gave them: stages
+    only mean something as overrides, and the veRL values that take effect are already
+    copied into ``trainer.*`` and ``algorithm.optimizer``.
+    """
+    data: Any = config.model_dump(mode="json")
+    data["stages"] = [s.model_dump(mode="json", exclude_unset=True) for s in config.stages]
+    data["trainer"]["trainer_config"] = config.trainer.trainer_config.model_dump(
+        mode="json", exclude_unset=True
+    )
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        yaml.safe_dump(data, f, sort_keys=False, allow_unicode=True)

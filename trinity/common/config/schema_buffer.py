@@ -1,0 +1,186 @@
+"""``buffer``: tasksets in, experiences between explorer and trainer, auxiliary data."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Dict, List, Literal, Optional
+
+from pydantic import Field, model_validator
+
+from trinity.common.config.base import ConfigModel
+
+
+class FormatConfig(ConfigModel):
+    """``format``: which dataset columns hold what, and how prompts are built."""
+
+    prompt_type: Literal["plaintext", "messages"] = Field(
+        "plaintext", description="plaintext: the prompt is a string; messages: a message list."
+    )
+    prompt_key: str = Field("prompt", description="Column of the user prompt (plaintext).")
+    response_key: str = Field("response", description="Column of the response (plaintext).")
+    system_prompt_key: Optional[str] = Field(
+        None, description="Column of the system prompt (plaintext); wins over system_prompt."
+    )
+    system_prompt: Optional[str] = Field(None, description="System prompt text (plaintext).")
+    messages_key: str = Field("message", description="Column of the message list (messages).")
+    tools_key: str = Field("tools", description="Column of the tool list (list of dicts).")
+    chosen_key: str = Field("chosen", description="Column of the DPO chosen response.")
+    rejected_key: str = Field("rejected", description="Column of the DPO rejected response.")
+    enable_concatenated_multi_turn: bool = Field(
+        False, description="SFT on messages: train on every assistant turn of a conversation."
+    )
+    chat_template: Optional[str] = Field(
+        None, description="Chat template string; unset: model.custom_chat_template."
+    )
+
+
+class GenerationConfig(ConfigModel):
+    """``rollout_args``: sampling parameters of one taskset."""
+
+    temperature: float = Field(1.0, description="Sampling temperature; 0 is greedy.")
+    top_p: float = Field(1.0, description="Nucleus sampling mass; 1.0 is off.")
+    top_k: int = Field(-1, description="Top-k sampling; -1 is off.")
+    n: int = Field(1, description="Samples per prompt; set to the taskset's repeat_times.")
+    logprobs: int = Field(0, description="Top logprobs returned per token besides the sampled one.")
+    max_tokens: Optional[int] = Field(
+        None, description="Max new tokens; unset: model.max_response_tokens."
+    )
+    stop: Optional[List[str]] = Field(None, description="Strings that end a response.")
+
+
+class TaskSelectorConfig(ConfigModel):
+    """``task_selector``: the order in which tasks are read."""
+
+    selector_type: Literal["sequential", "shuffle"] = Field(
+        "sequential", description="sequential: file order; shuffle: reshuffled every epoch."
+    )
+    seed: int = Field(42, description="Shuffle seed.")
+
+
+class ReplayBufferConfig(ConfigModel):
+    """``replay_buffer``: experience reuse for queue buffers."""
+
+    enable: bool = Field(False, description="Reuse experiences from the queue.")
+    reuse_cooldown_time: Optional[float] = Field(
+        None, description="Seconds before an experience may be reused; null: never."
+    )
+    priority_fn: str = Field("linear_decay", description="Order in which experiences are reused.")
+    priority_fn_args: Dict[str, Any] = Field(
+        default_factory=dict, description="Arguments of the priority function."
+    )
+
+
+class StorageConfig(ConfigModel):
+    """One dataset or buffer: a (eval) taskset, the experience buffer or an auxiliary buffer."""
+
+    name: str = Field("", description="Unique name (also the Ray actor name); unset: derived.")
+    storage_type: Literal["file", "queue", "sql"] = Field(
+        "file", description="file: jsonl/parquet; queue: in-memory queue; sql: SQLite database."
+    )
+    path: Optional[str] = Field(
+        None, description="Data directory or file (file), database file (sql), backup (queue)."
+    )
+    subset_name: Optional[str] = Field(None, description="`name` of datasets.load_dataset.")
+    split: str = Field("train", description="`split` of datasets.load_dataset.")
+    repeat_times: Optional[int] = Field(
+        None, description="Rollouts per task; unset: algorithm.repeat_times (eval: 1)."
+    )
+    format: FormatConfig = Field(default_factory=FormatConfig, description="Column mapping.")
+    rollout_args: GenerationConfig = Field(
+        default_factory=GenerationConfig, description="Sampling parameters."
+    )
+    default_workflow_type: Optional[str] = Field(
+        None, description="Workflow of this dataset; unset: buffer.explorer_input's default."
+    )
+    default_reward_fn_type: Optional[str] = Field(
+        None, description="Reward function; unset: buffer.explorer_input's default."
+    )
+    workflow_args: Dict[str, Any] = Field(
+        default_factory=dict, description="Extra arguments passed to the workflow."
+    )
+    reward_fn_args: Dict[str, Any] = Field(
+        default_factory=dict, description="Extra arguments passed to the reward function."
+    )
+    task_selector: TaskSelectorConfig = Field(
+        default_factory=TaskSelectorConfig, description="Task order."
+    )
+    max_read_timeout: float = Field(
+        1800, description="Queue: seconds to wait for a full batch before returning a short one."
+    )
+    replay_buffer: ReplayBufferConfig = Field(
+        default_factory=ReplayBufferConfig, description="Experience reuse (queue only)."
+    )
+    enable_progress_bar: bool = Field(False, description="Show a progress bar while loading.")
+    is_eval: bool = Field(False, description="Internal: set for eval tasksets.")
+
+
+class ExplorerInput(ConfigModel):
+    """``buffer.explorer_input``: the tasksets explored and evaluated."""
+
+    MOVED_KEYS: ClassVar[Dict[str, str]] = {"task_set": "buffer.explorer_input.taskset"}
+
+    tasksets: List[StorageConfig] = Field(
+        default_factory=list, description="Training tasksets (`taskset:` sets a single one)."
+    )
+    eval_tasksets: List[StorageConfig] = Field(
+        default_factory=list, description="Evaluation tasksets."
+    )
+    default_workflow_type: Optional[str] = Field(
+        "math_workflow", description="Workflow of tasksets that set none."
+    )
+    default_eval_workflow_type: Optional[str] = Field(
+        None, description="Workflow of eval tasksets that set none; unset: default_workflow_type."
+    )
+    default_reward_fn_type: Optional[str] = Field(
+        None, description="Reward function of tasksets that set none."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _single_taskset(cls, data: Any) -> Any:
+        # The guide writes `taskset:` (one mapping), align-with-verl writes `tasksets:` (a list).
+        if not isinstance(data, dict) or "taskset" not in data:
+            return data
+        data = dict(data)
+        single = data.pop("taskset")
+        if "tasksets" in data:
+            raise ValueError("set either `taskset` (one) or `tasksets` (a list), not both")
+        data["tasksets"] = [] if single is None else [single]
+        return data
+
+    @property
+    def taskset(self) -> Optional[StorageConfig]:
+        """The first training taskset, for code written against the single-taskset form."""
+        return self.tasksets[0] if self.tasksets else None
+
+
+class TrainerInput(ConfigModel):
+    """``buffer.trainer_input``: what the trainer reads."""
+
+    experience_buffer: Optional[StorageConfig] = Field(
+        None, description="Trainer input / explorer output; unset: a queue named experience_buffer."
+    )
+    auxiliary_buffers: Dict[str, StorageConfig] = Field(
+        default_factory=dict, description="Extra trainer datasets by name."
+    )
+
+
+class BufferConfig(ConfigModel):
+    """``buffer``: batch sizes, training length, and the data sources."""
+
+    MOVED_KEYS: ClassVar[Dict[str, str]] = {
+        "default_workflow_type": "buffer.explorer_input.default_workflow_type",
+        "default_reward_fn_type": "buffer.explorer_input.default_reward_fn_type",
+    }
+
+    batch_size: int = Field(1, description="Tasks per explore step (not times repeat_times).")
+    train_batch_size: Optional[int] = Field(
+        None, description="Experiences per train step; unset: batch_size * repeat_times."
+    )
+    total_epochs: int = Field(1, description="Passes over the taskset.")
+    total_steps: Optional[int] = Field(
+        None, description="Training steps; wins over total_epochs when set."
+    )
+    explorer_input: ExplorerInput = Field(
+        default_factory=ExplorerInput, description="Explorer datasets."
+    )
+    trainer_input: TrainerInput = Field(default_factory=TrainerInput, description="Trainer data.")

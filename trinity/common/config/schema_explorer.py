@@ -1,0 +1,124 @@
+"""``explorer`` and ``synchronizer``: rollout engines, workflow runners, weight sync."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Literal, Optional
+
+from pydantic import Field
+
+from trinity.common.config.base import ConfigModel, inert
+
+_VLLM_ONLY = "only used by the vllm engine"
+
+
+class InferenceModelConfig(ConfigModel):
+    """``explorer.rollout_model`` and each of ``explorer.auxiliary_models``."""
+
+    model_path: Optional[str] = Field(
+        None, description="Model to serve; unset for rollout_model: model.model_path."
+    )
+    engine_type: Optional[Literal["transformers", "vllm", "tinker", "external"]] = Field(
+        None, description="Inference engine; unset: transformers here (guide default vllm)."
+    )
+    engine_num: int = Field(1, description="Number of engines.")
+    tensor_parallel_size: int = inert(
+        1, description="Tensor parallel degree per engine.", reason=_VLLM_ONLY
+    )
+    gpu_memory_utilization: float = inert(
+        0.9, description="Fraction of GPU memory an engine may use.", reason=_VLLM_ONLY
+    )
+    enforce_eager: bool = inert(True, description="Disable CUDA graphs.", reason=_VLLM_ONLY)
+    enable_prefix_caching: bool = inert(
+        False, description="Cache shared prompt prefixes.", reason=_VLLM_ONLY
+    )
+    enable_chunked_prefill: bool = inert(
+        False, description="Split long prefills into chunks.", reason=_VLLM_ONLY
+    )
+    dtype: Optional[Literal["float32", "float16", "bfloat16"]] = Field(
+        None, description="Weights dtype; unset: bfloat16 with a GPU, float32 without."
+    )
+    seed: int = Field(42, description="Sampling seed.")
+    enable_thinking: bool = Field(
+        False, description="Pass enable_thinking to the chat template (Qwen3)."
+    )
+    enable_history: bool = Field(False, description="Record every model call as an experience.")
+    enable_openai_api: bool = Field(
+        False, description="Serve the model through an OpenAI-compatible API."
+    )
+    chat_template: Optional[str] = Field(
+        None, description="Chat template string; unset: model.custom_chat_template."
+    )
+    max_model_len: Optional[int] = Field(
+        None, description="Max sequence tokens; unset for rollout_model: model.max_model_len."
+    )
+    max_prompt_tokens: Optional[int] = Field(
+        None, description="Max prompt tokens; unset for rollout_model: model.max_prompt_tokens."
+    )
+    max_response_tokens: Optional[int] = Field(
+        None, description="Max new tokens; unset for rollout_model: model.max_response_tokens."
+    )
+
+
+class OverRolloutConfig(ConfigModel):
+    """``explorer.over_rollout``: proceed before the slowest tasks finish."""
+
+    ratio: float = Field(0.0, description="Fraction of a batch's tasks not waited for.")
+    wait_after_min: float = Field(30.0, description="Seconds to wait after the minimum arrived.")
+
+
+class DynamicTimeoutConfig(ConfigModel):
+    """``explorer.dynamic_timeout``: per-task timeout from observed task times."""
+
+    enable: bool = Field(False, description="Adapt the timeout.")
+    ratio: float = Field(3.0, description="Timeout = mean successful task time * ratio.")
+
+
+class ExplorerConfig(ConfigModel):
+    """``explorer``: rollout models and the workflow runners that use them."""
+
+    name: str = Field("explorer", description="Ray actor name of the explorer.")
+    runner_per_model: int = Field(8, description="Workflow runners per rollout engine.")
+    concurrent_mode: Literal["sequential", "asynchronous", "multi-threading"] = Field(
+        "sequential", description="How the repeats of a task run inside a runner."
+    )
+    max_repeat_times_per_runner: Optional[int] = Field(
+        None, description="Split a task's repeats into runs of at most this many."
+    )
+    max_timeout: float = Field(900, description="Seconds a workflow may take.")
+    max_retry_times: int = Field(2, description="Retries of a failed workflow.")
+    env_vars: Dict[str, str] = Field(
+        default_factory=dict, description="Environment variables of every runner."
+    )
+    rollout_model: InferenceModelConfig = Field(
+        default_factory=InferenceModelConfig, description="The model being trained, for rollout."
+    )
+    auxiliary_models: List[InferenceModelConfig] = Field(
+        default_factory=list, description="Extra models workflows may call (e.g. a judge)."
+    )
+    eval_interval: int = Field(100, description="Evaluate every this many steps.")
+    eval_on_startup: bool = Field(True, description="Evaluate the initial model at step 0.")
+    over_rollout: OverRolloutConfig = Field(
+        default_factory=OverRolloutConfig, description="Over-rollout (experimental)."
+    )
+    dynamic_timeout: DynamicTimeoutConfig = Field(
+        default_factory=DynamicTimeoutConfig, description="Dynamic timeout (experimental)."
+    )
+    runner_state_report_interval: float = Field(
+        0, description="Seconds between runner status reports; 0 is off."
+    )
+
+
+class SynchronizerConfig(ConfigModel):
+    """``synchronizer``: how and when trainer weights reach the explorer."""
+
+    sync_method: Optional[Literal["nccl", "checkpoint", "memory"]] = Field(
+        None,
+        description="Weight transport; unset: memory in mode both, checkpoint otherwise "
+        "(guide default nccl).",
+    )
+    sync_interval: int = Field(1, description="Steps between weight syncs.")
+    sync_offset: int = Field(0, description="Steps the explorer runs ahead of the trainer.")
+    sync_timeout: float = Field(3600, description="Seconds to wait for the other side of a sync.")
+    sync_style: Literal["fixed", "explorer_driven", "trainer_driven"] = Field(
+        "fixed", description="Who decides when to sync."
+    )

@@ -1,0 +1,92 @@
+"""``model`` and ``cluster``: what is trained, its token limits, and the hardware."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from pydantic import Field
+
+from trinity.common.config.base import ConfigModel
+
+
+class LoRAConfig(ConfigModel):
+    """One entry of ``model.lora_configs``."""
+
+    name: Optional[str] = Field(None, description="Name of the LoRA adapter.")
+    path: Optional[str] = Field(None, description="Path of a pretrained adapter to start from.")
+    base_model_name: Optional[str] = Field(None, description="Name of the base model.")
+    lora_rank: int = Field(32, description="Rank of the adapter matrices.")
+    lora_alpha: int = Field(32, description="Scaling numerator of the adapter.")
+    lora_dtype: str = Field("auto", description="Data type of the adapter weights.")
+    target_modules: Any = Field("all-linear", description="Modules adapted (a name or list).")
+
+
+class TinkerConfig(ConfigModel):
+    """``model.tinker``: train through the Tinker service."""
+
+    enable: bool = Field(False, description="Use Tinker.")
+    rank: int = Field(32, description="LoRA rank.")
+    seed: Optional[int] = Field(None, description="Random seed.")
+    train_mlp: bool = Field(True, description="Train the MLP layers.")
+    train_attn: bool = Field(True, description="Train the attention layers.")
+    train_unembed: bool = Field(True, description="Train the unembedding layer.")
+
+
+class ExternalModelConfig(ConfigModel):
+    """``model.external_model``: an OpenAI-compatible API as the rollout model."""
+
+    enable: bool = Field(False, description="Use an external API model.")
+    base_url_env: str = Field("OPENAI_BASE_URL", description="Env var holding the API base URL.")
+    api_key_env: str = Field("OPENAI_API_KEY", description="Env var holding the API key.")
+    model_name: Optional[str] = Field(None, description="Model name sent to the API.")
+
+
+class ModelConfig(ConfigModel):
+    """``model``: the model under training and its token limits."""
+
+    model_path: str = Field("", description="Local HF folder (or hub name) of the model.")
+    critic_model_path: str = Field("", description="Critic model; empty: model_path.")
+    custom_chat_template: Optional[str] = Field(
+        None, description="Chat template string; unset: the tokenizer's."
+    )
+    chat_template_path: Optional[str] = Field(
+        None, description="Jinja2 chat template file; wins over custom_chat_template."
+    )
+    max_model_len: Optional[int] = Field(
+        None,
+        description="Max tokens of a sequence; unset: max_prompt_tokens + max_response_tokens.",
+    )
+    max_prompt_tokens: Optional[int] = Field(None, description="Max prompt tokens.")
+    max_response_tokens: Optional[int] = Field(None, description="Max generated tokens.")
+    min_response_tokens: int = Field(1, description="Min generated tokens (< max_response_tokens).")
+    enable_prompt_truncation: bool = Field(
+        True, description="Keep only the last max_prompt_tokens tokens of longer prompts."
+    )
+    repetition_penalty: float = Field(1.0, description="Repetition penalty; 1.0 is off.")
+    temperature: Optional[float] = Field(
+        None, description="Sampling temperature of every taskset that sets none in rollout_args."
+    )
+    top_p: Optional[float] = Field(
+        None, description="top_p of every taskset that sets none in rollout_args."
+    )
+    top_k: Optional[int] = Field(
+        None, description="top_k of every taskset that sets none in rollout_args."
+    )
+    lora_configs: Optional[List[LoRAConfig]] = Field(
+        None, description="LoRA adapters (one supported)."
+    )
+    rope_scaling: Optional[Dict[str, Any]] = Field(None, description="RoPE scaling override.")
+    rope_theta: Optional[float] = Field(None, description="RoPE theta override.")
+    tinker: TinkerConfig = Field(default_factory=TinkerConfig, description="Tinker training.")
+    external_model: ExternalModelConfig = Field(
+        default_factory=ExternalModelConfig, description="External API rollout model."
+    )
+
+
+class ClusterConfig(ConfigModel):
+    """``cluster``: nodes and GPUs."""
+
+    node_num: int = Field(1, description="Number of nodes.")
+    gpu_per_node: Optional[int] = Field(
+        None, description="GPUs per node; unset: detected on this machine (guide default 8)."
+    )

@@ -1,0 +1,45 @@
+"""``trainer``: the training loop, checkpoints, and the veRL-style ``trainer_config``."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from trinity.common.config.base import ConfigModel
+from trinity.common.config.verl import VerlTrainerConfig
+
+
+class TrainerConfig(ConfigModel):
+    """``trainer``: how experiences become weight updates."""
+
+    name: str = Field("trainer", description="Ray actor name of the trainer.")
+    trainer_type: Literal["verl"] = Field(
+        "verl", description="Backend; verl (the guide's only value) runs the native trainer."
+    )
+    trainer_strategy: Literal["fsdp", "fsdp2", "megatron"] = Field(
+        "fsdp", description="Parallel strategy; fsdp and fsdp2 both run FSDP2 here."
+    )
+    total_steps: Optional[int] = Field(
+        None, description="Training steps; copied from/to buffer.total_steps."
+    )
+    save_interval: int = Field(0, description="Save a checkpoint every this many steps; 0: last.")
+    save_strategy: Literal["single_thread", "single_process", "single_node", "unrestricted"] = (
+        Field("unrestricted", description="Which savers may write at the same time.")
+    )
+    save_hf_checkpoint: Literal["last", "always", "never"] = Field(
+        "last", description="Which checkpoints are also exported in HF format."
+    )
+    grad_clip: float = Field(1.0, description="Gradient norm clip.")
+    use_dynamic_bsz: bool = Field(True, description="Pack micro batches up to a token budget.")
+    max_token_len_per_gpu: Optional[int] = Field(
+        None,
+        description="Token budget of a packed micro batch; unset: max(16384, model.max_model_len).",
+    )
+    ulysses_sequence_parallel_size: int = Field(1, description="Sequence parallel degree.")
+    max_checkpoints_to_keep: Optional[int] = Field(
+        None, description="Older checkpoints are deleted; null keeps all."
+    )
+    trainer_config: VerlTrainerConfig = Field(
+        default_factory=VerlTrainerConfig, description="veRL keys (see the guide's veRL section)."
+    )

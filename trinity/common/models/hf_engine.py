@@ -1,0 +1,391 @@
+"""The embedded rollout engine: batched sampling with ``transformers`` and a KV cache.
+
+``TransformersEngine`` is a plain class (the Ray actor wrapping lives elsewhere). One
+``generate`` call prefills every distinct prompt once, copies each prompt's cache rows
+``n`` times, and then runs one forward pass per new token for the whole running batch.
+Rows that finish are dropped from the batch, and sampling is vectorised over rows, so
+requests with different ``SamplingParams`` share the same forward passes.
+
+Logprobs are those of the sampled tokens under ``log_softmax(logits / T)`` (``T = 1``
+for greedy rows), taken before top-k/top-p, repetition penalty and min-token masking:
+exactly what the trainer recomputes from the same weights.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field, replace
+from typing import Dict, List, Optional, Tuple
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+from trinity.common.models.sampling import RowSampler, SamplingParams
+
+__all__ = ["SampleOutput", "SamplingParams", "TransformersEngine"]
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class SampleOutput:
+    """One sampled response; a stop/eos token that ended it is included in ``token_ids``."""
+
+    token_ids: List[int]
+    logprobs: List[float]
+    finish_reason: str  # "stop" (eos or a stop id) | "length" (max_tokens reached)
+    prompt_token_ids: List[int] = field(default_factory=list)  # the prompt used, after truncation
+
+
+@dataclass
+class _Request:
+    prompt: List[int]  # after truncation
+    params: SamplingParams  # with max_tokens/min_tokens resolved
+
+
+class _GrowingLayer(DynamicLayer):
+    """A ``DynamicLayer`` that writes into a buffer which doubles when full.
+
+    The stock layer grows by ``torch.cat`` every step, copying the whole cache per token
+    (a third of decode time on the tiny model). Here a step writes one column in place
+    and the amortised copy cost is O(1) per token, while memory stays within twice the
+    longest running sequence (reserving ``max_tokens`` up front would not fit long
+    generations on a GPU).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        super().lazy_initialization(key_states, value_states)
+        self._k = self._v = None
+
+    def _reserve(self, end: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        if self._k is not None and end <= self._k.shape[2]:
+            return
+        capacity = max(end, self.capacity if self._k is None else 2 * self._k.shape[2])
+        batch, heads = key_states.shape[:2]
+        k = key_states.new_empty((batch, heads, capacity, key_states.shape[-1]))
+        v = value_states.new_empty((batch, heads, capacity, value_states.shape[-1]))
+        if self.length:
+            k[:, :, : self.length] = self.keys
+            v[:, :, : self.length] = self.values
+        self._k, self._v = k, v
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        self._reserve(end, key_states, value_states)
+        self._k[:, :, self.length : end] = key_states
+        self._v[:, :, self.length : end] = value_states
+        self.length = end
+        self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._k, self._v = self._k[indices], self._v[indices]
+        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
+
+
+def _make_cache(config: object, capacity: int) -> DynamicCache:
+    """A ``DynamicCache`` whose full-attention layers start with room for ``capacity``."""
+    cache = DynamicCache(config=config)
+    cache.layers = [
+        _GrowingLayer(capacity) if type(layer) is DynamicLayer else layer for layer in cache.layers
+    ]
+    return cache
+
+
+def _available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+class TransformersEngine:
+    """Sample from a local Hugging Face causal LM with batched, KV-cached decoding."""
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        max_model_len: int,
+        max_prompt_tokens: Optional[int],
+        max_response_tokens: int,
+        min_response_tokens: int = 1,
+        enable_prompt_truncation: bool = True,
+        chat_template: Optional[str] = None,
+        dtype: str = "float32",
+        device: str = "cpu",
+        repetition_penalty: float = 1.0,
+        seed: int = 0,
+        max_num_seqs: int = 256,
+        num_threads: Optional[int] = None,
+    ) -> None:
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got '{dtype}'")
+        if repetition_penalty <= 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {repetition_penalty}")
+        if device == "cpu":
+            # Ray actors start with OMP_NUM_THREADS=1; use the cores this process may run on.
+            torch.set_num_threads(num_threads or _available_cpus())
+        self.max_model_len = max_model_len
+        self.max_prompt_tokens = max_prompt_tokens
+        self.max_response_tokens = max_response_tokens
+        self.min_response_tokens = min_response_tokens
+        self.enable_prompt_truncation = enable_prompt_truncation
+        self.repetition_penalty = repetition_penalty
+        self.max_num_seqs = max_num_seqs
+        self.device = torch.device(device)
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        if chat_template is not None:
+            self.tokenizer.chat_template = chat_template
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=_DTYPES[dtype])
+        self.model.to(self.device).eval()
+        self.eos_ids = self._eos_ids()
+        self.pad_id = self.tokenizer.pad_token_id
+        if self.pad_id is None:
+            self.pad_id = self.eos_ids[0] if self.eos_ids else 0
+        self._generator = torch.Generator(device=self.device).manual_seed(seed)
+        self._warned_truncation = False
+
+    def _eos_ids(self) -> List[int]:
+        ids = self.model.generation_config.eos_token_id
+        ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+        if self.tokenizer.eos_token_id is not None:
+            ids.append(self.tokenizer.eos_token_id)
+        return sorted(set(ids))
+
+    # ----------------------------------------------------------------- prompts
+
+    def apply_chat_template(self, messages: List[Dict[str, str]]) -> List[int]:
+        """Token ids of ``messages`` rendered with the chat template plus a generation prompt."""
+        text = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False
+        )
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def encode_prompt(self, prompt: str) -> List[int]:
+        """Token ids of a raw text prompt (the tokenizer's own special-token rules apply)."""
+        return self.tokenizer.encode(prompt)
+
+    def _fit(self, prompt: List[int], params: SamplingParams) -> Tuple[List[int], SamplingParams]:
+        """Apply prompt truncation and resolve token limits so prompt + response fits."""
+        if (
+            self.enable_prompt_truncation
+            and self.max_prompt_tokens is not None
+            and len(prompt) > self.max_prompt_tokens
+        ):
+            if not self._warned_truncation:
+                logger.warning(
+                    "prompt of %d tokens truncated to its last max_prompt_tokens=%d tokens "
+                    "(warned once)",
+                    len(prompt),
+                    self.max_prompt_tokens,
+                )
+                self._warned_truncation = True
+            prompt = prompt[-self.max_prompt_tokens :]
+        if not prompt:
+            raise ValueError("cannot generate from an empty prompt")
+        room = self.max_model_len - len(prompt)
+        if room < 1:
+            raise ValueError(
+                f"prompt has {len(prompt)} tokens, leaving no room to generate within "
+                f"max_model_len={self.max_model_len}; shorten the prompt, raise "
+                "model.max_model_len, or truncate with model.enable_prompt_truncation and "
+                "model.max_prompt_tokens < max_model_len"
+            )
+        max_tokens = min(params.max_tokens or self.max_response_tokens, room)
+        min_tokens = self.min_response_tokens if params.min_tokens is None else params.min_tokens
+        return prompt, replace(
+            params, max_tokens=max_tokens, min_tokens=min(min_tokens, max_tokens)
+        )
+
+    # ---------------------------------------------------------------- sampling
+
+    def generate(
+        self, prompts: List[List[int]], params: List[SamplingParams]
+    ) -> List[List[SampleOutput]]:
+        """Sample ``params[i].n`` responses to each ``prompts[i]`` (token ids).
+
+        Returns one list per prompt, in order, each with ``params[i].n`` outputs.
+        """
+        if len(prompts) != len(params):
+            raise ValueError(f"got {len(prompts)} prompts but {len(params)} SamplingParams")
+        requests = [_Request(*self._fit(list(x), p)) for x, p in zip(prompts, params, strict=True)]
+        results: List[List[SampleOutput]] = []
+        for chunk in self._chunks(requests):
+            results.extend(self._generate_chunk(chunk))
+        return results
+
+    def _chunks(self, requests: List[_Request]) -> List[List[_Request]]:
+        """Split requests so a chunk runs at most ``max_num_seqs`` rows (bounds KV memory)."""
+        chunks: List[List[_Request]] = [[]]
+        rows = 0
+        for req in requests:
+            if chunks[-1] and rows + req.params.n > self.max_num_seqs:
+                chunks.append([])
+                rows = 0
+            chunks[-1].append(req)
+            rows += req.params.n
+        return chunks
+
+    @torch.inference_mode()
+    def _generate_chunk(self, requests: List[_Request]) -> List[List[SampleOutput]]:
+        n_rows = sum(r.params.n for r in requests)
+        steps = max(r.params.max_tokens for r in requests)
+        tokens = torch.full((n_rows, steps), self.pad_id, dtype=torch.long, device=self.device)
+        logprobs = torch.zeros((n_rows, steps), dtype=torch.float32, device=self.device)
+        lengths = torch.zeros(n_rows, dtype=torch.long, device=self.device)
+        stopped = torch.zeros(n_rows, dtype=torch.bool, device=self.device)
+
+        cache, logits, attention, position, prompt_ids = self._prefill(requests, steps)
+        sampler = RowSampler.build(
+            [r.params for r in requests],
+            self.eos_ids,
+            self.repetition_penalty,
+            self._seen(prompt_ids, attention),
+            self.device,
+        )
+        prompt_cols = prompt_ids.shape[1]
+        for t in range(steps):
+            tok, lp = sampler.sample(logits, t, self._generator)
+            tokens[sampler.out, t] = tok
+            logprobs[sampler.out, t] = lp
+            is_stop, done = sampler.finished(tok, t)
+            stopped[sampler.out[is_stop]] = True
+            lengths[sampler.out[done]] = t + 1
+            n_done = int(done.sum())  # the one host sync per step
+            if n_done == len(done):
+                break
+            if n_done:  # drop finished rows: they would cost a full row of compute each step
+                keep = (~done).nonzero().squeeze(1)
+                cache.batch_select_indices(keep)
+                sampler.select(keep)
+                tok, attention, position = tok[keep], attention[keep], position[keep]
+            sampler.observe(tok)
+            logits = self.model(
+                input_ids=tok[:, None],
+                attention_mask=attention[:, : prompt_cols + t + 1],
+                position_ids=position[:, None],
+                past_key_values=cache,
+                use_cache=True,
+            ).logits[:, -1, :]
+            position = position + 1
+        return self._collect(requests, tokens, logprobs, lengths, stopped)
+
+    def _prefill(
+        self, requests: List[_Request], steps: int
+    ) -> Tuple[DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Run each distinct prompt once, then repeat its cache rows for its ``n`` samples.
+
+        Returns the cache, next-token logits (B, V), the attention mask (B, P + steps)
+        (left-padded prompt, then ones), next position ids (B,) and prompt ids (B, P).
+        """
+        distinct: Dict[Tuple[int, ...], int] = {}
+        source = []  # for each output row, the index of its distinct prompt
+        for req in requests:
+            index = distinct.setdefault(tuple(req.prompt), len(distinct))
+            source.extend([index] * req.params.n)
+        width = max(len(p) for p in distinct)
+        ids = torch.full((len(distinct), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(distinct), width), dtype=torch.long)
+        for i, prompt in enumerate(distinct):  # left padding: prompts end at the same column
+            ids[i, width - len(prompt) :] = torch.tensor(prompt)
+            mask[i, width - len(prompt) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        # Room for 64 new tokens first: most responses are short, and the buffer doubles.
+        cache = _make_cache(self.model.config, width + min(steps, 64))
+        logits = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=(mask.cumsum(dim=-1) - 1).clamp(min=0),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1, :]
+        rows = torch.tensor(source, device=self.device)
+        cache.batch_select_indices(rows)
+        attention = torch.ones((len(source), width + steps), dtype=torch.long, device=self.device)
+        attention[:, :width] = mask[rows]
+        return cache, logits[rows], attention, mask.sum(dim=-1)[rows], ids[rows]
+
+    def _seen(self, prompt_ids: torch.Tensor, attention: torch.Tensor) -> Optional[torch.Tensor]:
+        """(B, V) bool: tokens in each row's prompt, if a repetition penalty needs them."""
+        if self.repetition_penalty == 1.0:
+            return None
+        vocab = self.model.get_output_embeddings().weight.shape[0]
+        seen = torch.zeros((len(prompt_ids), vocab), dtype=torch.bool, device=self.device)
+        real = attention[:, : prompt_ids.shape[1]].bool()  # padding does not count as seen
+        rows = torch.arange(len(prompt_ids), device=self.device)[:, None].expand_as(prompt_ids)
+        seen[rows[real], prompt_ids[real]] = True
+        return seen
+
+    def _collect(
+        self,
+        requests: List[_Request],
+        tokens: torch.Tensor,
+        logprobs: torch.Tensor,
+        lengths: torch.Tensor,
+        stopped: torch.Tensor,
+    ) -> List[List[SampleOutput]]:
+        tokens_l, logprobs_l = tokens.tolist(), logprobs.tolist()  # one device sync in total
+        lengths_l, stopped_l = lengths.tolist(), stopped.tolist()
+        results, first = [], 0
+        for req in requests:  # rows are laid out request by request, n rows each
+            rows = range(first, first + req.params.n)
+            results.append(
+                [
+                    SampleOutput(
+                        token_ids=tokens_l[row][: lengths_l[row]],
+                        logprobs=logprobs_l[row][: lengths_l[row]],
+                        finish_reason="stop" if stopped_l[row] else "length",
+                        prompt_token_ids=list(req.prompt),
+                    )
+                    for row in rows
+                ]
+            )
+            first += req.params.n
+        return results
+
+    # ----------------------------------------------------------------- weights
+
+    def state_dict_keys(self) -> List[str]:
+        """Names the engine accepts in ``load_state_dict`` (the model's state dict keys)."""
+        return list(self.model.state_dict().keys())
+
+    @torch.no_grad()
+    def load_state_dict(self, state_dict: Dict[str, torch.Tensor]) -> None:
+        """Copy new weights in place (dtype/device converted); a subset of keys is allowed.
+
+        Everything is checked before anything is copied, so a bad state dict leaves the
+        current weights intact.
+        """
+        current = self.model.state_dict()
+        unknown = [k for k in state_dict if k not in current]
+        if unknown:
+            raise KeyError(
+                f"load_state_dict: {len(unknown)} unknown key(s), e.g. {unknown[:3]}; "
+                f"expected names like {list(current)[:3]}"
+            )
+        for name, value in state_dict.items():
+            if current[name].shape != value.shape:
+                raise ValueError(
+                    f"load_state_dict: '{name}' has shape {tuple(value.shape)}, "
+                    f"the model expects {tuple(current[name].shape)}"
+                )
+        for name, value in state_dict.items():
+            current[name].copy_(value)

@@ -1,0 +1,99 @@
+"""What workflows talk to: ``ModelWrapper`` in front of a rollout engine (``InferenceModel``).
+
+``ModelWrapper.chat`` / ``generate`` return one ``Experience`` per sample with
+``tokens``, ``prompt_length``, ``logprobs`` and ``response_text`` filled in, exactly the
+fields the developer guide's workflows read. The engine behind it is either a Ray actor
+(in a real run) or a local object (in unit tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from abc import ABC, abstractmethod
+from dataclasses import fields
+from typing import Any, Dict, List, Optional
+
+from trinity.common.experience import Experience
+from trinity.common.models.hf_engine import SamplingParams
+
+_PARAM_NAMES = {f.name for f in fields(SamplingParams)}
+
+
+class InferenceModel(ABC):
+    """A rollout engine: turns prompts into sampled responses and takes new weights."""
+
+    @abstractmethod
+    async def chat(self, messages: List[Dict[str, Any]], params: SamplingParams) -> List[Experience]:
+        """Sample ``params.n`` responses to a conversation."""
+
+    @abstractmethod
+    async def generate(self, prompt: str, params: SamplingParams) -> List[Experience]:
+        """Sample ``params.n`` continuations of a raw text prompt."""
+
+    @abstractmethod
+    async def load_weights(self, weights: Any, version: int) -> None:
+        """Replace the weights (a state dict, or a path to one) and record their version."""
+
+    @abstractmethod
+    async def model_version(self) -> int:
+        """The trainer step of the weights currently loaded."""
+
+
+class ModelWrapper:
+    """The model a workflow uses: an OpenAI-like ``chat`` over the rollout engine."""
+
+    def __init__(self, engine: Any, default_params: Optional[Dict[str, Any]] = None) -> None:
+        self.engine = engine
+        self.default_params = dict(default_params or {})
+
+    def _params(self, kwargs: Dict[str, Any]) -> SamplingParams:
+        merged = {**self.default_params, **{k: v for k, v in kwargs.items() if v is not None}}
+        unknown = set(merged) - _PARAM_NAMES
+        if unknown:
+            raise TypeError(
+                f"unknown sampling argument(s) {sorted(unknown)}; valid: {sorted(_PARAM_NAMES)}"
+            )
+        return SamplingParams(**merged)
+
+    def _call(self, method: str, *args: Any) -> Any:
+        target = getattr(self.engine, method)
+        if hasattr(target, "remote"):  # a Ray actor handle
+            import ray
+
+            return ray.get(target.remote(*args))
+        result = target(*args)
+        return asyncio.run(result) if inspect.iscoroutine(result) else result
+
+    async def _acall(self, method: str, *args: Any) -> Any:
+        target = getattr(self.engine, method)
+        if hasattr(target, "remote"):
+            return await target.remote(*args)
+        result = target(*args)
+        return await result if inspect.iscoroutine(result) else result
+
+    def chat(self, messages: List[Dict[str, Any]], **kwargs: Any) -> List[Experience]:
+        """Sample responses to ``messages``; kwargs: n, temperature, top_p, top_k, max_tokens, ..."""
+        return self._call("chat", messages, self._params(kwargs))
+
+    def generate(self, prompts: List[str], **kwargs: Any) -> List[Experience]:
+        """Sample continuations of each raw prompt; results are concatenated in prompt order."""
+        params = self._params(kwargs)
+        return [exp for prompt in prompts for exp in self._call("generate", prompt, params)]
+
+    async def chat_async(self, messages: List[Dict[str, Any]], **kwargs: Any) -> List[Experience]:
+        return await self._acall("chat", messages, self._params(kwargs))
+
+    async def generate_async(self, prompts: List[str], **kwargs: Any) -> List[Experience]:
+        params = self._params(kwargs)
+        results = await asyncio.gather(*(self._acall("generate", p, params) for p in prompts))
+        return [exp for group in results for exp in group]
+
+    @property
+    def model_version(self) -> int:
+        return self._call("model_version")
+
+    def get_openai_client(self) -> Any:
+        raise NotImplementedError(
+            "explorer.rollout_model.enable_openai_api is not supported yet; use ModelWrapper.chat"
+        )

@@ -1,0 +1,122 @@
+"""The embedded rollout engine behind ``InferenceModel``: ``TransformersEngine`` plus request batching.
+
+Workflow runners call ``chat``/``generate`` concurrently; requests that arrive within
+``batch_wait_s`` of each other (or while a batch is being generated) are sampled together
+in one batched call, which is what makes a small CPU model fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from trinity.common.experience import Experience
+from trinity.common.models.hf_engine import SampleOutput, SamplingParams, TransformersEngine
+from trinity.common.models.model import InferenceModel
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Request:
+    prompt_ids: List[int]
+    params: SamplingParams
+    future: asyncio.Future
+
+
+class TransformersInferenceModel(InferenceModel):
+    """Batches concurrent requests into ``TransformersEngine.generate`` calls."""
+
+    def __init__(self, batch_wait_s: float = 0.02, max_batch_rows: int = 512, **engine_kwargs: Any):
+        self.engine = TransformersEngine(**engine_kwargs)
+        self.tokenizer = self.engine.tokenizer
+        self.batch_wait_s = batch_wait_s
+        self.max_batch_rows = max_batch_rows
+        self._version = 0
+        self._pending: List[_Request] = []
+        self._wakeup: Optional[asyncio.Event] = None
+        self._loop_task: Optional[asyncio.Task] = None
+        # One worker thread: generation and weight loading never overlap.
+        self._executor = ThreadPoolExecutor(max_workers=1)
+
+    async def _submit(self, prompt_ids: List[int], params: SamplingParams) -> List[SampleOutput]:
+        loop = asyncio.get_running_loop()
+        if self._wakeup is None:
+            self._wakeup = asyncio.Event()
+        if self._loop_task is None or self._loop_task.done():
+            self._loop_task = loop.create_task(self._batch_loop())
+        request = _Request(prompt_ids, params, loop.create_future())
+        self._pending.append(request)
+        self._wakeup.set()
+        return await request.future
+
+    def _take_batch(self) -> List[_Request]:
+        batch, rows = [], 0
+        while self._pending and (not batch or rows + self._pending[0].params.n <= self.max_batch_rows):
+            request = self._pending.pop(0)
+            batch.append(request)
+            rows += request.params.n
+        return batch
+
+    async def _batch_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wakeup.wait()
+            await asyncio.sleep(self.batch_wait_s)  # let concurrent runners' requests arrive
+            batch = self._take_batch()
+            if not self._pending:
+                self._wakeup.clear()
+            if not batch:
+                continue
+            try:
+                outputs = await loop.run_in_executor(
+                    self._executor,
+                    self.engine.generate,
+                    [r.prompt_ids for r in batch],
+                    [r.params for r in batch],
+                )
+            except Exception as exc:  # hand the failure to every waiting caller
+                for r in batch:
+                    r.future.set_exception(exc)
+                continue
+            for r, out in zip(batch, outputs):
+                r.future.set_result(out)
+
+    def _to_experiences(self, prompt_ids: List[int], outputs: List[SampleOutput]) -> List[Experience]:
+        prompt_text = self.tokenizer.decode(prompt_ids)
+        return [
+            Experience(
+                tokens=prompt_ids + o.token_ids,
+                prompt_length=len(prompt_ids),
+                logprobs=o.logprobs,
+                prompt_text=prompt_text,
+                response_text=self.tokenizer.decode(o.token_ids, skip_special_tokens=True),
+                model_version=self._version,
+                info={"finish_reason": o.finish_reason},
+            )
+            for o in outputs
+        ]
+
+    async def chat(self, messages: List[Dict[str, Any]], params: SamplingParams) -> List[Experience]:
+        prompt_ids = self.engine.apply_chat_template(messages)
+        return self._to_experiences(prompt_ids, await self._submit(prompt_ids, params))
+
+    async def generate(self, prompt: str, params: SamplingParams) -> List[Experience]:
+        prompt_ids = self.engine.encode_prompt(prompt)
+        return self._to_experiences(prompt_ids, await self._submit(prompt_ids, params))
+
+    async def load_weights(self, weights: Any, version: int) -> None:
+        if isinstance(weights, str):  # a checkpoint path: read it here, off the trainer's critical path
+            weights = torch.load(weights, map_location="cpu", weights_only=True)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self.engine.load_state_dict, weights)
+        self._version = version
+        logger.info("rollout engine now at model version %d", version)
+
+    async def model_version(self) -> int:
+        return self._version

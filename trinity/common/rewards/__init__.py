@@ -1,0 +1,21 @@
+"""Reward functions, chosen per taskset by ``default_reward_fn_type``.
+
+To add one: subclass ``RewardFn``, implement ``__call__(response, truth, **kwargs) -> dict``
+returning named components (their sum is the reward; an ``accuracy`` component feeds
+the accuracy metrics), and register it with ``@REWARD_FUNCTIONS.register_module("name")``
+in a module under this package or a plugin directory.
+"""
+
+from trinity.common.rewards.base import REWARD_FUNCTIONS, RewardFn, total_reward
+from trinity.common.rewards.countdown import CountdownReward
+from trinity.common.rewards.math import AccuracyReward, FormatReward, MathReward
+
+__all__ = [
+    "REWARD_FUNCTIONS",
+    "RewardFn",
+    "total_reward",
+    "AccuracyReward",
+    "FormatReward",
+    "MathReward",
+    "CountdownReward",
+]

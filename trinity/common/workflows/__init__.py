@@ -1,0 +1,12 @@
+"""Workflows: how a task is run against the model (spec/developer-guide.txt, "Workflows").
+
+To add one: subclass ``Workflow``, implement ``run() -> List[Experience]`` (and optionally
+``resettable``/``reset``), decorate it with ``@WORKFLOWS.register_module("my_workflow")``, and
+put the module in ``trinity/plugins/`` or a directory passed with ``--plugin-dir``. Name it
+in ``buffer.explorer_input.taskset.default_workflow_type``.
+"""
+
+from trinity.common.workflows.simple import MathWorkflow, SimpleWorkflow
+from trinity.common.workflows.workflow import WORKFLOWS, Task, Workflow
+
+__all__ = ["WORKFLOWS", "Task", "Workflow", "SimpleWorkflow", "MathWorkflow"]

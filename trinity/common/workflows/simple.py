@@ -1,0 +1,83 @@
+"""Built-in single-turn workflows: ask once, sample ``n`` answers, score each."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from trinity.common.experience import Experience
+from trinity.common.rewards import REWARD_FUNCTIONS, total_reward
+from trinity.common.workflows.workflow import WORKFLOWS, Task, Workflow
+
+
+def build_messages(task: Task) -> List[Dict[str, Any]]:
+    """The conversation a task's ``format_args`` describe (plaintext prompt or a messages column)."""
+    fmt, row = task.format_args, task.raw_task
+    if fmt.prompt_type == "messages":
+        messages = row.get(fmt.messages_key)
+        if not isinstance(messages, list):
+            raise ValueError(
+                f"taskset '{task.taskset_name}' row {task.index}: column '{fmt.messages_key}' "
+                f"(format.messages_key) must hold a list of messages"
+            )
+        # A trailing assistant turn is the reference answer, not part of the prompt.
+        return messages[:-1] if messages and messages[-1].get("role") == "assistant" else messages
+    if fmt.prompt_key not in row:
+        raise KeyError(
+            f"taskset '{task.taskset_name}' row {task.index} has no column '{fmt.prompt_key}' "
+            f"(format.prompt_key); columns: {sorted(row)}"
+        )
+    system = row.get(fmt.system_prompt_key) if fmt.system_prompt_key else None
+    system = system or fmt.system_prompt
+    messages = [{"role": "system", "content": system}] if system else []
+    return messages + [{"role": "user", "content": str(row[fmt.prompt_key])}]
+
+
+@WORKFLOWS.register_module("simple_workflow")
+class SimpleWorkflow(Workflow):
+    """One user turn, ``rollout_args.n`` sampled answers, each scored by the task's reward function."""
+
+    default_reward_fn: Optional[str] = None
+
+    def __init__(self, model: Any, task: Task, auxiliary_models: Optional[List] = None) -> None:
+        super().__init__(model, task, auxiliary_models)
+        self.reset(task)
+
+    def resettable(self) -> bool:
+        return True
+
+    def reset(self, task: Task) -> None:
+        self.task = task
+        self.messages = build_messages(task)
+        self.truth = task.raw_task.get(task.format_args.response_key)
+        reward_name = task.reward_fn or self.default_reward_fn
+        if reward_name is None:
+            raise ValueError(
+                f"{type(self).__name__} needs a reward function: set "
+                "buffer.explorer_input.default_reward_fn_type (or the taskset's default_reward_fn_type)"
+            )
+        reward_cls = REWARD_FUNCTIONS.get(reward_name) if isinstance(reward_name, str) else reward_name
+        self.reward_fn = reward_cls(**task.reward_fn_args)
+
+    def run(self) -> List[Experience]:
+        args = self.task.rollout_args
+        responses = self.model.chat(
+            self.messages,
+            n=args.n,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            max_tokens=args.max_tokens,
+        )
+        truth = None if self.truth is None else str(self.truth)
+        for exp in responses:
+            components = self.reward_fn(exp.response_text, truth, raw_task=self.task.raw_task)
+            exp.reward = total_reward(components)
+            exp.metrics.update(components)
+        return responses
+
+
+@WORKFLOWS.register_module("math_workflow")
+class MathWorkflow(SimpleWorkflow):
+    """A math problem: ``math_reward`` (numeric answer equivalence) unless the taskset names another."""
+
+    default_reward_fn = "math_reward"

@@ -1,0 +1,6 @@
+"""The explorer: turns tasks into experiences with workflow runners and rollout engines.
+
+``Explorer`` drives steps (read tasks, run them, write experiences, evaluate);
+``WorkflowRunner`` runs one task at a time with retries. New behaviour for a task type
+belongs in a Workflow (``trinity.common.workflows``), not here.
+"""

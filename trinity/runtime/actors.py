@@ -1,0 +1,137 @@
+"""The one place components become Ray actors (DESIGN.md §2.2).
+
+Each actor sets up its process first (plugins, a log file under ``<job_dir>/log/``, torch
+threads), then builds the plain component it hosts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from typing import Any, Dict, List, Optional
+
+import ray
+
+from trinity.common.workflows.workflow import Task
+from trinity.explorer.runner import TaskResult, WorkflowRunner
+
+
+def setup_process(plugin_dirs: List[str], job_dir: str, actor_name: str, level: str = "INFO") -> None:
+    """Plugins, logging to ``<job_dir>/log/<actor_name>.log``, and all cores for torch."""
+    from trinity.utils.plugin_loader import load_plugins
+
+    load_plugins(plugin_dirs)
+    log_dir = os.path.join(job_dir, "log")
+    os.makedirs(log_dir, exist_ok=True)
+    handler = logging.FileHandler(os.path.join(log_dir, f"{actor_name}.log"))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(level)
+    import torch
+
+    torch.set_num_threads(os.cpu_count() or 1)
+
+
+@ray.remote(num_cpus=0)
+class RunnerActor(WorkflowRunner):
+    def __init__(self, plugin_dirs: List[str], job_dir: str, name: str, **kwargs: Any) -> None:
+        setup_process(plugin_dirs, job_dir, name)
+        super().__init__(**kwargs)
+
+
+@ray.remote(num_cpus=0)
+class EngineActor:
+    """Hosts a ``TransformersInferenceModel`` (async methods: requests are batched)."""
+
+    def __init__(self, job_dir: str, name: str, **engine_kwargs: Any) -> None:
+        setup_process([], job_dir, name)
+        from trinity.common.models.transformers_model import TransformersInferenceModel
+
+        self.model = TransformersInferenceModel(**engine_kwargs)
+
+    async def chat(self, messages: List[Dict], params: Any) -> Any:
+        return await self.model.chat(messages, params)
+
+    async def generate(self, prompt: str, params: Any) -> Any:
+        return await self.model.generate(prompt, params)
+
+    async def load_weights(self, weights: Any, version: int) -> None:
+        await self.model.load_weights(weights, version)
+
+    async def model_version(self) -> int:
+        return await self.model.model_version()
+
+
+@ray.remote(num_cpus=0, max_concurrency=8)
+class QueueActor:
+    """The experience queue shared by explorer (put) and trainer (get), persisted to SQLite."""
+
+    def __init__(self, store_path: Optional[str], drop_unconsumed: bool = False) -> None:
+        from trinity.buffer.queue import ExperienceQueue, SQLiteExperienceStore
+
+        store = SQLiteExperienceStore(store_path) if store_path else None
+        self.queue = ExperienceQueue(store=store)
+        self.dropped = self.queue.drop_all() if drop_unconsumed else 0
+
+    def put(self, exps: List[Any]) -> None:
+        self.queue.put(exps)
+
+    def get(self, n: int, timeout: Optional[float]) -> List[Any]:
+        try:
+            return self.queue.get(n, timeout)
+        except StopIteration:
+            return []
+
+    def close(self) -> None:
+        self.queue.close()
+
+    def size(self) -> int:
+        return self.queue.size()
+
+
+class RayRunnerPool:
+    """Runs tasks on a pool of ``RunnerActor``s with ``explorer.max_timeout`` per task.
+
+    A runner that times out or dies is killed and replaced, so one stuck workflow never
+    stalls the step.
+    """
+
+    def __init__(self, make_runner: Any, size: int, max_timeout: float) -> None:
+        self.make_runner = make_runner
+        self.runners = [make_runner(i) for i in range(size)]
+        self.max_timeout = max_timeout
+
+    def _replace(self, runner: Any) -> Any:
+        index = self.runners.index(runner)
+        ray.kill(runner, no_restart=True)
+        self.runners[index] = self.make_runner(index)
+        return self.runners[index]
+
+    def run(self, tasks: List[Task]) -> List[TaskResult]:
+        todo, idle = deque(tasks), list(self.runners)
+        pending: Dict[Any, tuple] = {}
+        results: List[TaskResult] = []
+        while todo or pending:
+            while todo and idle:
+                runner, task = idle.pop(), todo.popleft()
+                pending[runner.run_task.remote(task)] = (task, runner, time.monotonic())
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            for ref in done:
+                task, runner, _ = pending.pop(ref)
+                try:
+                    results.append(ray.get(ref))
+                    idle.append(runner)
+                except ray.exceptions.RayActorError as exc:
+                    results.append(TaskResult(task=task, error=f"workflow runner died: {exc}"))
+                    idle.append(self._replace(runner))
+            now = time.monotonic()
+            for ref, (task, runner, started) in list(pending.items()):
+                if now - started > self.max_timeout:
+                    pending.pop(ref)
+                    msg = f"timed out after explorer.max_timeout={self.max_timeout}s"
+                    results.append(TaskResult(task=task, error=msg))
+                    idle.append(self._replace(runner))
+        return results

@@ -1,0 +1,127 @@
+"""``trinity run``: validate every stage, start (or join) Ray, run the stages in order.
+
+A stage is one wiring of the components for its ``mode``; each stage after the first starts
+from the previous stage's final weights (its HF export).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from trinity.runtime.progress import ProgressPrinter, eval_summary
+
+
+@dataclass
+class StageResult:
+    name: str
+    job_dir: str
+    final_hf: Optional[str]
+    evals: Dict[str, tuple] = field(default_factory=dict)  # metric -> (first, last)
+
+
+def planned_steps(config: Any) -> int:
+    """Training steps of a stage: ``total_steps``, else epochs over the dataset that drives it."""
+    from trinity.buffer import load_rows
+
+    buf = config.buffer
+    if buf.total_steps:
+        return int(buf.total_steps)
+    if config.mode == "train":
+        rows, per_step = len(load_rows(buf.trainer_input.experience_buffer)), buf.train_batch_size
+    else:
+        rows, per_step = len(load_rows(buf.explorer_input.taskset)), buf.batch_size
+    return max(1, math.ceil(rows * buf.total_epochs / per_step))
+
+
+def init_ray(namespace: str) -> None:
+    """Join ``RAY_ADDRESS`` if set, else start a local Ray (nobody runs ``ray start`` on one machine)."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    ray.init(
+        address=os.environ.get("RAY_ADDRESS") or None,
+        namespace=namespace,
+        include_dashboard=False,
+        log_to_driver=False,  # actors log to <job_dir>/log/; the driver prints progress
+        configure_logging=False,
+    )
+
+
+def run_stage(config: Any, plugin_dirs: List[str], printer: ProgressPrinter) -> StageResult:
+    import ray
+
+    from trinity.common.config import save_resolved_config
+    from trinity.runtime.actors import QueueActor
+    from trinity.runtime.roles import ExplorerActor, TrainerActor
+    from trinity.runtime.synchronizer import Synchronizer
+    from trinity.trainer.checkpoint import latest_step
+
+    job_dir, mode = config.checkpoint_job_dir, config.mode
+    os.makedirs(job_dir, exist_ok=True)
+    save_resolved_config(config, os.path.join(job_dir, "config.yaml"))
+    steps = planned_steps(config)
+    resuming = config.continue_from_checkpoint and latest_step(job_dir) is not None
+    sync_cfg = config.synchronizer
+    sync = ray.remote(num_cpus=0)(Synchronizer).remote(
+        sync_cfg.sync_method, job_dir, sync_cfg.sync_timeout, has_trainer=mode == "both"
+    )
+    queue = None
+    if mode in ("both", "explore"):
+        store = os.path.join(job_dir, "buffer", f"{config.buffer.trainer_input.experience_buffer.name}.db")
+        os.makedirs(os.path.dirname(store), exist_ok=True)
+        # On resume in `both` mode the explorer restarts right after the trainer's checkpoint,
+        # so experiences explored past it would be trained on twice: drop them (logged).
+        queue = QueueActor.remote(store, drop_unconsumed=resuming and mode == "both")
+    actors = [a for a in (sync, queue) if a is not None]
+    try:
+        trainer = explorer = None
+        start = 0
+        if mode in ("both", "train"):
+            trainer = TrainerActor.remote(config, plugin_dirs, queue, sync, steps)
+            actors.append(trainer)
+            start = ray.get(trainer.prepare.remote())
+        if mode in ("both", "explore"):
+            explorer = ExplorerActor.remote(config, plugin_dirs, queue, sync)
+            actors.append(explorer)
+            ray.get(explorer.prepare.remote(start))
+        printer.begin_stage(config, steps, start)
+        running = [a.run.remote() for a in (trainer, explorer) if a is not None]
+        while running:
+            done, running = ray.wait(running, num_returns=1, timeout=1.0)
+            printer.poll()
+            ray.get(done)  # re-raises the first actor failure
+        printer.poll()
+        final_hf = ray.get(trainer.final_hf_dir.remote()) if trainer is not None else None
+    finally:
+        for actor in actors:
+            ray.kill(actor, no_restart=True)
+    return StageResult(config.name, job_dir, final_hf, eval_summary(job_dir))
+
+
+def run(config_path: str, overrides: List[str], plugin_dirs: List[str]) -> List[StageResult]:
+    """Everything ``trinity run`` does; config errors surface before Ray starts."""
+    from trinity.common.config import apply_run_name, load_config
+    from trinity.utils.plugin_loader import load_plugins
+
+    load_plugins(plugin_dirs)
+    root = apply_run_name(load_config(config_path, overrides))
+    stages = [stage.check_and_update() for stage in root.stage_configs()]
+    for stage in stages[:-1]:
+        if stage.mode != "explore" and stage.trainer.save_hf_checkpoint == "never":
+            raise ValueError(
+                f"stage '{stage.name}': trainer.save_hf_checkpoint=never, but the next stage starts "
+                "from this stage's final HF checkpoint; use 'last'"
+            )
+    init_ray(stages[0].ray_namespace)
+    printer = ProgressPrinter()
+    results: List[StageResult] = []
+    for stage in stages:
+        if results and results[-1].final_hf:
+            stage.model.model_path = results[-1].final_hf
+        results.append(run_stage(stage, plugin_dirs, printer))
+    printer.summary(results)
+    return results

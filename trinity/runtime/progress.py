@@ -1,0 +1,74 @@
+"""Console progress for ``trinity run``, read from the stage's JSON-lines metrics files."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Tuple
+
+from rich.console import Console
+
+from trinity.monitor import read_metrics
+
+# (metric, short label) shown per role when present.
+_SHOWN = {
+    "explorer": [("rollout/reward/mean", "reward"), ("rollout/accuracy/mean", "acc")],
+    "trainer": [
+        ("actor/pg_loss", "pg_loss"),
+        ("actor/sft_loss", "sft_loss"),
+        ("critic/rewards/mean", "reward"),
+        ("actor/kl_loss", "kl"),
+        ("actor/lr", "lr"),
+    ],
+}
+
+
+def eval_summary(job_dir: str) -> Dict[str, Tuple[Tuple[int, float], Tuple[int, float]]]:
+    """``eval/<taskset>/accuracy/mean`` (and reward) -> ((first_step, value), (last_step, value))."""
+    series: Dict[str, List[Tuple[int, float]]] = {}
+    for record in read_metrics(os.path.join(job_dir, "monitor", "explorer.jsonl")):
+        for key, value in record.items():
+            if key.startswith("eval/") and key.endswith(("accuracy/mean", "reward/mean")):
+                series.setdefault(key, []).append((record["step"], value))
+    return {k: (v[0], v[-1]) for k, v in series.items()}
+
+
+class ProgressPrinter:
+    def __init__(self) -> None:
+        self.console = Console(highlight=False)
+        self.offsets: Dict[str, int] = {}
+        self.job_dir = ""
+
+    def begin_stage(self, config: Any, steps: int, start: int) -> None:
+        self.job_dir = config.checkpoint_job_dir
+        self.offsets = {}
+        resumed = f", resuming at step {start}" if start else ""
+        self.console.print(
+            f"[bold]stage {config.name}[/bold]: mode={config.mode} "
+            f"algorithm={config.algorithm.algorithm_type} steps={steps}{resumed}\n  outputs: {self.job_dir}"
+        )
+
+    def poll(self) -> None:
+        for role in ("explorer", "trainer"):
+            records = read_metrics(os.path.join(self.job_dir, "monitor", f"{role}.jsonl"))
+            for record in records[self.offsets.get(role, 0) :]:
+                self._print(role, record)
+            self.offsets[role] = len(records)
+
+    def _print(self, role: str, record: Dict[str, Any]) -> None:
+        evals = {k: v for k, v in record.items() if k.startswith("eval/") and k.endswith("/mean")}
+        if evals:
+            shown = "  ".join(f"{k}={v:.3f}" for k, v in sorted(evals.items()) if "accuracy" in k or "reward" in k)
+            self.console.print(f"  [cyan]eval[/cyan]     step {record['step']:>4}  {shown}")
+            return
+        parts = [f"{label}={record[key]:.4g}" for key, label in _SHOWN[role] if key in record]
+        if parts:
+            self.console.print(f"  {role:<8} step {record['step']:>4}  " + "  ".join(parts))
+
+    def summary(self, results: List[Any]) -> None:
+        self.console.print("\n[bold]run finished[/bold]")
+        for r in results:
+            self.console.print(f"  {r.name}: {r.job_dir}")
+            if r.final_hf:
+                self.console.print(f"    final weights (HF): {r.final_hf}")
+            for key, ((s0, v0), (s1, v1)) in sorted(r.evals.items()):
+                self.console.print(f"    {key}: {v0:.3f} (step {s0}) -> {v1:.3f} (step {s1})")

@@ -1,0 +1,189 @@
+"""Explorer and trainer actors: build the plain components and connect them to Ray peers."""
+
+from __future__ import annotations
+
+import logging
+import os
+import traceback
+from typing import Any, Dict, List, Optional
+
+import ray
+
+from trinity.runtime.actors import EngineActor, RayRunnerPool, RunnerActor, setup_process
+
+logger = logging.getLogger(__name__)
+
+
+def _chat_template(model_cfg: Any) -> Optional[str]:
+    if model_cfg.chat_template_path:
+        with open(model_cfg.chat_template_path, encoding="utf-8") as f:
+            return f.read()
+    return model_cfg.custom_chat_template
+
+
+def engine_kwargs(config: Any) -> Dict[str, Any]:
+    m = config.model
+    return dict(
+        model_path=m.model_path,
+        max_model_len=m.max_model_len,
+        max_prompt_tokens=m.max_prompt_tokens,
+        max_response_tokens=m.max_response_tokens,
+        min_response_tokens=m.min_response_tokens,
+        enable_prompt_truncation=m.enable_prompt_truncation,
+        chat_template=_chat_template(m),
+        repetition_penalty=m.repetition_penalty,
+    )
+
+
+def _monitor(config: Any, role: str) -> Any:
+    from trinity.monitor import Monitor
+
+    mon = config.monitor
+    return Monitor(config.checkpoint_job_dir, config.name, role, mon.monitor_type, mon.monitor_args)
+
+
+@ray.remote(num_cpus=0)
+class ExplorerActor:
+    def __init__(self, config: Any, plugin_dirs: List[str], queue: Any, sync: Any) -> None:
+        setup_process(plugin_dirs, config.checkpoint_job_dir, config.explorer.name, config.log.level)
+        self.config, self.plugin_dirs, self.queue, self.sync_actor = config, plugin_dirs, queue, sync
+        self.loaded_version = 0
+
+    def prepare(self, start_step: int) -> None:
+        from trinity.buffer import TaskReader
+        from trinity.explorer.explorer import Explorer
+
+        cfg, job_dir = self.config, self.config.checkpoint_job_dir
+        self.engines = [
+            EngineActor.options(name=f"{cfg.explorer.name}_engine_{i}").remote(
+                job_dir, f"{cfg.explorer.name}_engine_{i}", **engine_kwargs(cfg)
+            )
+            for i in range(cfg.explorer.rollout_model.engine_num)
+        ]
+        per_model = cfg.explorer.runner_per_model
+        pool = RayRunnerPool(self._make_runner, per_model * len(self.engines), cfg.explorer.max_timeout)
+        reader = TaskReader(cfg.buffer.explorer_input.taskset, cfg.buffer.total_epochs, cfg.buffer.total_steps)
+        for _ in range(start_step):  # resume: skip the batches already explored and trained on
+            reader.read(cfg.buffer.batch_size)
+        evals = {ts.name: TaskReader(ts) for ts in cfg.buffer.explorer_input.eval_tasksets}
+        self.monitor = _monitor(cfg, "explorer")
+        write = (lambda exps: ray.get(self.queue.put.remote(exps))) if self.queue else None
+        self.explorer = Explorer(cfg, pool, reader, evals, self._sync, write, self.monitor.log, start_step)
+
+    def _make_runner(self, index: int) -> Any:
+        cfg = self.config
+        name = f"{cfg.explorer.name}_runner_{index}"
+        return RunnerActor.options(
+            name=name, runtime_env={"env_vars": dict(cfg.explorer.env_vars)} if cfg.explorer.env_vars else None
+        ).remote(
+            self.plugin_dirs,
+            cfg.checkpoint_job_dir,
+            name,
+            engine=self.engines[index % len(self.engines)],
+            default_params={
+                "max_tokens": cfg.model.max_response_tokens,
+                "min_tokens": cfg.model.min_response_tokens,
+            },
+            max_retry_times=cfg.explorer.max_retry_times,
+        )
+
+    def _sync(self, version: int) -> int:
+        """Make every engine hold weights >= ``version`` (``explore`` mode: the newest on disk)."""
+        timeout = self.config.synchronizer.sync_timeout
+        if self.config.mode == "explore":
+            version, timeout = self.loaded_version + 1, 0.0
+        try:
+            got, weights = ray.get(self.sync_actor.wait_for.remote(version, timeout))
+        except Exception:
+            if self.config.mode == "explore":
+                return self.loaded_version  # nothing newer on disk yet: keep exploring
+            raise
+        if got > self.loaded_version and weights:
+            ray.get([e.load_weights.remote(weights[0], got) for e in self.engines])
+            self.loaded_version = got
+        return self.loaded_version
+
+    def run(self) -> int:
+        try:
+            return self.explorer.run()
+        finally:
+            if self.queue is not None:
+                ray.get(self.queue.close.remote())
+            self.monitor.close()
+
+
+@ray.remote(num_cpus=0)
+class TrainerActor:
+    def __init__(self, config: Any, plugin_dirs: List[str], queue: Any, sync: Any, planned_steps: int):
+        setup_process(plugin_dirs, config.checkpoint_job_dir, config.trainer.name, config.log.level)
+        self.config, self.queue, self.sync_actor = config, queue, sync
+        self.planned_steps = planned_steps
+
+    def prepare(self) -> int:
+        from trinity.trainer.trainer import Trainer
+
+        self.monitor = _monitor(self.config, "trainer")
+        self.trainer = Trainer(self.config, self.planned_steps, self.monitor.log, self._publish)
+        step = self.trainer.prepare_model()
+        self.trainer.attach_reader(self._reader())
+        if step and self.config.mode == "both":
+            self._publish(step, self.trainer.model)
+        return step
+
+    def _reader(self) -> Any:
+        cfg = self.config
+        storage = cfg.buffer.trainer_input.experience_buffer
+        if self.queue is not None:
+            return QueueReader(self.queue, storage.max_read_timeout)
+        from trinity.buffer import SFTReader
+
+        buf = cfg.buffer
+        return SFTReader(
+            storage,
+            self.trainer.tokenizer,
+            buf.train_batch_size,
+            buf.total_epochs,
+            buf.total_steps,
+            cfg.model.max_model_len,
+        )
+
+    def _publish(self, version: int, model: Any) -> None:
+        if self.config.synchronizer.sync_method == "memory":
+            state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            weights = [ray.put(state)]
+        else:
+            self.trainer.save(final=False)
+            from trinity.trainer.checkpoint import weights_path
+
+            weights = [weights_path(self.config.checkpoint_job_dir, version)]
+        ray.get(self.sync_actor.publish.remote(version, weights))
+
+    def run(self) -> int:
+        try:
+            step = self.trainer.run()
+            ray.get(self.sync_actor.trainer_finished.remote())
+            return step
+        except BaseException:
+            ray.get(self.sync_actor.trainer_finished.remote(traceback.format_exc(limit=3)))
+            raise
+        finally:
+            self.monitor.close()
+
+    def final_hf_dir(self) -> Optional[str]:
+        from trinity.trainer.checkpoint import step_dir
+
+        path = os.path.join(step_dir(self.config.checkpoint_job_dir, self.trainer.step), "hf")
+        return path if os.path.isdir(path) else None
+
+
+class QueueReader:
+    """``read(n, timeout)`` over the queue actor, the trainer's view of the experience buffer."""
+
+    def __init__(self, queue: Any, max_read_timeout: float) -> None:
+        self.queue, self.max_read_timeout = queue, max_read_timeout
+
+    def read(self, batch_size: int, timeout: Optional[float] = None) -> List[Any]:
+        exps = ray.get(self.queue.get.remote(batch_size, timeout or self.max_read_timeout))
+        if not exps:
+            raise StopIteration
+        return exps

@@ -1,0 +1,96 @@
+"""Hands weights from the trainer to the explorer (DESIGN.md §2.5).
+
+``memory``: the trainer puts its state dict in the Ray object store and publishes the ref.
+``checkpoint``: the trainer publishes the path of a saved checkpoint; when no trainer runs
+in this job (``explore`` mode), the synchronizer reads the newest checkpoint on disk.
+Every wait has a timeout and says which side did not arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any, List, Optional, Tuple
+
+from trinity.trainer.checkpoint import latest_step, weights_path
+
+
+class SyncTimeoutError(TimeoutError):
+    pass
+
+
+def required_version(step: int, sync_interval: int, sync_offset: int) -> int:
+    """Model version the explorer must hold before exploring ``step`` (1-based), ``fixed`` style.
+
+    The explorer runs ``sync_offset`` steps ahead and refreshes every ``sync_interval`` steps:
+    interval 1, offset 0 is strictly on-policy (step s uses the weights after s-1 updates).
+    """
+    return max(0, ((step - 1 - sync_offset) // sync_interval) * sync_interval)
+
+
+class Synchronizer:
+    def __init__(self, method: str, job_dir: str, timeout: float, has_trainer: bool) -> None:
+        self.method = method
+        self.job_dir = job_dir
+        self.timeout = timeout
+        self.has_trainer = has_trainer
+        self.version = 0
+        self._weights: Optional[List[Any]] = None  # [ObjectRef] (memory) or [path] (checkpoint)
+        self._trainer_state = "running"  # running | finished | failed: <message>
+        self._changed: Optional[asyncio.Condition] = None
+
+    def _cond(self) -> asyncio.Condition:
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+        return self._changed
+
+    async def publish(self, version: int, weights: List[Any]) -> None:
+        """Trainer side: weights of ``version`` are ready (a one-element list keeps refs un-resolved)."""
+        async with self._cond():
+            self.version, self._weights = version, weights
+            self._cond().notify_all()
+
+    async def trainer_finished(self, error: Optional[str] = None) -> None:
+        async with self._cond():
+            self._trainer_state = f"failed: {error}" if error else "finished"
+            self._cond().notify_all()
+
+    def _from_disk(self, at_least: int) -> Optional[Tuple[int, List[Any]]]:
+        step = latest_step(self.job_dir)
+        if step is not None and step >= at_least and os.path.exists(weights_path(self.job_dir, step)):
+            return step, [weights_path(self.job_dir, step)]
+        return None
+
+    async def wait_for(self, version: int, timeout: Optional[float] = None) -> Tuple[int, List[Any]]:
+        """Explorer side: block until weights of at least ``version`` exist; returns (version, weights)."""
+        timeout = self.timeout if timeout is None else timeout
+        if not self.has_trainer:
+            return await self._poll_disk(version, timeout)
+        async with self._cond():
+            ready = lambda: self.version >= version or self._trainer_state != "running"  # noqa: E731
+            try:
+                await asyncio.wait_for(self._cond().wait_for(ready), timeout)
+            except asyncio.TimeoutError:
+                raise SyncTimeoutError(
+                    f"the trainer did not publish model version {version} within "
+                    f"synchronizer.sync_timeout={timeout}s (latest published: {self.version}); "
+                    "the trainer is slow or stuck: see its log under <job_dir>/log/"
+                ) from None
+            if self._trainer_state.startswith("failed"):
+                raise RuntimeError(f"the trainer stopped before version {version}: {self._trainer_state}")
+            return self.version, self._weights or []
+
+    async def _poll_disk(self, version: int, timeout: float) -> Tuple[int, List[Any]]:
+        deadline = time.monotonic() + timeout
+        while (found := self._from_disk(version)) is None:
+            if time.monotonic() > deadline:
+                raise SyncTimeoutError(
+                    f"no checkpoint of version >= {version} appeared in {self.job_dir} within "
+                    f"synchronizer.sync_timeout={timeout}s: is a `train` mode run writing there?"
+                )
+            await asyncio.sleep(1.0)
+        return found
+
+    async def trainer_state(self) -> str:
+        return self._trainer_state

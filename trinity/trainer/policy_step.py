@@ -1,0 +1,101 @@
+"""One optimisation step of the policy: logprobs, algorithm losses, backward over micro-batches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from trinity.common.experience import ExperienceBatch
+
+
+def response_logprobs(
+    model: torch.nn.Module, batch: ExperienceBatch, temperature: float = 1.0, with_entropy: bool = True
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Logprobs (B, R) of the response tokens under ``model``, and their entropy (B, R).
+
+    Logits at column ``t`` predict token ``t + 1``, so response column ``j`` (token at
+    ``P + j``) is scored by the logits at ``P + j - 1``. Dividing by the rollout temperature
+    makes these comparable with the engine's logprobs.
+    """
+    P, R = batch.prompt_len, batch.response_len
+    out = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        use_cache=False,
+    )
+    logits = out.logits[:, P - 1 : P + R - 1].float() / max(temperature, 1e-6)
+    log_probs = F.log_softmax(logits, dim=-1)
+    targets = batch.input_ids[:, P : P + R]
+    logprob = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    entropy = None
+    if with_entropy:
+        entropy = -(log_probs.exp() * log_probs).sum(-1)
+    return logprob, entropy
+
+
+@dataclass
+class LossFns:
+    """The algorithm's components, built once per run from the config."""
+
+    policy_loss: Any  # PolicyLossFn
+    kl_loss: Any  # KLFn
+    entropy_loss: Any  # EntropyLossFn
+    loss_agg_mode: str = "token-mean"
+    temperature: float = 1.0
+
+
+def micro_batches(batch: ExperienceBatch, size: int) -> List[ExperienceBatch]:
+    rows = list(range(len(batch)))
+    return [batch.select(rows[i : i + size]) for i in range(0, len(rows), size)]
+
+
+def _loss_inputs(fns: LossFns, mb: ExperienceBatch, logprob: torch.Tensor) -> Dict[str, torch.Tensor]:
+    inputs = {}
+    for key in fns.policy_loss.select_keys:
+        inputs[key] = logprob if key == "logprob" else mb.tensor(key)
+    return inputs
+
+
+def accumulate_gradients(
+    model: torch.nn.Module, batch: ExperienceBatch, fns: LossFns, micro_batch_size: int
+) -> Dict[str, float]:
+    """Backward of the full loss over micro-batches (gradients summed, each scaled by its share)."""
+    totals: Dict[str, float] = {}
+    # Each micro-batch's loss is a mean over its own rows/tokens; weighting it by its share of
+    # the whole batch makes the summed gradient equal that of the full-batch loss.
+    by_tokens = fns.loss_agg_mode == "token-mean"
+    whole = batch.action_mask.sum().clamp(min=1.0) if by_tokens else len(batch)
+    for mb in micro_batches(batch, micro_batch_size):
+        share = float(mb.action_mask.sum() / whole) if by_tokens else len(mb) / whole
+        logprob, entropy = response_logprobs(model, mb, fns.temperature)
+        pg_loss, metrics = fns.policy_loss(**_loss_inputs(fns, mb, logprob))
+        loss = pg_loss
+        if mb.ref_logprob is not None:
+            kl_loss, kl_metrics = fns.kl_loss.calculate_kl_loss(
+                logprob, mb.ref_logprob, mb.action_mask, fns.loss_agg_mode
+            )
+            loss = loss + kl_loss
+            metrics.update(kl_metrics)
+        ent_loss, ent_metrics = fns.entropy_loss(entropy, mb.action_mask, fns.loss_agg_mode)
+        loss = loss + ent_loss
+        metrics.update(ent_metrics)
+        (loss * share).backward()
+        for key, value in metrics.items():
+            totals[key] = totals.get(key, 0.0) + float(value) * share
+    return totals
+
+
+@torch.no_grad()
+def reference_logprobs(
+    model: torch.nn.Module, batch: ExperienceBatch, micro_batch_size: int, temperature: float
+) -> torch.Tensor:
+    """(B, R) logprobs of the response under the frozen reference model."""
+    parts = [
+        response_logprobs(model, mb, temperature, with_entropy=False)[0]
+        for mb in micro_batches(batch, micro_batch_size)
+    ]
+    return torch.cat(parts, dim=0)
