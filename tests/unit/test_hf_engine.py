@@ -19,7 +19,9 @@ def model_dir(tmp_path_factory):
 
 
 def make_engine(model_dir, **kwargs):
-    args = dict(max_model_len=256, max_prompt_tokens=128, max_response_tokens=48)
+    # One thread: the suite shares 2 cores with other processes, and OpenMP threads that
+    # wait on a busy core make each step many times slower.
+    args = dict(max_model_len=256, max_prompt_tokens=128, max_response_tokens=48, num_threads=1)
     return TransformersEngine(model_dir, **{**args, **kwargs})
 
 
@@ -80,6 +82,13 @@ def test_chat_template_and_prompt_encoding(engine):
     ids = engine.apply_chat_template([{"role": "user", "content": "hi"}])
     assert engine.tokenizer.decode(ids) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert engine.tokenizer.decode(engine.encode_prompt("12+7=")) == "12+7="
+
+
+def test_custom_chat_template_replaces_the_tokenizers(model_dir):
+    template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}A:"
+    engine = make_engine(model_dir, chat_template=template)
+    ids = engine.apply_chat_template([{"role": "user", "content": "2+2="}])
+    assert engine.tokenizer.decode(ids) == "user: 2+2=\nA:"
 
 
 def test_greedy_matches_hf_generate(sharp_engine, prompts):
@@ -234,6 +243,12 @@ def test_load_state_dict_swaps_weights(model_dir, tmp_path, prompts):
         engine.load_state_dict({"model.not_a_layer.weight": torch.zeros(1)})
     with pytest.raises(ValueError, match="has shape"):
         engine.load_state_dict({"model.norm.weight": torch.zeros(3)})
+
+
+def test_empty_and_mismatched_batches(engine, prompts):
+    assert engine.generate([], []) == []
+    with pytest.raises(ValueError, match="2 prompts but 1 SamplingParams"):
+        engine.generate(prompts[:2], [SamplingParams()])
 
 
 @pytest.mark.parametrize(

@@ -18,8 +18,14 @@ from trinity.common.workflows.workflow import Task
 from trinity.explorer.runner import TaskResult, WorkflowRunner
 
 
-def setup_process(plugin_dirs: List[str], job_dir: str, actor_name: str, level: str = "INFO") -> None:
-    """Plugins, logging to ``<job_dir>/log/<actor_name>.log``, and all cores for torch."""
+def setup_process(
+    plugin_dirs: List[str], job_dir: str, actor_name: str, level: str = "INFO", threads: int = 1
+) -> None:
+    """Plugins, logging to ``<job_dir>/log/<actor_name>.log``, and ``threads`` torch threads.
+
+    Compute actors split the cores between them: on a small machine, two processes each
+    running all-core OpenMP loops spin against each other and slow down many times over.
+    """
     from trinity.utils.plugin_loader import load_plugins
 
     load_plugins(plugin_dirs)
@@ -32,7 +38,7 @@ def setup_process(plugin_dirs: List[str], job_dir: str, actor_name: str, level: 
     root.setLevel(level)
     import torch
 
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(max(1, threads))
 
 
 @ray.remote(num_cpus=0)
@@ -46,11 +52,11 @@ class RunnerActor(WorkflowRunner):
 class EngineActor:
     """Hosts a ``TransformersInferenceModel`` (async methods: requests are batched)."""
 
-    def __init__(self, job_dir: str, name: str, **engine_kwargs: Any) -> None:
-        setup_process([], job_dir, name)
+    def __init__(self, job_dir: str, name: str, threads: int, **engine_kwargs: Any) -> None:
+        setup_process([], job_dir, name, threads=threads)
         from trinity.common.models.transformers_model import TransformersInferenceModel
 
-        self.model = TransformersInferenceModel(**engine_kwargs)
+        self.model = TransformersInferenceModel(num_threads=threads, **engine_kwargs)
 
     async def chat(self, messages: List[Dict], params: Any) -> Any:
         return await self.model.chat(messages, params)
@@ -70,7 +76,7 @@ class QueueActor:
     """The experience queue shared by explorer (put) and trainer (get), persisted to SQLite."""
 
     def __init__(self, store_path: Optional[str], drop_unconsumed: bool = False) -> None:
-        from trinity.buffer.queue import ExperienceQueue, SQLiteExperienceStore
+        from trinity.buffer import ExperienceQueue, SQLiteExperienceStore
 
         store = SQLiteExperienceStore(store_path) if store_path else None
         self.queue = ExperienceQueue(store=store)
@@ -90,6 +96,14 @@ class QueueActor:
 
     def size(self) -> int:
         return self.queue.size()
+
+
+def compute_threads(config: Any) -> int:
+    """Torch threads for each compute actor (rollout engines and the trainer) of a stage."""
+    actors = (config.explorer.rollout_model.engine_num if config.mode != "train" else 0) + (
+        1 if config.mode != "explore" else 0
+    )
+    return max(1, (os.cpu_count() or 1) // max(1, actors))
 
 
 class RayRunnerPool:

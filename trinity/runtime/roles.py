@@ -9,7 +9,13 @@ from typing import Any, Dict, List, Optional
 
 import ray
 
-from trinity.runtime.actors import EngineActor, RayRunnerPool, RunnerActor, setup_process
+from trinity.runtime.actors import (
+    EngineActor,
+    RayRunnerPool,
+    RunnerActor,
+    compute_threads,
+    setup_process,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +62,7 @@ class ExplorerActor:
         cfg, job_dir = self.config, self.config.checkpoint_job_dir
         self.engines = [
             EngineActor.options(name=f"{cfg.explorer.name}_engine_{i}").remote(
-                job_dir, f"{cfg.explorer.name}_engine_{i}", **engine_kwargs(cfg)
+                job_dir, f"{cfg.explorer.name}_engine_{i}", compute_threads(cfg), **engine_kwargs(cfg)
             )
             for i in range(cfg.explorer.rollout_model.engine_num)
         ]
@@ -115,7 +121,13 @@ class ExplorerActor:
 @ray.remote(num_cpus=0)
 class TrainerActor:
     def __init__(self, config: Any, plugin_dirs: List[str], queue: Any, sync: Any, planned_steps: int):
-        setup_process(plugin_dirs, config.checkpoint_job_dir, config.trainer.name, config.log.level)
+        setup_process(
+            plugin_dirs,
+            config.checkpoint_job_dir,
+            config.trainer.name,
+            config.log.level,
+            threads=compute_threads(config),
+        )
         self.config, self.queue, self.sync_actor = config, queue, sync
         self.planned_steps = planned_steps
 
@@ -123,7 +135,9 @@ class TrainerActor:
         from trinity.trainer.trainer import Trainer
 
         self.monitor = _monitor(self.config, "trainer")
-        self.trainer = Trainer(self.config, self.planned_steps, self.monitor.log, self._publish)
+        # Only a `both` run has an explorer waiting for weights in this job.
+        publish = self._publish if self.config.mode == "both" else None
+        self.trainer = Trainer(self.config, self.planned_steps, self.monitor.log, publish)
         step = self.trainer.prepare_model()
         self.trainer.attach_reader(self._reader())
         if step and self.config.mode == "both":

@@ -48,8 +48,16 @@ class LossFns:
     temperature: float = 1.0
 
 
-def micro_batches(batch: ExperienceBatch, size: int) -> List[ExperienceBatch]:
+def micro_batches(
+    batch: ExperienceBatch, size: int, max_tokens: Optional[int] = None
+) -> List[ExperienceBatch]:
+    """Split rows into micro-batches of ``size`` rows, or, with ``max_tokens`` (``use_dynamic_bsz``),
+    into as few micro-batches as keep ``rows * padded_length <= max_tokens``."""
+    if max_tokens:
+        size = max(1, max_tokens // batch.input_ids.shape[1])
     rows = list(range(len(batch)))
+    if size >= len(rows):
+        return [batch]
     return [batch.select(rows[i : i + size]) for i in range(0, len(rows), size)]
 
 
@@ -61,7 +69,11 @@ def _loss_inputs(fns: LossFns, mb: ExperienceBatch, logprob: torch.Tensor) -> Di
 
 
 def accumulate_gradients(
-    model: torch.nn.Module, batch: ExperienceBatch, fns: LossFns, micro_batch_size: int
+    model: torch.nn.Module,
+    batch: ExperienceBatch,
+    fns: LossFns,
+    micro_batch_size: int,
+    max_tokens: Optional[int] = None,
 ) -> Dict[str, float]:
     """Backward of the full loss over micro-batches (gradients summed, each scaled by its share)."""
     totals: Dict[str, float] = {}
@@ -69,7 +81,7 @@ def accumulate_gradients(
     # the whole batch makes the summed gradient equal that of the full-batch loss.
     by_tokens = fns.loss_agg_mode == "token-mean"
     whole = batch.action_mask.sum().clamp(min=1.0) if by_tokens else len(batch)
-    for mb in micro_batches(batch, micro_batch_size):
+    for mb in micro_batches(batch, micro_batch_size, max_tokens):
         share = float(mb.action_mask.sum() / whole) if by_tokens else len(mb) / whole
         logprob, entropy = response_logprobs(model, mb, fns.temperature)
         pg_loss, metrics = fns.policy_loss(**_loss_inputs(fns, mb, logprob))
@@ -91,11 +103,15 @@ def accumulate_gradients(
 
 @torch.no_grad()
 def reference_logprobs(
-    model: torch.nn.Module, batch: ExperienceBatch, micro_batch_size: int, temperature: float
+    model: torch.nn.Module,
+    batch: ExperienceBatch,
+    micro_batch_size: int,
+    temperature: float,
+    max_tokens: Optional[int] = None,
 ) -> torch.Tensor:
     """(B, R) logprobs of the response under the frozen reference model."""
     parts = [
         response_logprobs(model, mb, temperature, with_entropy=False)[0]
-        for mb in micro_batches(batch, micro_batch_size)
+        for mb in micro_batches(batch, micro_batch_size, max_tokens)
     ]
     return torch.cat(parts, dim=0)

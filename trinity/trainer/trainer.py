@@ -113,11 +113,19 @@ class Trainer:
         start = time.monotonic()
         settings = self.settings
         mbs = settings["micro_batch_size_per_device"]
+        max_tokens = settings["max_token_len_per_device"] if settings["use_dynamic_bsz"] else None
+        ref_tokens = (
+            settings["ref_max_token_len_per_device"] if settings["ref_use_dynamic_bsz"] else None
+        )
         batch = ExperienceBatch.from_experiences(experiences, self.tokenizer.pad_token_id)
         metrics: Dict[str, float] = {}
         if self.ref_model is not None:
             batch.ref_logprob = reference_logprobs(
-                self.ref_model, batch, settings["ref_micro_batch_size_per_device"], self.fns.temperature
+                self.ref_model,
+                batch,
+                settings["ref_micro_batch_size_per_device"],
+                self.fns.temperature,
+                ref_tokens,
             )
         if self.advantage_fn is not None:
             batch, kl_metrics = self.kl_penalty.apply_kl_penalty_to_reward(batch)
@@ -126,7 +134,7 @@ class Trainer:
             metrics.update(adv_metrics)
         for _ in range(settings["ppo_epochs"]):
             self.optimizer.zero_grad(set_to_none=True)
-            totals = accumulate_gradients(self.model, batch, self.fns, mbs)
+            totals = accumulate_gradients(self.model, batch, self.fns, mbs, max_tokens)
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), settings["grad_clip"])
             if torch.isfinite(grad_norm):
                 self.optimizer.step()

@@ -183,7 +183,7 @@ def prepare_quickstart(
     preset: str = "tiny",
     digits: int = 2,
     op: str = "+",
-    n_sft: int = 2000,
+    n_sft: int = 8000,
     n_train: int = 2000,
     n_test: int = 200,
     seed: int = 0,

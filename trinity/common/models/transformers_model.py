@@ -87,14 +87,14 @@ class TransformersInferenceModel(InferenceModel):
             for r, out in zip(batch, outputs):
                 r.future.set_result(out)
 
-    def _to_experiences(self, prompt_ids: List[int], outputs: List[SampleOutput]) -> List[Experience]:
-        prompt_text = self.tokenizer.decode(prompt_ids)
+    def _to_experiences(self, outputs: List[SampleOutput]) -> List[Experience]:
+        # The engine reports the prompt it actually used (after any truncation).
         return [
             Experience(
-                tokens=prompt_ids + o.token_ids,
-                prompt_length=len(prompt_ids),
+                tokens=o.prompt_token_ids + o.token_ids,
+                prompt_length=len(o.prompt_token_ids),
                 logprobs=o.logprobs,
-                prompt_text=prompt_text,
+                prompt_text=self.tokenizer.decode(o.prompt_token_ids),
                 response_text=self.tokenizer.decode(o.token_ids, skip_special_tokens=True),
                 model_version=self._version,
                 info={"finish_reason": o.finish_reason},
@@ -104,11 +104,11 @@ class TransformersInferenceModel(InferenceModel):
 
     async def chat(self, messages: List[Dict[str, Any]], params: SamplingParams) -> List[Experience]:
         prompt_ids = self.engine.apply_chat_template(messages)
-        return self._to_experiences(prompt_ids, await self._submit(prompt_ids, params))
+        return self._to_experiences(await self._submit(prompt_ids, params))
 
     async def generate(self, prompt: str, params: SamplingParams) -> List[Experience]:
         prompt_ids = self.engine.encode_prompt(prompt)
-        return self._to_experiences(prompt_ids, await self._submit(prompt_ids, params))
+        return self._to_experiences(await self._submit(prompt_ids, params))
 
     async def load_weights(self, weights: Any, version: int) -> None:
         if isinstance(weights, str):  # a checkpoint path: read it here, off the trainer's critical path
