@@ -7,7 +7,11 @@ from typing import List, Optional
 
 import typer
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Trinity-RFT: reinforcement fine-tuning of LLMs.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Trinity-RFT: reinforcement fine-tuning of LLMs.",
+)
 
 
 @app.command(context_settings={"allow_extra_args": False})
@@ -16,22 +20,31 @@ def run(
     plugin_dir: Optional[List[str]] = typer.Option(
         None, "--plugin-dir", help="Folder of plugin modules to import (repeatable)."
     ),
-    overrides: Optional[List[str]] = typer.Argument(None, help="Dotted overrides, e.g. buffer.batch_size=8"),
+    overrides: Optional[List[str]] = typer.Argument(
+        None, help="Dotted overrides, e.g. buffer.batch_size=8"
+    ),
 ) -> None:
     """Run the experiment a config describes (all its stages)."""
     from trinity.common.config import ConfigError
+    from trinity.runtime.launcher import RunFailed
     from trinity.runtime.launcher import run as run_experiment
+    from trinity.utils.plugin_loader import PluginError
 
     try:
         run_experiment(config, list(overrides or []), list(plugin_dir or []))
-    except (ConfigError, FileNotFoundError, ValueError, ImportError) as exc:
+    except (ConfigError, PluginError) as exc:  # bad input: nothing was started
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(code=2) from None
+    except RunFailed as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(code=1) from None
 
 
 @app.command("prepare-quickstart")
 def prepare_quickstart(
-    out: str = typer.Option("./quickstart", "--out", help="Where to build the tiny model and data."),
+    out: str = typer.Option(
+        "./quickstart", "--out", help="Where to build the tiny model and data."
+    ),
 ) -> None:
     """Build the quickstart's tiny model and synthetic arithmetic data (offline, seeded)."""
     from trinity.utils.synthetic import prepare_quickstart as build

@@ -38,7 +38,9 @@ class Experience:
     advantages: Optional[torch.Tensor] = None  # (L - prompt_length,) set by an AdvantageFn
     returns: Optional[torch.Tensor] = None  # (L - prompt_length,) set by an AdvantageFn
     info: Dict[str, Any] = field(default_factory=dict)  # free-form, e.g. reward components
-    metrics: Dict[str, float] = field(default_factory=dict)  # numbers averaged into explorer metrics
+    metrics: Dict[str, float] = field(
+        default_factory=dict
+    )  # numbers averaged into explorer metrics
     group_id: str = ""  # experiences of one task share it (GRPO groups); set by the runner
     eid: str = field(default_factory=lambda: uuid.uuid4().hex)  # unique id of this experience
     model_version: int = 0  # trainer step of the weights that produced it; set by the runner
@@ -103,7 +105,7 @@ class ExperienceBatch:
         return self.action_mask.shape[1]
 
     @classmethod
-    def from_experiences(cls, exps: Sequence[Experience], pad_token_id: int) -> "ExperienceBatch":
+    def from_experiences(cls, exps: Sequence[Experience], pad_token_id: int) -> ExperienceBatch:
         if not exps:
             raise ValueError("cannot build an ExperienceBatch from no experiences")
         P = max(e.prompt_length for e in exps)
@@ -153,7 +155,7 @@ class ExperienceBatch:
             raise KeyError(f"the experience batch has no tensor '{name}'")
         return value
 
-    def select(self, idx: Sequence[int]) -> "ExperienceBatch":
+    def select(self, idx: Sequence[int]) -> ExperienceBatch:
         """A sub-batch (micro-batch) of rows ``idx``, keeping the padding layout."""
         index = torch.as_tensor(list(idx), dtype=torch.long)
 

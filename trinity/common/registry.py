@@ -66,4 +66,3 @@ class Registry(Generic[T]):
 
     def __repr__(self) -> str:
         return f"Registry({self.name!r}, {self.names()})"
-

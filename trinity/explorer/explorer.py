@@ -66,7 +66,9 @@ class Explorer:
         results = self.pool.run(self._expand(tasks))
         failed = [r for r in results if r.error]
         for r in failed[:3]:
-            logger.error("task %s failed after %d attempts:\n%s", r.task.task_id, r.attempts, r.error)
+            logger.error(
+                "task %s failed after %d attempts:\n%s", r.task.task_id, r.attempts, r.error
+            )
         if results and len(failed) == len(results):
             raise RuntimeError(
                 f"every task of step {self.step} failed; the first error was:\n{failed[0].error}"
@@ -84,18 +86,22 @@ class Explorer:
             return False
         self.step += 1
         sync_cfg = self.config.synchronizer
-        self.version = self.sync(required_version(self.step, sync_cfg.sync_interval, sync_cfg.sync_offset))
+        self.version = self.sync(
+            required_version(self.step, sync_cfg.sync_interval, sync_cfg.sync_offset)
+        )
         start = time.monotonic()
         results = self._run(tasks)
         experiences = [e for r in results for e in r.experiences]
         if self.write is not None:
             self.write(experiences)
         metrics = rollout_metrics(experiences, prefix="rollout")
-        metrics.update({
-            "rollout/tasks_failed": float(sum(1 for r in results if r.error)),
-            "rollout/model_version": float(self.version),
-            "time/explore_step": time.monotonic() - start,
-        })
+        metrics.update(
+            {
+                "rollout/tasks_failed": float(sum(1 for r in results if r.error)),
+                "rollout/model_version": float(self.version),
+                "time/explore_step": time.monotonic() - start,
+            }
+        )
         self.log(metrics, self.step)
         return True
 

@@ -32,7 +32,10 @@ class JsonlSink(MetricSink):
         self._file = open(path, "a", encoding="utf-8")
 
     def log(self, metrics: Dict[str, float], step: int) -> None:
-        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
+        clean = {
+            k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+            for k, v in metrics.items()
+        }
         record = {"step": step, "run": self.run_name, "time": time.time(), **clean}
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()  # a killed run keeps every step it logged
@@ -61,7 +64,9 @@ class TensorboardSink(MetricSink):
 class Monitor:
     """Fans metrics out to the JSON-lines file and the configured sink."""
 
-    def __init__(self, job_dir: str, name: str, role: str, monitor_type: str, monitor_args: Dict) -> None:
+    def __init__(
+        self, job_dir: str, name: str, role: str, monitor_type: str, monitor_args: Dict
+    ) -> None:
         run_name = f"{name}_{role}"
         self.sinks: List[MetricSink] = [
             JsonlSink(os.path.join(job_dir, "monitor", f"{role}.jsonl"), run_name),

@@ -14,6 +14,10 @@ from typing import Any, Dict, List, Optional
 from trinity.runtime.progress import ProgressPrinter, eval_summary
 
 
+class RunFailed(RuntimeError):
+    """A component of a stage failed; the message names it and where its log is."""
+
+
 @dataclass
 class StageResult:
     name: str
@@ -71,7 +75,9 @@ def run_stage(config: Any, plugin_dirs: List[str], printer: ProgressPrinter) -> 
     )
     queue = None
     if mode in ("both", "explore"):
-        store = os.path.join(job_dir, "buffer", f"{config.buffer.trainer_input.experience_buffer.name}.db")
+        store = os.path.join(
+            job_dir, "buffer", f"{config.buffer.trainer_input.experience_buffer.name}.db"
+        )
         os.makedirs(os.path.dirname(store), exist_ok=True)
         # On resume in `both` mode the explorer restarts right after the trainer's checkpoint,
         # so experiences explored past it would be trained on twice: drop them (logged).
@@ -89,11 +95,15 @@ def run_stage(config: Any, plugin_dirs: List[str], printer: ProgressPrinter) -> 
             actors.append(explorer)
             ray.get(explorer.prepare.remote(start))
         printer.begin_stage(config, steps, start)
-        running = [a.run.remote() for a in (trainer, explorer) if a is not None]
+        roles = {
+            a.run.remote(): role for role, a in (("trainer", trainer), ("explorer", explorer)) if a
+        }
+        running = list(roles)
         while running:
             done, running = ray.wait(running, num_returns=1, timeout=1.0)
             printer.poll()
-            ray.get(done)  # re-raises the first actor failure
+            for ref in done:
+                _raise_failure(ray, ref, roles[ref], config)
         printer.poll()
         final_hf = ray.get(trainer.final_hf_dir.remote()) if trainer is not None else None
     finally:
@@ -102,9 +112,23 @@ def run_stage(config: Any, plugin_dirs: List[str], printer: ProgressPrinter) -> 
     return StageResult(config.name, job_dir, final_hf, eval_summary(job_dir))
 
 
+def _raise_failure(ray: Any, ref: Any, role: str, config: Any) -> None:
+    """Turn an actor failure into one readable message; nothing written so far is touched."""
+    try:
+        ray.get(ref)
+    except ray.exceptions.RayError as exc:
+        cause = getattr(exc, "cause", None) or exc
+        name = config.trainer.name if role == "trainer" else config.explorer.name
+        log = os.path.join(config.checkpoint_job_dir, "log", f"{name}.log")
+        raise RunFailed(
+            f"stage '{config.name}': the {role} failed: {type(cause).__name__}: {cause}\n"
+            f"full log: {log}\noutputs written so far are kept in {config.checkpoint_job_dir}"
+        ) from None
+
+
 def run(config_path: str, overrides: List[str], plugin_dirs: List[str]) -> List[StageResult]:
     """Everything ``trinity run`` does; config errors surface before Ray starts."""
-    from trinity.common.config import apply_run_name, load_config
+    from trinity.common.config import ConfigError, apply_run_name, load_config
     from trinity.utils.plugin_loader import load_plugins
 
     load_plugins(plugin_dirs)
@@ -112,7 +136,7 @@ def run(config_path: str, overrides: List[str], plugin_dirs: List[str]) -> List[
     stages = [stage.check_and_update() for stage in root.stage_configs()]
     for stage in stages[:-1]:
         if stage.mode != "explore" and stage.trainer.save_hf_checkpoint == "never":
-            raise ValueError(
+            raise ConfigError(
                 f"stage '{stage.name}': trainer.save_hf_checkpoint=never, but the next stage starts "
                 "from this stage's final HF checkpoint; use 'last'"
             )

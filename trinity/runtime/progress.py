@@ -55,9 +55,13 @@ class ProgressPrinter:
             self.offsets[role] = len(records)
 
     def _print(self, role: str, record: Dict[str, Any]) -> None:
-        evals = {k: v for k, v in record.items() if k.startswith("eval/") and k.endswith("/mean")}
+        evals = {
+            k[len("eval/") : -len("/mean")]: v
+            for k, v in record.items()
+            if k.startswith("eval/") and k.endswith(("/accuracy/mean", "/reward/mean"))
+        }
         if evals:
-            shown = "  ".join(f"{k}={v:.3f}" for k, v in sorted(evals.items()) if "accuracy" in k or "reward" in k)
+            shown = "  ".join(f"{k}={v:.3f}" for k, v in sorted(evals.items()))
             self.console.print(f"  [cyan]eval[/cyan]     step {record['step']:>4}  {shown}")
             return
         parts = [f"{label}={record[key]:.4g}" for key, label in _SHOWN[role] if key in record]

@@ -51,8 +51,15 @@ def _monitor(config: Any, role: str) -> Any:
 @ray.remote(num_cpus=0)
 class ExplorerActor:
     def __init__(self, config: Any, plugin_dirs: List[str], queue: Any, sync: Any) -> None:
-        setup_process(plugin_dirs, config.checkpoint_job_dir, config.explorer.name, config.log.level)
-        self.config, self.plugin_dirs, self.queue, self.sync_actor = config, plugin_dirs, queue, sync
+        setup_process(
+            plugin_dirs, config.checkpoint_job_dir, config.explorer.name, config.log.level
+        )
+        self.config, self.plugin_dirs, self.queue, self.sync_actor = (
+            config,
+            plugin_dirs,
+            queue,
+            sync,
+        )
         self.loaded_version = 0
 
     def prepare(self, start_step: int) -> None:
@@ -62,25 +69,37 @@ class ExplorerActor:
         cfg, job_dir = self.config, self.config.checkpoint_job_dir
         self.engines = [
             EngineActor.options(name=f"{cfg.explorer.name}_engine_{i}").remote(
-                job_dir, f"{cfg.explorer.name}_engine_{i}", compute_threads(cfg), **engine_kwargs(cfg)
+                job_dir,
+                f"{cfg.explorer.name}_engine_{i}",
+                compute_threads(cfg),
+                **engine_kwargs(cfg),
             )
             for i in range(cfg.explorer.rollout_model.engine_num)
         ]
         per_model = cfg.explorer.runner_per_model
-        pool = RayRunnerPool(self._make_runner, per_model * len(self.engines), cfg.explorer.max_timeout)
-        reader = TaskReader(cfg.buffer.explorer_input.taskset, cfg.buffer.total_epochs, cfg.buffer.total_steps)
+        pool = RayRunnerPool(
+            self._make_runner, per_model * len(self.engines), cfg.explorer.max_timeout
+        )
+        reader = TaskReader(
+            cfg.buffer.explorer_input.taskset, cfg.buffer.total_epochs, cfg.buffer.total_steps
+        )
         for _ in range(start_step):  # resume: skip the batches already explored and trained on
             reader.read(cfg.buffer.batch_size)
         evals = {ts.name: TaskReader(ts) for ts in cfg.buffer.explorer_input.eval_tasksets}
         self.monitor = _monitor(cfg, "explorer")
         write = (lambda exps: ray.get(self.queue.put.remote(exps))) if self.queue else None
-        self.explorer = Explorer(cfg, pool, reader, evals, self._sync, write, self.monitor.log, start_step)
+        self.explorer = Explorer(
+            cfg, pool, reader, evals, self._sync, write, self.monitor.log, start_step
+        )
 
     def _make_runner(self, index: int) -> Any:
         cfg = self.config
         name = f"{cfg.explorer.name}_runner_{index}"
         return RunnerActor.options(
-            name=name, runtime_env={"env_vars": dict(cfg.explorer.env_vars)} if cfg.explorer.env_vars else None
+            name=name,
+            runtime_env={"env_vars": dict(cfg.explorer.env_vars)}
+            if cfg.explorer.env_vars
+            else None,
         ).remote(
             self.plugin_dirs,
             cfg.checkpoint_job_dir,
@@ -112,6 +131,9 @@ class ExplorerActor:
     def run(self) -> int:
         try:
             return self.explorer.run()
+        except BaseException:
+            logger.exception("the explorer failed")
+            raise
         finally:
             if self.queue is not None:
                 ray.get(self.queue.close.remote())
@@ -120,7 +142,9 @@ class ExplorerActor:
 
 @ray.remote(num_cpus=0)
 class TrainerActor:
-    def __init__(self, config: Any, plugin_dirs: List[str], queue: Any, sync: Any, planned_steps: int):
+    def __init__(
+        self, config: Any, plugin_dirs: List[str], queue: Any, sync: Any, planned_steps: int
+    ):
         setup_process(
             plugin_dirs,
             config.checkpoint_job_dir,
@@ -178,6 +202,7 @@ class TrainerActor:
             ray.get(self.sync_actor.trainer_finished.remote())
             return step
         except BaseException:
+            logger.exception("the trainer failed")
             ray.get(self.sync_actor.trainer_finished.remote(traceback.format_exc(limit=3)))
             raise
         finally:

@@ -58,11 +58,17 @@ class Synchronizer:
 
     def _from_disk(self, at_least: int) -> Optional[Tuple[int, List[Any]]]:
         step = latest_step(self.job_dir)
-        if step is not None and step >= at_least and os.path.exists(weights_path(self.job_dir, step)):
+        if (
+            step is not None
+            and step >= at_least
+            and os.path.exists(weights_path(self.job_dir, step))
+        ):
             return step, [weights_path(self.job_dir, step)]
         return None
 
-    async def wait_for(self, version: int, timeout: Optional[float] = None) -> Tuple[int, List[Any]]:
+    async def wait_for(
+        self, version: int, timeout: Optional[float] = None
+    ) -> Tuple[int, List[Any]]:
         """Explorer side: block until weights of at least ``version`` exist; returns (version, weights)."""
         timeout = self.timeout if timeout is None else timeout
         if not self.has_trainer:
@@ -78,7 +84,9 @@ class Synchronizer:
                     "the trainer is slow or stuck: see its log under <job_dir>/log/"
                 ) from None
             if self._trainer_state.startswith("failed"):
-                raise RuntimeError(f"the trainer stopped before version {version}: {self._trainer_state}")
+                raise RuntimeError(
+                    f"the trainer stopped before version {version}: {self._trainer_state}"
+                )
             return self.version, self._weights or []
 
     async def _poll_disk(self, version: int, timeout: float) -> Tuple[int, List[Any]]:

@@ -2,7 +2,7 @@
 
 A checkpoint holds ``actor/model.pt`` (weights), ``actor/optim.pt`` (optimizer and lr
 scheduler), ``extra.json`` (step, sample-strategy state) and, when asked, ``hf/`` (a folder
-``AutoModelForCausalLM.from_pretrained`` loads). The "latest" marker is written last, by
+``AutoModelForCausalLM.from_pretrained`` loads, written by the trainer). The "latest" marker is written last, by
 rename, so a run killed mid-save resumes from the previous complete checkpoint.
 """
 
@@ -46,18 +46,15 @@ def save_checkpoint(
     model: torch.nn.Module,
     optim_state: Dict[str, Any],
     extra: Dict[str, Any],
-    hf_export: Optional[Any] = None,
     max_to_keep: Optional[int] = None,
 ) -> str:
-    """Write checkpoint ``step``; ``hf_export(dir)`` writes the HF folder when given."""
+    """Write checkpoint ``step`` and mark it the latest; keep the newest ``max_to_keep``."""
     out = step_dir(job_dir, step)
     os.makedirs(os.path.join(out, "actor"), exist_ok=True)
     torch.save(model.state_dict(), os.path.join(out, "actor", "model.pt"))
     torch.save(optim_state, os.path.join(out, "actor", "optim.pt"))
     with open(os.path.join(out, "extra.json"), "w") as f:
         json.dump({"step": step, **extra}, f)
-    if hf_export is not None:
-        hf_export(os.path.join(out, "hf"))
     tmp = os.path.join(job_dir, LATEST_FILE + ".tmp")
     with open(tmp, "w") as f:
         f.write(str(step))
@@ -74,8 +71,12 @@ def load_checkpoint(job_dir: str, step: int) -> Dict[str, Any]:
     with open(os.path.join(src, "extra.json")) as f:
         extra = json.load(f)
     return {
-        "model": torch.load(os.path.join(src, "actor", "model.pt"), map_location="cpu", weights_only=True),
-        "optim": torch.load(os.path.join(src, "actor", "optim.pt"), map_location="cpu", weights_only=False),
+        "model": torch.load(
+            os.path.join(src, "actor", "model.pt"), map_location="cpu", weights_only=True
+        ),
+        "optim": torch.load(
+            os.path.join(src, "actor", "optim.pt"), map_location="cpu", weights_only=False
+        ),
         "extra": extra,
     }
 

@@ -12,7 +12,10 @@ from trinity.common.experience import ExperienceBatch
 
 
 def response_logprobs(
-    model: torch.nn.Module, batch: ExperienceBatch, temperature: float = 1.0, with_entropy: bool = True
+    model: torch.nn.Module,
+    batch: ExperienceBatch,
+    temperature: float = 1.0,
+    with_entropy: bool = True,
 ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Logprobs (B, R) of the response tokens under ``model``, and their entropy (B, R).
 
@@ -61,7 +64,9 @@ def micro_batches(
     return [batch.select(rows[i : i + size]) for i in range(0, len(rows), size)]
 
 
-def _loss_inputs(fns: LossFns, mb: ExperienceBatch, logprob: torch.Tensor) -> Dict[str, torch.Tensor]:
+def _loss_inputs(
+    fns: LossFns, mb: ExperienceBatch, logprob: torch.Tensor
+) -> Dict[str, torch.Tensor]:
     inputs = {}
     for key in fns.policy_loss.select_keys:
         inputs[key] = logprob if key == "logprob" else mb.tensor(key)

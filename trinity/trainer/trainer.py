@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import time
 from typing import Any, Callable, Dict, List, Optional
 
@@ -96,7 +98,9 @@ class Trainer:
         """Connect the experience source (needs the tokenizer for SFT data, hence after the model)."""
         algo = self.config.algorithm
         self.reader = reader
-        self.sampler = SAMPLE_STRATEGY.get(algo.sample_strategy)(reader, **algo.sample_strategy_args)
+        self.sampler = SAMPLE_STRATEGY.get(algo.sample_strategy)(
+            reader, **algo.sample_strategy_args
+        )
         self.sampler.load_state_dict(self._sampler_state)
 
     def _resume(self, step: int) -> None:
@@ -135,7 +139,9 @@ class Trainer:
         for _ in range(settings["ppo_epochs"]):
             self.optimizer.zero_grad(set_to_none=True)
             totals = accumulate_gradients(self.model, batch, self.fns, mbs, max_tokens)
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), settings["grad_clip"])
+            grad_norm = torch.nn.utils.clip_grad_norm_(
+                self.model.parameters(), settings["grad_clip"]
+            )
             if torch.isfinite(grad_norm):
                 self.optimizer.step()
             else:
@@ -187,23 +193,28 @@ class Trainer:
             self.publish(self.step, self.model)
         return self.step
 
-    def save(self, final: bool) -> Optional[str]:
+    def save(self, final: bool) -> None:
         """Save the current step (once); HF export per ``trainer.save_hf_checkpoint``."""
-        if self.step == 0 or ckpt.latest_step(self.job_dir) == self.step:
-            return None
+        if self.step == 0:
+            return
+        if ckpt.latest_step(self.job_dir) != self.step:
+            ckpt.save_checkpoint(
+                self.job_dir,
+                self.step,
+                self.model,
+                {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()},
+                {"sample_strategy": self.sampler.state_dict()},
+                max_to_keep=self.config.trainer.max_checkpoints_to_keep,
+            )
         mode = self.config.trainer.save_hf_checkpoint
-        want_hf = mode == "always" or (final and mode == "last")
-        export = self.export_hf if want_hf else None
-        return ckpt.save_checkpoint(
-            self.job_dir,
-            self.step,
-            self.model,
-            {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()},
-            {"sample_strategy": self.sampler.state_dict()},
-            hf_export=export,
-            max_to_keep=self.config.trainer.max_checkpoints_to_keep,
-        )
+        hf_dir = os.path.join(ckpt.step_dir(self.job_dir, self.step), "hf")
+        if (mode == "always" or (final and mode == "last")) and not os.path.isdir(hf_dir):
+            self.export_hf(hf_dir)
 
     def export_hf(self, out_dir: str) -> None:
-        self.model.save_pretrained(out_dir)
-        self.tokenizer.save_pretrained(out_dir)
+        """Write a folder ``AutoModelForCausalLM.from_pretrained`` loads; appears whole or not at all."""
+        tmp = out_dir + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.model.save_pretrained(tmp)
+        self.tokenizer.save_pretrained(tmp)
+        os.replace(tmp, out_dir)

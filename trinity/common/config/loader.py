@@ -50,8 +50,9 @@ def _apply_override(raw: DictConfig, item: str) -> None:
         # from_dotlist parses the value the same way the YAML file is parsed.
         value = OmegaConf.select(OmegaConf.from_dotlist([item]), key)
         OmegaConf.update(raw, key, value, merge=True)
-    except (OmegaConfBaseException, ValueError, TypeError) as exc:
-        raise ConfigError(f"override '{item}': {exc}") from None
+    except (OmegaConfBaseException, yaml.YAMLError, ValueError, TypeError) as exc:
+        reason = str(exc).splitlines()[0]
+        raise ConfigError(f"override '{item}': cannot parse it: {reason}") from None
 
 
 def apply_run_name(config: Config) -> Config:

@@ -24,7 +24,9 @@ class InferenceModel(ABC):
     """A rollout engine: turns prompts into sampled responses and takes new weights."""
 
     @abstractmethod
-    async def chat(self, messages: List[Dict[str, Any]], params: SamplingParams) -> List[Experience]:
+    async def chat(
+        self, messages: List[Dict[str, Any]], params: SamplingParams
+    ) -> List[Experience]:
         """Sample ``params.n`` responses to a conversation."""
 
     @abstractmethod

@@ -57,7 +57,9 @@ class TransformersInferenceModel(InferenceModel):
 
     def _take_batch(self) -> List[_Request]:
         batch, rows = [], 0
-        while self._pending and (not batch or rows + self._pending[0].params.n <= self.max_batch_rows):
+        while self._pending and (
+            not batch or rows + self._pending[0].params.n <= self.max_batch_rows
+        ):
             request = self._pending.pop(0)
             batch.append(request)
             rows += request.params.n
@@ -102,7 +104,9 @@ class TransformersInferenceModel(InferenceModel):
             for o in outputs
         ]
 
-    async def chat(self, messages: List[Dict[str, Any]], params: SamplingParams) -> List[Experience]:
+    async def chat(
+        self, messages: List[Dict[str, Any]], params: SamplingParams
+    ) -> List[Experience]:
         prompt_ids = self.engine.apply_chat_template(messages)
         return self._to_experiences(await self._submit(prompt_ids, params))
 
@@ -111,7 +115,9 @@ class TransformersInferenceModel(InferenceModel):
         return self._to_experiences(await self._submit(prompt_ids, params))
 
     async def load_weights(self, weights: Any, version: int) -> None:
-        if isinstance(weights, str):  # a checkpoint path: read it here, off the trainer's critical path
+        if isinstance(
+            weights, str
+        ):  # a checkpoint path: read it here, off the trainer's critical path
             weights = torch.load(weights, map_location="cpu", weights_only=True)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self.engine.load_state_dict, weights)

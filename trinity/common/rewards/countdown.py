@@ -15,7 +15,12 @@ from typing import Any, Dict, List, Optional
 
 from trinity.common.rewards.base import REWARD_FUNCTIONS, RewardFn
 
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+}
 _EQUATION = re.compile(r"^[\d\s+\-*/().]+$")
 
 
@@ -41,7 +46,9 @@ class CountdownReward(RewardFn):
     def __init__(self, format_score: float = 0.1) -> None:
         self.format_score = format_score
 
-    def __call__(self, response: str, truth: Optional[str] = None, **kwargs: Any) -> Dict[str, float]:
+    def __call__(
+        self, response: str, truth: Optional[str] = None, **kwargs: Any
+    ) -> Dict[str, float]:
         raw = kwargs.get("raw_task") or {}
         target = raw.get("target", truth)
         nums: List[int] = [int(n) for n in raw.get("nums", [])]

@@ -74,7 +74,9 @@ def answers_match(predicted: Optional[str], truth: Optional[str]) -> bool:
 class MathReward(RewardFn):
     """1.0 when the extracted final answer is mathematically equal to the truth."""
 
-    def __call__(self, response: str, truth: Optional[str] = None, **kwargs: Any) -> Dict[str, float]:
+    def __call__(
+        self, response: str, truth: Optional[str] = None, **kwargs: Any
+    ) -> Dict[str, float]:
         return {"accuracy": float(answers_match(extract_answer(response), truth))}
 
 
@@ -82,7 +84,9 @@ class MathReward(RewardFn):
 class AccuracyReward(RewardFn):
     """1.0 when the extracted final answer equals the truth as normalized text (no numeric parsing)."""
 
-    def __call__(self, response: str, truth: Optional[str] = None, **kwargs: Any) -> Dict[str, float]:
+    def __call__(
+        self, response: str, truth: Optional[str] = None, **kwargs: Any
+    ) -> Dict[str, float]:
         answer = extract_answer(response)
         ok = answer is not None and truth is not None and _normalize(answer) == _normalize(truth)
         return {"accuracy": float(ok)}
@@ -92,5 +96,7 @@ class AccuracyReward(RewardFn):
 class FormatReward(RewardFn):
     """1.0 when the response is ``<think>...</think><answer>...</answer>`` and nothing else."""
 
-    def __call__(self, response: str, truth: Optional[str] = None, **kwargs: Any) -> Dict[str, float]:
+    def __call__(
+        self, response: str, truth: Optional[str] = None, **kwargs: Any
+    ) -> Dict[str, float]:
         return {"format": float(bool(_FORMAT.match(response)))}

@@ -55,7 +55,9 @@ class SimpleWorkflow(Workflow):
                 f"{type(self).__name__} needs a reward function: set "
                 "buffer.explorer_input.default_reward_fn_type (or the taskset's default_reward_fn_type)"
             )
-        reward_cls = REWARD_FUNCTIONS.get(reward_name) if isinstance(reward_name, str) else reward_name
+        reward_cls = (
+            REWARD_FUNCTIONS.get(reward_name) if isinstance(reward_name, str) else reward_name
+        )
         self.reward_fn = reward_cls(**task.reward_fn_args)
 
     def run(self) -> List[Experience]:

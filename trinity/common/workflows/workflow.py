@@ -40,14 +40,16 @@ class Task:
     def workflow_cls(self) -> type:
         return WORKFLOWS.get(self.workflow) if isinstance(self.workflow, str) else self.workflow
 
-    def to_workflow(self, model: "ModelWrapper", auxiliary_models: Optional[List] = None) -> "Workflow":
+    def to_workflow(
+        self, model: ModelWrapper, auxiliary_models: Optional[List] = None
+    ) -> Workflow:
         return self.workflow_cls(model=model, task=self, auxiliary_models=auxiliary_models)
 
 
 class Workflow(ABC):
     """Runs one task with the model under training and returns its experiences."""
 
-    def __init__(self, model: "ModelWrapper", task: Task, auxiliary_models: Optional[List] = None):
+    def __init__(self, model: ModelWrapper, task: Task, auxiliary_models: Optional[List] = None):
         self.model = model
         self.task = task
         self.auxiliary_models = auxiliary_models

@@ -1,0 +1,22 @@
+"""Shared fixtures: a micro model and arithmetic data built offline, once per session."""
+
+import os
+
+import pytest
+
+from trinity.common.models.tiny import build_tiny_preset
+from trinity.utils.synthetic import make_arithmetic, make_arithmetic_sft
+
+
+@pytest.fixture(scope="session")
+def micro_model(tmp_path_factory) -> str:
+    return build_tiny_preset(str(tmp_path_factory.mktemp("model") / "micro"), "micro")
+
+
+@pytest.fixture(scope="session")
+def arithmetic_data(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("data")
+    rl = os.path.join(root, "rl")
+    make_arithmetic(rl, n_train=64, n_test=16, digits=1, seed=0)
+    make_arithmetic_sft(os.path.join(root, "sft"), n_train=64, digits=1, seed=1)
+    return {"rl": rl, "sft": os.path.join(root, "sft")}

@@ -1,0 +1,103 @@
+"""Whole `trinity run` stages on the micro model, in-process, against one local Ray."""
+
+import json
+import os
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from tests.integration.conftest import HERE, base_overrides
+from trinity.runtime.launcher import run
+
+CONFIG = os.path.join(HERE, "configs", "grpo_small.yaml")
+
+
+def records(job_dir: str, role: str) -> list:
+    with open(os.path.join(job_dir, "monitor", f"{role}.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def weights_changed(before: str, after: str) -> bool:
+    a = AutoModelForCausalLM.from_pretrained(before).state_dict()
+    b = AutoModelForCausalLM.from_pretrained(after).state_dict()
+    return any(not torch.equal(a[k], b[k]) for k in a)
+
+
+def test_grpo_both_mode(tmp_path, micro_model, arithmetic_data, ray_cluster):
+    (result,) = run(CONFIG, base_overrides(tmp_path, micro_model, arithmetic_data), [])
+    job_dir = result.job_dir
+    assert job_dir == os.path.join(tmp_path, "tests", "grpo_small")
+    assert os.path.isfile(os.path.join(job_dir, "config.yaml"))
+
+    trainer = records(job_dir, "trainer")
+    assert [r["step"] for r in trainer] == [1, 2, 3]
+    for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "critic/rewards/mean"):
+        assert all(key in r and r[key] == r[key] for r in trainer), key  # present and not NaN
+    assert all("response_length/mean" in r for r in trainer)
+
+    explorer = records(job_dir, "explorer")
+    eval_steps = [r["step"] for r in explorer if "eval/arith_test/accuracy/mean" in r]
+    assert eval_steps == [0, 2, 3]  # startup, eval_interval, and after the last step
+    assert [r["rollout/model_version"] for r in explorer if "rollout/model_version" in r] == [0, 1, 2]
+
+    assert result.final_hf == os.path.join(job_dir, "global_step_3", "hf")
+    assert weights_changed(micro_model, result.final_hf)
+    assert os.listdir(os.path.join(job_dir, "monitor", "tensorboard", "grpo_small_trainer"))
+
+
+def test_guide_example_workflow_as_plugin(tmp_path, micro_model, arithmetic_data, ray_cluster):
+    """The developer guide's ExampleWorkflow, pasted into a plugin file, trains for real."""
+    overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
+        "buffer.explorer_input.default_workflow_type=example_workflow",
+        "buffer.explorer_input.eval_tasksets=[]",
+        "buffer.total_steps=2",
+    ]
+    (result,) = run(CONFIG, overrides, [os.path.join(HERE, "plugins")])
+    assert [r["step"] for r in records(result.job_dir, "trainer")] == [1, 2]
+    assert weights_changed(micro_model, result.final_hf)
+
+
+def test_sft_stage_then_grpo_stage(tmp_path, micro_model, arithmetic_data, ray_cluster):
+    with open(CONFIG) as f:
+        text = f.read()
+    config = tmp_path / "stages.yaml"
+    config.write_text(
+        text
+        + f"""
+stages:
+  - stage_name: sft
+    mode: train
+    algorithm: {{algorithm_type: sft}}
+    buffer:
+      train_batch_size: 16
+      total_steps: 2
+      trainer_input:
+        experience_buffer:
+          name: sft_data
+          storage_type: file
+          path: {arithmetic_data["sft"]}
+          format: {{prompt_key: prompt, response_key: response}}
+  - stage_name: rl
+"""
+    )
+    overrides = base_overrides(tmp_path, micro_model, arithmetic_data)
+    sft, rl = run(str(config), overrides, [])
+    assert sft.name == "grpo_small_sft" and rl.name == "grpo_small_rl"
+    assert [r["step"] for r in records(sft.job_dir, "trainer")] == [1, 2]
+    assert "actor/sft_loss" in records(sft.job_dir, "trainer")[0]
+    # The RL stage starts from the SFT stage's final weights.
+    with open(os.path.join(rl.job_dir, "config.yaml")) as f:
+        assert sft.final_hf in f.read()
+    assert weights_changed(sft.final_hf, rl.final_hf)
+
+
+def test_failing_workflow_stops_the_run_with_its_error(tmp_path, micro_model, arithmetic_data, ray_cluster):
+    from trinity.runtime.launcher import RunFailed
+
+    overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
+        "buffer.explorer_input.default_reward_fn_type=no_such_reward",
+        "explorer.max_retry_times=0",
+    ]
+    with pytest.raises(RunFailed, match="no_such_reward"):
+        run(CONFIG, overrides, [])
