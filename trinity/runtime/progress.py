@@ -40,16 +40,20 @@ class ProgressPrinter:
 
     def begin_stage(self, config: Any, steps: int, start: int) -> None:
         self.job_dir = config.checkpoint_job_dir
-        self.offsets = {}
+        # A resumed run appends to the same files: show only what this run writes.
+        self.offsets = {role: len(read_metrics(self._path(role))) for role in _SHOWN}
         resumed = f", resuming at step {start}" if start else ""
         self.console.print(
             f"[bold]stage {config.name}[/bold]: mode={config.mode} "
             f"algorithm={config.algorithm.algorithm_type} steps={steps}{resumed}\n  outputs: {self.job_dir}"
         )
 
+    def _path(self, role: str) -> str:
+        return os.path.join(self.job_dir, "monitor", f"{role}.jsonl")
+
     def poll(self) -> None:
-        for role in ("explorer", "trainer"):
-            records = read_metrics(os.path.join(self.job_dir, "monitor", f"{role}.jsonl"))
+        for role in _SHOWN:
+            records = read_metrics(self._path(role))
             for record in records[self.offsets.get(role, 0) :]:
                 self._print(role, record)
             self.offsets[role] = len(records)
