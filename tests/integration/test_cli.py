@@ -67,13 +67,22 @@ def _wait_group_gone(pgid: int, timeout: float = 60) -> None:
 
 
 def test_killed_run_resumes_from_its_checkpoint(tmp_path, micro_model, arithmetic_data):
-    args = TRINITY + ["run", "--config", CONFIG] + base_overrides(tmp_path, micro_model, arithmetic_data)
-    args += ["buffer.total_steps=6", "trainer.save_interval=2", "buffer.explorer_input.eval_tasksets=[]"]
+    args = (
+        TRINITY
+        + ["run", "--config", CONFIG]
+        + base_overrides(tmp_path, micro_model, arithmetic_data)
+    )
+    args += [
+        "buffer.total_steps=6",
+        "trainer.save_interval=2",
+        "buffer.explorer_input.eval_tasksets=[]",
+    ]
     job_dir = os.path.join(tmp_path, "tests", "grpo_small")
     marker = os.path.join(job_dir, "latest_checkpointed_iteration.txt")
 
-    first = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True)
+    first = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     _wait_for(marker, first, timeout=300)
     os.killpg(first.pid, signal.SIGKILL)  # the driver and the Ray it started
     first.wait()

@@ -39,7 +39,11 @@ def test_grpo_both_mode(tmp_path, micro_model, arithmetic_data, ray_cluster):
     explorer = records(job_dir, "explorer")
     eval_steps = [r["step"] for r in explorer if "eval/arith_test/accuracy/mean" in r]
     assert eval_steps == [0, 2, 3]  # startup, eval_interval, and after the last step
-    assert [r["rollout/model_version"] for r in explorer if "rollout/model_version" in r] == [0, 1, 2]
+    assert [r["rollout/model_version"] for r in explorer if "rollout/model_version" in r] == [
+        0,
+        1,
+        2,
+    ]
 
     assert result.final_hf == os.path.join(job_dir, "global_step_3", "hf")
     assert weights_changed(micro_model, result.final_hf)
@@ -92,7 +96,9 @@ stages:
     assert weights_changed(sft.final_hf, rl.final_hf)
 
 
-def test_failing_workflow_stops_the_run_with_its_error(tmp_path, micro_model, arithmetic_data, ray_cluster):
+def test_failing_workflow_stops_the_run_with_its_error(
+    tmp_path, micro_model, arithmetic_data, ray_cluster
+):
     from trinity.runtime.launcher import RunFailed
 
     overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
@@ -101,3 +107,31 @@ def test_failing_workflow_stops_the_run_with_its_error(tmp_path, micro_model, ar
     ]
     with pytest.raises(RunFailed, match="no_such_reward"):
         run(CONFIG, overrides, [])
+
+
+def test_checkpoint_sync_method(tmp_path, micro_model, arithmetic_data, ray_cluster):
+    overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
+        "synchronizer.sync_method=checkpoint",
+        "buffer.explorer_input.eval_tasksets=[]",
+        "buffer.total_steps=2",
+    ]
+    (result,) = run(CONFIG, overrides, [])
+    explorer = records(result.job_dir, "explorer")
+    # step 2 explored with the weights the trainer wrote to disk after step 1
+    assert [r["rollout/model_version"] for r in explorer] == [0, 1]
+
+
+def test_explore_mode_writes_the_experience_buffer(tmp_path, micro_model, arithmetic_data, ray_cluster):
+    from trinity.buffer import SQLiteExperienceStore
+
+    overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
+        "mode=explore",
+        "buffer.explorer_input.eval_tasksets=[]",
+        "buffer.total_steps=2",
+    ]
+    (result,) = run(CONFIG, overrides, [])
+    assert result.final_hf is None
+    store = SQLiteExperienceStore(os.path.join(result.job_dir, "buffer", "experience_buffer.db"))
+    stored = store.unconsumed()
+    assert len(stored) == 2 * 4 * 4  # steps x batch_size x repeat_times, none consumed
+    assert all(exp.group_id and exp.logprobs is not None for _, exp in stored)

@@ -9,7 +9,9 @@ from trinity.runtime.launcher import run
 EXAMPLE = os.path.join(os.path.dirname(HERE), "unit", "configs", "grpo_example.yaml")
 
 
-def test_verl_grpo_example_runs_a_few_steps(tmp_path, micro_model, arithmetic_data, ray_cluster, monkeypatch):
+def test_verl_grpo_example_runs_a_few_steps(
+    tmp_path, micro_model, arithmetic_data, ray_cluster, monkeypatch
+):
     monkeypatch.setenv("HOME", str(tmp_path))  # the example reads ${oc.env:HOME}/data/gsm8k
     data = arithmetic_data["rl"]
     overrides = [

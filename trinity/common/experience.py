@@ -52,7 +52,8 @@ class Experience:
         n_resp = len(self.tokens) - int(self.prompt_length)
         if n_resp < 0:
             raise ValueError(
-                f"Experience.prompt_length={self.prompt_length} exceeds len(tokens)={len(self.tokens)}"
+                f"Experience.prompt_length={self.prompt_length} exceeds "
+                f"len(tokens)={len(self.tokens)}"
             )
         self.prompt_length = int(self.prompt_length)
         if self.logprobs is not None:

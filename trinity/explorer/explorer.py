@@ -54,7 +54,8 @@ class Explorer:
         limit = self.config.explorer.max_repeat_times_per_runner
         out = []
         for task in tasks:
-            task.task_id = f"{'eval' if task.is_eval else 'train'}-{self.step}-{task.taskset_name}-{task.index}"
+            kind = "eval" if task.is_eval else "train"
+            task.task_id = f"{kind}-{self.step}-{task.taskset_name}-{task.index}"
             n = task.rollout_args.n
             chunk = limit if limit and not task.is_eval else n
             for start in range(0, n, chunk):
@@ -130,7 +131,7 @@ class Explorer:
         return self.step
 
     def _eval_after_update(self, step: int) -> None:
-        """Evaluate the weights of trainer step ``step`` (waits for the trainer when it is behind)."""
+        """Evaluate the weights of trainer step ``step`` (waits for the trainer if behind)."""
         if self.eval_readers and step > 0:
             self.version = self.sync(step)
             self.evaluate(step)

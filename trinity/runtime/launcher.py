@@ -41,7 +41,7 @@ def planned_steps(config: Any) -> int:
 
 
 def init_ray(namespace: str) -> None:
-    """Join ``RAY_ADDRESS`` if set, else start a local Ray (nobody runs ``ray start`` on one machine)."""
+    """Join ``RAY_ADDRESS`` if set, else start a local Ray (no ``ray start`` needed)."""
     import ray
 
     if ray.is_initialized():
@@ -137,7 +137,8 @@ def run(config_path: str, overrides: List[str], plugin_dirs: List[str]) -> List[
     for stage in stages[:-1]:
         if stage.mode != "explore" and stage.trainer.save_hf_checkpoint == "never":
             raise ConfigError(
-                f"stage '{stage.name}': trainer.save_hf_checkpoint=never, but the next stage starts "
+                f"stage '{stage.name}': trainer.save_hf_checkpoint=never, but the next "
+                "stage starts "
                 "from this stage's final HF checkpoint; use 'last'"
             )
     init_ray(stages[0].ray_namespace)

@@ -23,7 +23,7 @@ _SHOWN = {
 
 
 def eval_summary(job_dir: str) -> Dict[str, Tuple[Tuple[int, float], Tuple[int, float]]]:
-    """``eval/<taskset>/accuracy/mean`` (and reward) -> ((first_step, value), (last_step, value))."""
+    """``eval/<taskset>/accuracy/mean`` (and reward) -> (first and last (step, value))."""
     series: Dict[str, List[Tuple[int, float]]] = {}
     for record in read_metrics(os.path.join(job_dir, "monitor", "explorer.jsonl")):
         for key, value in record.items():
@@ -45,7 +45,8 @@ class ProgressPrinter:
         resumed = f", resuming at step {start}" if start else ""
         self.console.print(
             f"[bold]stage {config.name}[/bold]: mode={config.mode} "
-            f"algorithm={config.algorithm.algorithm_type} steps={steps}{resumed}\n  outputs: {self.job_dir}"
+            f"algorithm={config.algorithm.algorithm_type} steps={steps}{resumed}\n"
+            f"  outputs: {self.job_dir}"
         )
 
     def _path(self, role: str) -> str:

@@ -46,7 +46,7 @@ class Synchronizer:
         return self._changed
 
     async def publish(self, version: int, weights: List[Any]) -> None:
-        """Trainer side: weights of ``version`` are ready (a one-element list keeps refs un-resolved)."""
+        """Trainer side: weights of ``version`` are ready (a list keeps Ray refs unresolved)."""
         async with self._cond():
             self.version, self._weights = version, weights
             self._cond().notify_all()
@@ -69,7 +69,7 @@ class Synchronizer:
     async def wait_for(
         self, version: int, timeout: Optional[float] = None
     ) -> Tuple[int, List[Any]]:
-        """Explorer side: block until weights of at least ``version`` exist; returns (version, weights)."""
+        """Explorer side: wait for weights of at least ``version``; returns (version, weights)."""
         timeout = self.timeout if timeout is None else timeout
         if not self.has_trainer:
             return await self._poll_disk(version, timeout)

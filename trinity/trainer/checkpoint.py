@@ -1,8 +1,9 @@
-"""Checkpoints under ``<job_dir>/global_step_N/``, with veRL's ``latest_checkpointed_iteration.txt``.
+"""Checkpoints in ``<job_dir>/global_step_N/`` and veRL's ``latest_checkpointed_iteration.txt``.
 
 A checkpoint holds ``actor/model.pt`` (weights), ``actor/optim.pt`` (optimizer and lr
 scheduler), ``extra.json`` (step, sample-strategy state) and, when asked, ``hf/`` (a folder
-``AutoModelForCausalLM.from_pretrained`` loads, written by the trainer). The "latest" marker is written last, by
+``AutoModelForCausalLM.from_pretrained`` loads, written by the trainer). The "latest"
+marker is written last, by
 rename, so a run killed mid-save resumes from the previous complete checkpoint.
 """
 

@@ -54,8 +54,8 @@ class LossFns:
 def micro_batches(
     batch: ExperienceBatch, size: int, max_tokens: Optional[int] = None
 ) -> List[ExperienceBatch]:
-    """Split rows into micro-batches of ``size`` rows, or, with ``max_tokens`` (``use_dynamic_bsz``),
-    into as few micro-batches as keep ``rows * padded_length <= max_tokens``."""
+    """Split rows into micro-batches of ``size`` rows, or, with ``max_tokens``
+    (``use_dynamic_bsz``), into as few as keep ``rows * padded_length <= max_tokens``."""
     if max_tokens:
         size = max(1, max_tokens // batch.input_ids.shape[1])
     rows = list(range(len(batch)))

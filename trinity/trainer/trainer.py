@@ -56,7 +56,7 @@ class Trainer:
 
     # ---- setup ---------------------------------------------------------------------------
     def prepare_model(self) -> int:
-        """Load model, optimizer and algorithm; resume from the last checkpoint if asked. Returns the step."""
+        """Load model, optimizer, algorithm; resume from the last checkpoint if asked."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         cfg, algo = self.config, self.config.algorithm
@@ -95,7 +95,7 @@ class Trainer:
         return self.step
 
     def attach_reader(self, reader: Any) -> None:
-        """Connect the experience source (needs the tokenizer for SFT data, hence after the model)."""
+        """Connect the experience source (SFT data needs the tokenizer, so after the model)."""
         algo = self.config.algorithm
         self.reader = reader
         self.sampler = SAMPLE_STRATEGY.get(algo.sample_strategy)(
@@ -169,7 +169,7 @@ class Trainer:
 
     # ---- loop ------------------------------------------------------------------------------
     def run(self) -> int:
-        """Train until the buffer is exhausted or ``planned_steps`` is reached; returns the last step."""
+        """Train until the buffer runs out or ``planned_steps`` is done; returns the last step."""
         cfg = self.config
         interval = cfg.synchronizer.sync_interval
         while self.step < self.planned_steps:
@@ -202,7 +202,10 @@ class Trainer:
                 self.job_dir,
                 self.step,
                 self.model,
-                {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()},
+                {
+                    "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict(),
+                },
                 {"sample_strategy": self.sampler.state_dict()},
                 max_to_keep=self.config.trainer.max_checkpoints_to_keep,
             )
@@ -212,7 +215,7 @@ class Trainer:
             self.export_hf(hf_dir)
 
     def export_hf(self, out_dir: str) -> None:
-        """Write a folder ``AutoModelForCausalLM.from_pretrained`` loads; appears whole or not at all."""
+        """Write a folder ``AutoModelForCausalLM.from_pretrained`` loads, whole or not at all."""
         tmp = out_dir + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         self.model.save_pretrained(tmp)

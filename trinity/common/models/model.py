@@ -75,7 +75,7 @@ class ModelWrapper:
         return await result if inspect.iscoroutine(result) else result
 
     def chat(self, messages: List[Dict[str, Any]], **kwargs: Any) -> List[Experience]:
-        """Sample responses to ``messages``; kwargs: n, temperature, top_p, top_k, max_tokens, ..."""
+        """Sample responses to ``messages``; kwargs: n, temperature, top_p, top_k, max_tokens."""
         return self._call("chat", messages, self._params(kwargs))
 
     def generate(self, prompts: List[str], **kwargs: Any) -> List[Experience]:

@@ -1,4 +1,4 @@
-"""The embedded rollout engine behind ``InferenceModel``: ``TransformersEngine`` plus request batching.
+"""The embedded rollout engine behind ``InferenceModel``: ``TransformersEngine`` + batching.
 
 Workflow runners call ``chat``/``generate`` concurrently; requests that arrive within
 ``batch_wait_s`` of each other (or while a batch is being generated) are sampled together
@@ -86,7 +86,7 @@ class TransformersInferenceModel(InferenceModel):
                 for r in batch:
                     r.future.set_exception(exc)
                 continue
-            for r, out in zip(batch, outputs):
+            for r, out in zip(batch, outputs, strict=True):
                 r.future.set_result(out)
 
     def _to_experiences(self, outputs: List[SampleOutput]) -> List[Experience]:

@@ -43,7 +43,7 @@ def extract_answer(text: str) -> Optional[str]:
 
 
 def to_number(text: str) -> Optional[Fraction]:
-    """Parse ``12``, ``-3.5``, ``1,000``, ``3/4``, ``\\frac{3}{4}`` or ``$12$`` into an exact number."""
+    """Parse ``12``, ``-3.5``, ``1,000``, ``3/4``, ``\\frac{3}{4}`` or ``$12$`` exactly."""
     s = _FRAC.sub(r"(\1)/(\2)", text).replace("$", "").replace(",", "").strip()
     s = s.replace("(", "").replace(")", "")
     try:
@@ -82,7 +82,7 @@ class MathReward(RewardFn):
 
 @REWARD_FUNCTIONS.register_module("accuracy_reward")
 class AccuracyReward(RewardFn):
-    """1.0 when the extracted final answer equals the truth as normalized text (no numeric parsing)."""
+    """1.0 when the extracted answer equals the truth as normalized text (no number parsing)."""
 
     def __call__(
         self, response: str, truth: Optional[str] = None, **kwargs: Any

@@ -10,7 +10,7 @@ from trinity.common.workflows.workflow import WORKFLOWS, Task, Workflow
 
 
 def build_messages(task: Task) -> List[Dict[str, Any]]:
-    """The conversation a task's ``format_args`` describe (plaintext prompt or a messages column)."""
+    """The conversation a task's ``format_args`` describe (plaintext or a messages column)."""
     fmt, row = task.format_args, task.raw_task
     if fmt.prompt_type == "messages":
         messages = row.get(fmt.messages_key)
@@ -34,7 +34,7 @@ def build_messages(task: Task) -> List[Dict[str, Any]]:
 
 @WORKFLOWS.register_module("simple_workflow")
 class SimpleWorkflow(Workflow):
-    """One user turn, ``rollout_args.n`` sampled answers, each scored by the task's reward function."""
+    """One user turn, ``rollout_args.n`` sampled answers, each scored by the reward function."""
 
     default_reward_fn: Optional[str] = None
 
@@ -53,7 +53,8 @@ class SimpleWorkflow(Workflow):
         if reward_name is None:
             raise ValueError(
                 f"{type(self).__name__} needs a reward function: set "
-                "buffer.explorer_input.default_reward_fn_type (or the taskset's default_reward_fn_type)"
+                "buffer.explorer_input.default_reward_fn_type (or the taskset's "
+                "default_reward_fn_type)"
             )
         reward_cls = (
             REWARD_FUNCTIONS.get(reward_name) if isinstance(reward_name, str) else reward_name
@@ -80,6 +81,6 @@ class SimpleWorkflow(Workflow):
 
 @WORKFLOWS.register_module("math_workflow")
 class MathWorkflow(SimpleWorkflow):
-    """A math problem: ``math_reward`` (numeric answer equivalence) unless the taskset names another."""
+    """A math problem: ``math_reward`` (numeric equivalence) unless the taskset names another."""
 
     default_reward_fn = "math_reward"

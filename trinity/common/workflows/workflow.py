@@ -40,9 +40,7 @@ class Task:
     def workflow_cls(self) -> type:
         return WORKFLOWS.get(self.workflow) if isinstance(self.workflow, str) else self.workflow
 
-    def to_workflow(
-        self, model: ModelWrapper, auxiliary_models: Optional[List] = None
-    ) -> Workflow:
+    def to_workflow(self, model: ModelWrapper, auxiliary_models: Optional[List] = None) -> Workflow:
         return self.workflow_cls(model=model, task=self, auxiliary_models=auxiliary_models)
 
 
