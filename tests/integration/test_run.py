@@ -121,7 +121,9 @@ def test_checkpoint_sync_method(tmp_path, micro_model, arithmetic_data, ray_clus
     assert [r["rollout/model_version"] for r in explorer] == [0, 1]
 
 
-def test_explore_mode_writes_the_experience_buffer(tmp_path, micro_model, arithmetic_data, ray_cluster):
+def test_explore_mode_writes_the_experience_buffer(
+    tmp_path, micro_model, arithmetic_data, ray_cluster
+):
     from trinity.buffer import SQLiteExperienceStore
 
     overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
