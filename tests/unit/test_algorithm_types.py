@@ -23,11 +23,16 @@ from trinity.common.experience import Experience
 
 
 def test_registry_names():
-    assert ALGORITHM_TYPE.names() == ["grpo", "sft"]
-    assert ADVANTAGE_FN.names() == ["grpo"]
-    assert POLICY_LOSS_FN.names() == ["ppo", "sft"]
-    assert ENTROPY_LOSS_FN.names() == ["default", "none"]
-    assert SAMPLE_STRATEGY.names() == ["default"]
+    assert ALGORITHM_TYPE.names() == sorted(
+        ["cispo", "dapo", "dpo", "drgrpo", "grpo", "gspo", "mix", "opmd", "ppo"]
+        + ["reinforceplusplus", "remax", "rloo", "sft"]
+    )
+    assert ADVANTAGE_FN.names() == sorted(
+        ["grpo", "opmd", "ppo", "reinforceplusplus", "reinforceplusplus_baseline", "remax", "rloo"]
+    )
+    assert POLICY_LOSS_FN.names() == ["cispo", "dpo", "gspo", "mix", "opmd", "ppo", "sft"]
+    assert ENTROPY_LOSS_FN.names() == ["default", "mix", "none"]
+    assert SAMPLE_STRATEGY.names() == ["dapo", "default", "mix", "staleness_control", "warmup"]
     assert "k2" in KL_FN
 
 
@@ -135,6 +140,8 @@ def guide_opmd():
     (the advantage body, elided in the guide, is a plain mean baseline here); unregistered
     afterwards so other tests see the shared registries unchanged."""
 
+    saved = {r: r.get("opmd") for r in (ADVANTAGE_FN, POLICY_LOSS_FN, ALGORITHM_TYPE)}
+
     @ADVANTAGE_FN.register_module("opmd")
     class OPMDAdvantageFn(AdvantageFn):
         """OPMD advantage computation"""
@@ -211,8 +218,8 @@ def guide_opmd():
             }
 
     yield
-    for registry in (ADVANTAGE_FN, POLICY_LOSS_FN, ALGORITHM_TYPE):
-        registry._modules.pop("opmd")
+    for registry, builtin in saved.items():
+        registry._modules["opmd"] = builtin
 
 
 def test_guide_opmd_algorithm_registers_and_configures(guide_opmd):
@@ -233,4 +240,6 @@ def test_guide_opmd_algorithm_registers_and_configures(guide_opmd):
 
 
 def test_guide_example_is_cleaned_up():
-    assert "opmd" not in ALGORITHM_TYPE
+    # the guide's classes replaced the built-ins (plugins may) and the fixture restored them
+    for registry in (ADVANTAGE_FN, POLICY_LOSS_FN, ALGORITHM_TYPE):
+        assert registry.get("opmd").__module__.startswith("trinity.algorithm")

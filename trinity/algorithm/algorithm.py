@@ -15,6 +15,14 @@ ALGORITHM_TYPE: Registry = Registry("algorithm_type")
 ExperienceModel = Experience
 
 
+class PairExperienceModel(Experience):
+    """Schema of preference algorithms: batches of (chosen, rejected) rows, in that order.
+
+    Algorithms declaring it read paired data (``chosen_key`` / ``rejected_key``) and must
+    keep row order (``can_balance_batch = False``).
+    """
+
+
 class AlgorithmType(ABC):
     """What an algorithm needs from the trainer, and its default components.
 
@@ -81,6 +89,175 @@ class SFTAlgorithm(AlgorithmType):
             "repeat_times": 1,
             "sample_strategy": "default",
             "policy_loss_fn": "sft",
+            "kl_penalty_fn": "none",
+            "kl_loss_fn": "none",
+            "entropy_loss_fn": "none",
+        }
+
+
+def _rl(**overrides: object) -> Dict:
+    """GRPO-style defaults, with the overrides that make an algorithm what it is."""
+    base = {
+        "repeat_times": 2,
+        "sample_strategy": "default",
+        "policy_loss_fn": "ppo",
+        "advantage_fn": "grpo",
+        "kl_penalty_fn": "none",
+        "kl_loss_fn": "k2",
+        "entropy_loss_fn": "default",
+    }
+    return {**base, **overrides}
+
+
+class _OnPolicyRL(AlgorithmType):
+    """Shared flags of the critic-free RL algorithms below."""
+
+    use_critic: bool = False
+    use_reference: bool = True
+    use_advantage: bool = True
+    can_balance_batch: bool = True
+    schema: type = ExperienceModel
+
+
+@ALGORITHM_TYPE.register_module("ppo")
+class PPOAlgorithm(_OnPolicyRL):
+    """PPO with a learned critic: GAE advantages, clipped surrogate and clipped value loss."""
+
+    use_critic: bool = True
+
+    @classmethod
+    def default_config(cls) -> Dict:
+        return _rl(repeat_times=1, advantage_fn="ppo")
+
+
+@ALGORITHM_TYPE.register_module("opmd")
+class OPMDAlgorithm(_OnPolicyRL):
+    """Online policy mirror descent (the developer guide's example)."""
+
+    @classmethod
+    def default_config(cls) -> Dict:
+        return _rl(sample_strategy="warmup", policy_loss_fn="opmd", advantage_fn="opmd")
+
+
+@ALGORITHM_TYPE.register_module("rloo")
+class RLOOAlgorithm(_OnPolicyRL):
+    """REINFORCE leave-one-out: each sample's baseline is the mean of its group's others."""
+
+    @classmethod
+    def default_config(cls) -> Dict:
+        return _rl(repeat_times=4, advantage_fn="rloo")
+
+
+@ALGORITHM_TYPE.register_module("reinforceplusplus")
+class ReinforcePlusPlusAlgorithm(_OnPolicyRL):
+    """REINFORCE++: token-level KL penalty in the reward, batch-whitened returns."""
+
+    @classmethod
+    def default_config(cls) -> Dict:
+        return _rl(
+            repeat_times=1,
+            advantage_fn="reinforceplusplus",
+            kl_penalty_fn="k1",
+            kl_loss_fn="none",
+        )
+
+
+@ALGORITHM_TYPE.register_module("remax")
+class ReMaxAlgorithm(_OnPolicyRL):
+    """ReMax: the baseline is the reward of a greedy response to the same prompt.
+
+    Built-in workflows produce it with ``workflow_args: {greedy_baseline: true}``.
+    """
+
+    @classmethod
+    def default_config(cls) -> Dict:
+        return _rl(repeat_times=1, advantage_fn="remax", kl_loss_fn="none")
+
+
+@ALGORITHM_TYPE.register_module("dapo")
+class DAPOAlgorithm(_OnPolicyRL):
+    """DAPO: asymmetric clipping, dynamic sampling of informative groups, token-mean loss,
+    overlong reward shaping (``sample_strategy_args``), no KL."""
+
+    @classmethod
+    def default_config(cls) -> Dict:
+        return _rl(
+            repeat_times=8,
+            sample_strategy="dapo",
+            policy_loss_fn_args={"clip_range_low": 0.2, "clip_range_high": 0.28},
+            loss_agg_mode="token-mean",
+            kl_loss_fn="none",
+            entropy_loss_fn="none",
+        )
+
+
+@ALGORITHM_TYPE.register_module("drgrpo")
+class DrGRPOAlgorithm(_OnPolicyRL):
+    """Dr. GRPO: GRPO without the std and length normalisations."""
+
+    @classmethod
+    def default_config(cls) -> Dict:
+        return _rl(
+            repeat_times=8,
+            advantage_fn_args={"norm_adv_by_std_in_grpo": False},
+            loss_agg_mode="seq-mean-token-sum-norm",
+            kl_loss_fn="none",
+        )
+
+
+@ALGORITHM_TYPE.register_module("gspo")
+class GSPOAlgorithm(_OnPolicyRL):
+    """GSPO: sequence-level importance ratio, clipped per sequence."""
+
+    @classmethod
+    def default_config(cls) -> Dict:
+        return _rl(
+            repeat_times=8,
+            policy_loss_fn="gspo",
+            loss_agg_mode="seq-mean-token-mean",
+            kl_loss_fn="none",
+        )
+
+
+@ALGORITHM_TYPE.register_module("cispo")
+class CISPOAlgorithm(_OnPolicyRL):
+    """CISPO: REINFORCE weighted by a clipped, stop-gradient importance ratio."""
+
+    @classmethod
+    def default_config(cls) -> Dict:
+        return _rl(repeat_times=8, policy_loss_fn="cispo", kl_loss_fn="none")
+
+
+@ALGORITHM_TYPE.register_module("mix")
+class MIXAlgorithm(_OnPolicyRL):
+    """RL experiences plus expert SFT data (an ``auxiliary_buffers`` entry) in one loss."""
+
+    @classmethod
+    def default_config(cls) -> Dict:
+        return _rl(
+            repeat_times=8,
+            sample_strategy="mix",
+            policy_loss_fn="mix",
+            entropy_loss_fn="mix",
+        )
+
+
+@ALGORITHM_TYPE.register_module("dpo")
+class DPOAlgorithm(AlgorithmType):
+    """Direct preference optimisation on (chosen, rejected) pairs against a frozen reference."""
+
+    use_critic: bool = False
+    use_reference: bool = True
+    use_advantage: bool = False
+    can_balance_batch: bool = False
+    schema: type = PairExperienceModel
+
+    @classmethod
+    def default_config(cls) -> Dict:
+        return {
+            "repeat_times": 2,
+            "sample_strategy": "default",
+            "policy_loss_fn": "dpo",
             "kl_penalty_fn": "none",
             "kl_loss_fn": "none",
             "entropy_loss_fn": "none",

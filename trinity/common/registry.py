@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import logging
 from typing import Any, Dict, Generic, Iterator, Optional, TypeVar
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
+
+
+def _builtin(obj: object) -> bool:
+    return getattr(obj, "__module__", "").split(".")[0] == "trinity"
 
 
 class Registry(Generic[T]):
@@ -23,16 +29,22 @@ class Registry(Generic[T]):
     def register_module(self, name: str, module: Optional[T] = None, force: bool = False) -> Any:
         """Register ``module`` under ``name``; usable as ``@REG.register_module("x")``.
 
-        A second registration of a taken name is refused unless ``force`` is set,
-        so two plugins cannot silently shadow each other.
+        A second registration of a taken name is refused unless ``force`` is set or a
+        plugin (code outside the ``trinity`` package) replaces a built-in, so two plugins
+        cannot silently shadow each other.
         """
 
         def _register(obj: T) -> T:
-            if name in self._modules and self._modules[name] is not obj and not force:
-                raise KeyError(
-                    f"{self.name} already has a module named '{name}' "
-                    f"({self._modules[name]!r}); choose another name"
-                )
+            existing = self._modules.get(name)
+            if existing is not None and existing is not obj and not force:
+                if not (_builtin(existing) and not _builtin(obj)):
+                    raise KeyError(
+                        f"{self.name} already has a module named '{name}' "
+                        f"({existing!r}); choose another name"
+                    )
+                # A plugin may replace a built-in of the same name (the developer guide's
+                # OPMD example registers "opmd"); two plugins may not shadow each other.
+                logger.warning("%s: plugin %r replaces built-in '%s'", self.name, obj, name)
             self._modules[name] = obj
             return obj
 

@@ -34,7 +34,12 @@ def planned_steps(config: Any) -> int:
     if buf.total_steps:
         return int(buf.total_steps)
     if config.mode == "train":
-        rows, per_step = len(load_rows(buf.trainer_input.experience_buffer)), buf.train_batch_size
+        from trinity.algorithm import ALGORITHM_TYPE
+        from trinity.algorithm.algorithm import PairExperienceModel
+
+        paired = ALGORITHM_TYPE.get(config.algorithm.algorithm_type).schema is PairExperienceModel
+        rows = len(load_rows(buf.trainer_input.experience_buffer))
+        per_step = buf.train_batch_size // 2 if paired else buf.train_batch_size  # DPO: pairs
     else:
         rows, per_step = len(load_rows(buf.explorer_input.taskset)), buf.batch_size
     return max(1, math.ceil(rows * buf.total_epochs / per_step))

@@ -163,27 +163,54 @@ class TrainerActor:
         publish = self._publish if self.config.mode == "both" else None
         self.trainer = Trainer(self.config, self.planned_steps, self.monitor.log, publish)
         step = self.trainer.prepare_model()
-        self.trainer.attach_reader(self._reader())
+        self.trainer.attach_reader(self._reader(), self._auxiliary_readers())
         if step and self.config.mode == "both":
             self._publish(step, self.trainer.model)
         return step
 
     def _reader(self) -> Any:
+        """The experience buffer: the queue in ``both`` mode, else a file dataset whose rows
+        become experiences per the algorithm's schema (SFT rows, or DPO pairs)."""
         cfg = self.config
         storage = cfg.buffer.trainer_input.experience_buffer
         if self.queue is not None:
             return QueueReader(self.queue, storage.max_read_timeout)
-        from trinity.buffer import SFTReader
+        return self._file_reader(storage, cfg.buffer.total_epochs, cfg.buffer.total_steps)
 
-        buf = cfg.buffer
-        return SFTReader(
+    def _file_reader(self, storage: Any, total_epochs: int, total_steps: Optional[int]) -> Any:
+        from trinity.algorithm.algorithm import PairExperienceModel
+        from trinity.buffer import SFTReader
+        from trinity.buffer.dpo import DPOReader
+
+        cfg = self.config
+        paired = self.trainer.algorithm.schema is PairExperienceModel
+        # DPO reads train_batch_size experiences = half as many (chosen, rejected) pairs.
+        size = cfg.buffer.train_batch_size // 2 if paired else cfg.buffer.train_batch_size
+        reader_cls = DPOReader if paired else SFTReader
+        return reader_cls(
             storage,
             self.trainer.tokenizer,
-            buf.train_batch_size,
-            buf.total_epochs,
-            buf.total_steps,
+            size,
+            total_epochs,
+            total_steps,
             cfg.model.max_model_len,
         )
+
+    def _auxiliary_readers(self) -> Dict[str, Any]:
+        """``buffer.trainer_input.auxiliary_buffers``: SFT data, cycled while training runs."""
+        from trinity.buffer import SFTReader
+
+        cfg = self.config
+        return {
+            name: SFTReader(
+                storage,
+                self.trainer.tokenizer,
+                cfg.buffer.train_batch_size,
+                total_epochs=10**9,  # an auxiliary dataset repeats; the main buffer ends the run
+                max_model_len=cfg.model.max_model_len,
+            )
+            for name, storage in cfg.buffer.trainer_input.auxiliary_buffers.items()
+        }
 
     def _publish(self, version: int, model: Any) -> None:
         if self.config.synchronizer.sync_method == "memory":

@@ -48,12 +48,18 @@ def save_checkpoint(
     optim_state: Dict[str, Any],
     extra: Dict[str, Any],
     max_to_keep: Optional[int] = None,
+    states: Optional[Dict[str, Any]] = None,
 ) -> str:
-    """Write checkpoint ``step`` and mark it the latest; keep the newest ``max_to_keep``."""
+    """Write checkpoint ``step`` and mark it the latest; keep the newest ``max_to_keep``.
+
+    ``states`` holds further named states (e.g. ``critic``), each saved as ``<name>.pt``.
+    """
     out = step_dir(job_dir, step)
     os.makedirs(os.path.join(out, "actor"), exist_ok=True)
     torch.save(model.state_dict(), os.path.join(out, "actor", "model.pt"))
     torch.save(optim_state, os.path.join(out, "actor", "optim.pt"))
+    for name, state in (states or {}).items():
+        torch.save(state, os.path.join(out, f"{name}.pt"))
     with open(os.path.join(out, "extra.json"), "w") as f:
         json.dump({"step": step, **extra}, f)
     tmp = os.path.join(job_dir, LATEST_FILE + ".tmp")
@@ -67,11 +73,19 @@ def save_checkpoint(
 
 
 def load_checkpoint(job_dir: str, step: int) -> Dict[str, Any]:
-    """``{"model", "optim", "extra"}`` of checkpoint ``step``."""
+    """``{"model", "optim", "extra", "states"}`` of checkpoint ``step``."""
     src = step_dir(job_dir, step)
     with open(os.path.join(src, "extra.json")) as f:
         extra = json.load(f)
+    states = {
+        name[: -len(".pt")]: torch.load(
+            os.path.join(src, name), map_location="cpu", weights_only=False
+        )
+        for name in os.listdir(src)
+        if name.endswith(".pt")
+    }
     return {
+        "states": states,
         "model": torch.load(
             os.path.join(src, "actor", "model.pt"), map_location="cpu", weights_only=True
         ),

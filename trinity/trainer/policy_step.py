@@ -97,7 +97,9 @@ def accumulate_gradients(
             )
             loss = loss + kl_loss
             metrics.update(kl_metrics)
-        ent_loss, ent_metrics = fns.entropy_loss(entropy, mb.action_mask, fns.loss_agg_mode)
+        ent_loss, ent_metrics = fns.entropy_loss(
+            entropy, mb.action_mask, fns.loss_agg_mode, expert_mask=mb.extra.get("expert_mask")
+        )
         loss = loss + ent_loss
         metrics.update(ent_metrics)
         (loss * share).backward()

@@ -19,10 +19,12 @@ from trinity.algorithm import (
     SAMPLE_STRATEGY,
 )
 from trinity.algorithm.algorithm import needs_reference
+from trinity.algorithm.kl_fn import build_kl_controller
 from trinity.algorithm.optimizer import build_lr_scheduler, build_optimizer
 from trinity.common.config import effective_trainer_settings
 from trinity.common.experience import Experience, ExperienceBatch
 from trinity.trainer import checkpoint as ckpt
+from trinity.trainer.critic import Critic
 from trinity.trainer.policy_step import LossFns, accumulate_gradients, reference_logprobs
 
 logger = logging.getLogger(__name__)
@@ -83,23 +85,44 @@ class Trainer:
             else 1.0,
         )
         self.fns.loss_agg_mode = self.fns.policy_loss.loss_agg_mode
-        self.kl_penalty = KL_FN.get(algo.kl_penalty_fn)(**algo.kl_penalty_fn_args)
+        # veRL's kl_ctrl (fixed | adaptive) steers the in-reward KL coefficient over training.
+        penalty_args = dict(algo.kl_penalty_fn_args)
+        kl_ctrl = penalty_args.pop("kl_ctrl", None)
+        self.kl_penalty = KL_FN.get(algo.kl_penalty_fn)(**penalty_args)
+        self.kl_ctrl = build_kl_controller(kl_ctrl, penalty_args.get("kl_coef", 0.001))
         self.advantage_fn = (
             ADVANTAGE_FN.get(algo.advantage_fn)(**algo.advantage_fn_args)
             if self.algorithm.use_advantage
             else None
         )
+        self.critic = None
+        if self.algorithm.use_critic:
+            self.critic = Critic(
+                self.settings["critic"], self.planned_steps, self.fns.loss_agg_mode
+            )
         self._sampler_state: Dict[str, Any] = {}
         if cfg.continue_from_checkpoint and ckpt.latest_step(self.job_dir) is not None:
             self._resume(ckpt.latest_step(self.job_dir))
         return self.step
 
-    def attach_reader(self, reader: Any) -> None:
-        """Connect the experience source (SFT data needs the tokenizer, so after the model)."""
+    def attach_reader(
+        self, reader: Any, auxiliary_readers: Optional[Dict[str, Any]] = None
+    ) -> None:
+        """Connect the experience source (SFT data needs the tokenizer, so after the model).
+
+        ``auxiliary_readers`` (``buffer.trainer_input.auxiliary_buffers`` by name) go to the
+        sample strategy, which decides how to mix them in.
+        """
         algo = self.config.algorithm
         self.reader = reader
+        # What a strategy may need from the run; the user's sample_strategy_args win.
+        context = {
+            "auxiliary_readers": auxiliary_readers or {},
+            "group_size": algo.repeat_times,
+            "max_response_tokens": self.config.model.max_response_tokens,
+        }
         self.sampler = SAMPLE_STRATEGY.get(algo.sample_strategy)(
-            reader, **algo.sample_strategy_args
+            reader, **{**context, **algo.sample_strategy_args}
         )
         self.sampler.load_state_dict(self._sampler_state)
 
@@ -109,47 +132,86 @@ class Trainer:
         self.optimizer.load_state_dict(state["optim"]["optimizer"])
         self.scheduler.load_state_dict(state["optim"]["scheduler"])
         self._sampler_state = state["extra"].get("sample_strategy", {})
+        self.kl_ctrl.load_state_dict(state["extra"].get("kl_ctrl", self.kl_ctrl.state_dict()))
+        if self.critic is not None:
+            self.critic.load_state_dict(state["states"]["critic"])
         self.step = step
         logger.info("resumed the trainer from %s", ckpt.step_dir(self.job_dir, step))
 
     # ---- one step --------------------------------------------------------------------------
-    def train_step(self, experiences: List[Experience]) -> Dict[str, float]:
-        start = time.monotonic()
-        settings = self.settings
-        mbs = settings["micro_batch_size_per_device"]
-        max_tokens = settings["max_token_len_per_device"] if settings["use_dynamic_bsz"] else None
-        ref_tokens = (
-            settings["ref_max_token_len_per_device"] if settings["ref_use_dynamic_bsz"] else None
-        )
+    def _tokens(self, key: str, dynamic_key: str) -> Optional[int]:
+        return self.settings[key] if self.settings[dynamic_key] else None
+
+    def _batch(self, experiences: List[Experience]) -> ExperienceBatch:
+        """Pad experiences and lift per-row flags that components read by name."""
         batch = ExperienceBatch.from_experiences(experiences, self.tokenizer.pad_token_id)
+        for flag, name, default in (
+            ("is_expert", "expert_mask", 0.0),
+            ("sample_weight", "sample_weight", 1.0),
+        ):
+            if any(flag in e.info for e in experiences):
+                values = [float(e.info.get(flag, default)) for e in experiences]
+                batch.extra[name] = torch.tensor(values)
+        return batch
+
+    def _prepare_batch(self, batch: ExperienceBatch) -> Dict[str, float]:
+        """Reference logprobs, values, KL-in-reward and advantages, in that order."""
         metrics: Dict[str, float] = {}
         if self.ref_model is not None:
             batch.ref_logprob = reference_logprobs(
                 self.ref_model,
                 batch,
-                settings["ref_micro_batch_size_per_device"],
+                self.settings["ref_micro_batch_size_per_device"],
                 self.fns.temperature,
-                ref_tokens,
+                self._tokens("ref_max_token_len_per_device", "ref_use_dynamic_bsz"),
             )
+        if self.critic is not None:
+            batch.extra["values"] = self.critic.values(batch)
         if self.advantage_fn is not None:
+            self.kl_penalty.kl_coef = self.kl_ctrl.value
             batch, kl_metrics = self.kl_penalty.apply_kl_penalty_to_reward(batch)
+            if "actor/reward_kl_penalty" in kl_metrics:
+                self.kl_ctrl.update(kl_metrics["actor/reward_kl_penalty"], n_steps=len(batch))
             batch, adv_metrics = self.advantage_fn(batch)
-            metrics.update(kl_metrics)
-            metrics.update(adv_metrics)
-        for _ in range(settings["ppo_epochs"]):
+            metrics.update({**kl_metrics, **adv_metrics})
+            if "sample_weight" in batch.extra:  # e.g. staleness_control down-weighting
+                batch.advantages = batch.advantages * batch.extra["sample_weight"].unsqueeze(-1)
+        return metrics
+
+    def _update_actor(self, batch: ExperienceBatch) -> Dict[str, float]:
+        max_tokens = self._tokens("max_token_len_per_device", "use_dynamic_bsz")
+        for _ in range(self.settings["ppo_epochs"]):
             self.optimizer.zero_grad(set_to_none=True)
-            totals = accumulate_gradients(self.model, batch, self.fns, mbs, max_tokens)
+            totals = accumulate_gradients(
+                self.model,
+                batch,
+                self.fns,
+                self.settings["micro_batch_size_per_device"],
+                max_tokens,
+            )
             grad_norm = torch.nn.utils.clip_grad_norm_(
-                self.model.parameters(), settings["grad_clip"]
+                self.model.parameters(), self.settings["grad_clip"]
             )
             if torch.isfinite(grad_norm):
                 self.optimizer.step()
             else:
-                logger.warning("step %d: non-finite grad norm, update skipped", self.step + 1)
+                logger.warning("step %d: non-finite grad norm, update skipped", self.step)
+        metrics = {f"actor/{k}": v for k, v in totals.items()}
+        metrics["actor/grad_norm"] = float(grad_norm)
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
-        metrics.update({f"actor/{k}": v for k, v in totals.items()})
-        metrics["actor/grad_norm"] = float(grad_norm)
+        return metrics
+
+    def train_step(self, experiences: List[Experience]) -> Dict[str, float]:
+        """One update from one batch; ``self.step`` is the (1-based) step being trained."""
+        start = time.monotonic()
+        batch = self._batch(experiences)
+        metrics = self._prepare_batch(batch)
+        if self.critic is not None:
+            metrics.update(self.critic.update(batch))
+        # veRL's critic_warmup: the first steps train only the critic.
+        if self.critic is None or self.step > self.settings["critic_warmup"]:
+            metrics.update(self._update_actor(batch))
         metrics.update(self._batch_metrics(batch))
         metrics["time/train_step"] = time.monotonic() - start
         return metrics
@@ -206,8 +268,12 @@ class Trainer:
                     "optimizer": self.optimizer.state_dict(),
                     "scheduler": self.scheduler.state_dict(),
                 },
-                {"sample_strategy": self.sampler.state_dict()},
+                {
+                    "sample_strategy": self.sampler.state_dict(),
+                    "kl_ctrl": self.kl_ctrl.state_dict(),
+                },
                 max_to_keep=self.config.trainer.max_checkpoints_to_keep,
+                states={"critic": self.critic.state_dict()} if self.critic is not None else None,
             )
         mode = self.config.trainer.save_hf_checkpoint
         hf_dir = os.path.join(ckpt.step_dir(self.job_dir, self.step), "hf")

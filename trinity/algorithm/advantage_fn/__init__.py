@@ -9,5 +9,23 @@ elsewhere (a plugin) registers the same way, or is named by its dotted path.
 
 from trinity.algorithm.advantage_fn.base import ADVANTAGE_FN, AdvantageFn
 from trinity.algorithm.advantage_fn.grpo import GRPOAdvantageFn
+from trinity.algorithm.advantage_fn.opmd import OPMDAdvantageFn
+from trinity.algorithm.advantage_fn.ppo import PPOAdvantageFn
+from trinity.algorithm.advantage_fn.reinforce_plus_plus import REINFORCEPlusPlusAdvantageFn
+from trinity.algorithm.advantage_fn.reinforce_plus_plus_baseline import (
+    REINFORCEPlusPlusBaselineAdvantageFn,
+)
+from trinity.algorithm.advantage_fn.remax import REMAXAdvantageFn
+from trinity.algorithm.advantage_fn.rloo import RLOOAdvantageFn
 
-__all__ = ["ADVANTAGE_FN", "AdvantageFn", "GRPOAdvantageFn"]
+__all__ = [
+    "ADVANTAGE_FN",
+    "AdvantageFn",
+    "GRPOAdvantageFn",
+    "OPMDAdvantageFn",
+    "PPOAdvantageFn",
+    "REINFORCEPlusPlusAdvantageFn",
+    "REINFORCEPlusPlusBaselineAdvantageFn",
+    "REMAXAdvantageFn",
+    "RLOOAdvantageFn",
+]

@@ -8,5 +8,12 @@ import the file below.
 
 from trinity.algorithm.entropy_loss_fn.base import ENTROPY_LOSS_FN, EntropyLossFn
 from trinity.algorithm.entropy_loss_fn.default import DefaultEntropyLossFn, NoEntropyLossFn
+from trinity.algorithm.entropy_loss_fn.mix import MixEntropyLossFn
 
-__all__ = ["ENTROPY_LOSS_FN", "EntropyLossFn", "DefaultEntropyLossFn", "NoEntropyLossFn"]
+__all__ = [
+    "ENTROPY_LOSS_FN",
+    "EntropyLossFn",
+    "DefaultEntropyLossFn",
+    "MixEntropyLossFn",
+    "NoEntropyLossFn",
+]

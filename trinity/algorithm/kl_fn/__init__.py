@@ -6,6 +6,22 @@ it), decorate it with ``@KL_FN.register_module("name")`` and import the file bel
 """
 
 from trinity.algorithm.kl_fn.base import KL_FN, KLFn
+from trinity.algorithm.kl_fn.controller import (
+    AdaptiveKLController,
+    FixedKLController,
+    build_kl_controller,
+)
 from trinity.algorithm.kl_fn.estimators import AbsFn, K1Fn, K2Fn, K3Fn, NoKLFn
 
-__all__ = ["KL_FN", "KLFn", "K1Fn", "K2Fn", "K3Fn", "AbsFn", "NoKLFn"]
+__all__ = [
+    "KL_FN",
+    "KLFn",
+    "K1Fn",
+    "K2Fn",
+    "K3Fn",
+    "AbsFn",
+    "NoKLFn",
+    "AdaptiveKLController",
+    "FixedKLController",
+    "build_kl_controller",
+]

@@ -7,7 +7,22 @@ To add one: subclass ``PolicyLossFn`` in a new file of this package, write
 """
 
 from trinity.algorithm.policy_loss_fn.base import POLICY_LOSS_FN, PolicyLossFn
+from trinity.algorithm.policy_loss_fn.cispo import CISPOPolicyLossFn
+from trinity.algorithm.policy_loss_fn.dpo import DPOLossFn
+from trinity.algorithm.policy_loss_fn.gspo import GSPOPolicyLossFn
+from trinity.algorithm.policy_loss_fn.mix import MIXPolicyLossFn
+from trinity.algorithm.policy_loss_fn.opmd import OPMDPolicyLossFn
 from trinity.algorithm.policy_loss_fn.ppo import PPOPolicyLossFn
 from trinity.algorithm.policy_loss_fn.sft import SFTLossFn
 
-__all__ = ["POLICY_LOSS_FN", "PolicyLossFn", "PPOPolicyLossFn", "SFTLossFn"]
+__all__ = [
+    "POLICY_LOSS_FN",
+    "PolicyLossFn",
+    "CISPOPolicyLossFn",
+    "DPOLossFn",
+    "GSPOPolicyLossFn",
+    "MIXPolicyLossFn",
+    "OPMDPolicyLossFn",
+    "PPOPolicyLossFn",
+    "SFTLossFn",
+]

@@ -7,6 +7,18 @@ give ``state_dict``/``load_state_dict`` if it keeps state, decorate it with
 """
 
 from trinity.algorithm.sample_strategy.base import SAMPLE_STRATEGY, SampleStrategy
+from trinity.algorithm.sample_strategy.dapo import DAPOSampleStrategy
 from trinity.algorithm.sample_strategy.default import DefaultSampleStrategy
+from trinity.algorithm.sample_strategy.mix import MixSampleStrategy
+from trinity.algorithm.sample_strategy.staleness import StalenessControlSampleStrategy
+from trinity.algorithm.sample_strategy.warmup import WarmupSampleStrategy
 
-__all__ = ["SAMPLE_STRATEGY", "SampleStrategy", "DefaultSampleStrategy"]
+__all__ = [
+    "SAMPLE_STRATEGY",
+    "SampleStrategy",
+    "DAPOSampleStrategy",
+    "DefaultSampleStrategy",
+    "MixSampleStrategy",
+    "StalenessControlSampleStrategy",
+    "WarmupSampleStrategy",
+]

@@ -46,9 +46,13 @@ class TransformersInferenceModel(InferenceModel):
 
     async def _submit(self, prompt_ids: List[int], params: SamplingParams) -> List[SampleOutput]:
         loop = asyncio.get_running_loop()
-        if self._wakeup is None:
+        # A Ray actor keeps one loop; a local caller (asyncio.run per call) brings a new one.
+        if (
+            self._loop_task is None
+            or self._loop_task.done()
+            or self._loop_task.get_loop() is not loop
+        ):
             self._wakeup = asyncio.Event()
-        if self._loop_task is None or self._loop_task.done():
             self._loop_task = loop.create_task(self._batch_loop())
         request = _Request(prompt_ids, params, loop.create_future())
         self._pending.append(request)

@@ -71,12 +71,23 @@ class SimpleWorkflow(Workflow):
             top_k=args.top_k,
             max_tokens=args.max_tokens,
         )
-        truth = None if self.truth is None else str(self.truth)
         for exp in responses:
-            components = self.reward_fn(exp.response_text, truth, raw_task=self.task.raw_task)
+            components = self._score(exp.response_text)
             exp.reward = total_reward(components)
             exp.metrics.update(components)
+        if self.task.workflow_args.get("greedy_baseline"):
+            # ReMax's baseline: the reward of the greedy answer to the same prompt.
+            greedy = self.model.chat(
+                self.messages, n=1, temperature=0.0, max_tokens=args.max_tokens
+            )
+            baseline = total_reward(self._score(greedy[0].response_text))
+            for exp in responses:
+                exp.info["baseline_reward"] = baseline
         return responses
+
+    def _score(self, response: str) -> Dict[str, float]:
+        truth = None if self.truth is None else str(self.truth)
+        return self.reward_fn(response, truth, raw_task=self.task.raw_task)
 
 
 @WORKFLOWS.register_module("math_workflow")

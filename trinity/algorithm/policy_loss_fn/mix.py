@@ -1,0 +1,94 @@
+"""Mixed RL + SFT loss: PPO on the policy's own rows, NLL on expert demonstrations."""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+import torch
+
+from trinity.algorithm.policy_loss_fn.base import POLICY_LOSS_FN, PolicyLossFn
+from trinity.algorithm.policy_loss_fn.ppo import PPOPolicyLossFn
+from trinity.algorithm.policy_loss_fn.sft import SFTLossFn
+
+
+def expert_rows(expert_mask: Optional[torch.Tensor], batch_size: int) -> torch.Tensor:
+    """``(B,)`` bool: True on expert rows. Checks ``expert_mask`` is one flag per row."""
+    if expert_mask is None:
+        raise ValueError(
+            "the mix loss needs expert_mask ((B,) 1.0 on expert rows) in the batch; "
+            "use a sample strategy that marks expert experiences (e.g. 'mix')"
+        )
+    if expert_mask.dim() != 1 or expert_mask.shape[0] != batch_size:
+        raise ValueError(
+            f"expert_mask must have shape ({batch_size},), got {tuple(expert_mask.shape)}"
+        )
+    return expert_mask > 0
+
+
+@POLICY_LOSS_FN.register_module("mix")
+class MIXPolicyLossFn(PolicyLossFn):
+    """``(1 - mu) * ppo(non-expert rows) + mu * sft(expert rows)``.
+
+    Each side is aggregated over its own rows with ``loss_agg_mode`` (e.g. ``token-mean``
+    averages the PPO term over RL tokens only); a side without rows in the (micro-)batch
+    contributes 0 and reports no metrics.
+
+    Args:
+        mu: weight of the SFT term, in [0, 1].
+        clip_range, clip_range_low, clip_range_high, clip_ratio_c, loss_agg_mode: passed
+            to ``PPOPolicyLossFn`` (``loss_agg_mode`` to the SFT term as well).
+    """
+
+    def __init__(
+        self,
+        mu: float = 0.1,
+        clip_range: float = 0.2,
+        clip_range_low: Optional[float] = None,
+        clip_range_high: Optional[float] = None,
+        clip_ratio_c: Optional[float] = None,
+        loss_agg_mode: str = "token-mean",
+    ) -> None:
+        super().__init__(loss_agg_mode)
+        if not 0.0 <= mu <= 1.0:
+            raise ValueError(f"mu (the SFT weight) must be in [0, 1], got {mu}")
+        self.mu = mu
+        self.ppo = PPOPolicyLossFn(
+            clip_range, clip_range_low, clip_range_high, clip_ratio_c, loss_agg_mode
+        )
+        self.sft = SFTLossFn(loss_agg_mode)
+
+    def __call__(  # type: ignore[override]
+        self,
+        logprob: torch.Tensor,
+        old_logprob: torch.Tensor,
+        action_mask: torch.Tensor,
+        advantages: torch.Tensor,
+        expert_mask: Optional[torch.Tensor],
+        **kwargs,
+    ) -> Tuple[torch.Tensor, Dict]:
+        """Token inputs ``(B, R)``, ``expert_mask`` ``(B,)``. Metrics: the PPO ones prefixed
+        ``usual/`` (``usual/pg_loss``, ...) and ``expert/sft_loss``."""
+        expert = expert_rows(expert_mask, logprob.shape[0])
+        usual = ~expert
+        loss = logprob.new_zeros(())
+        metrics: Dict[str, float] = {}
+        if usual.any():
+            pg_loss, pg_metrics = self.ppo(
+                logprob=logprob[usual],
+                old_logprob=old_logprob[usual],
+                action_mask=action_mask[usual],
+                advantages=advantages[usual],
+            )
+            loss = loss + (1.0 - self.mu) * pg_loss
+            metrics.update({f"usual/{k}": v for k, v in pg_metrics.items()})
+        if expert.any():
+            sft_loss, sft_metrics = self.sft(
+                logprob=logprob[expert], action_mask=action_mask[expert]
+            )
+            loss = loss + self.mu * sft_loss
+            metrics.update({f"expert/{k}": v for k, v in sft_metrics.items()})
+        return loss, metrics
+
+    @classmethod
+    def default_args(cls) -> Dict:
+        return {"mu": 0.1, "clip_range": 0.2, "clip_ratio_c": None, "loss_agg_mode": "token-mean"}
