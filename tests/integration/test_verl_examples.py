@@ -6,7 +6,8 @@ import os
 from tests.integration.conftest import HERE
 from trinity.runtime.launcher import run
 
-EXAMPLE = os.path.join(os.path.dirname(HERE), "unit", "configs", "grpo_example.yaml")
+EXAMPLES = os.path.join(os.path.dirname(HERE), "unit", "configs")
+EXAMPLE = os.path.join(EXAMPLES, "grpo_example.yaml")
 
 
 def test_verl_grpo_example_runs_a_few_steps(
@@ -39,3 +40,40 @@ def test_verl_grpo_example_runs_a_few_steps(
     with open(os.path.join(result.job_dir, "config.yaml")) as f:
         resolved = f.read()
     assert "use_dynamic_bsz: true" in resolved and "max_token_len_per_gpu: 24000" in resolved
+
+
+def test_verl_ppo_example_runs_a_few_steps(
+    tmp_path, micro_model, arithmetic_data, ray_cluster, monkeypatch
+):
+    """The PPO example: critic from critic_model_path with the trainer_config critic keys; its
+    reward model (explorer.auxiliary_models) is replaced by a rule reward, as none can be
+    downloaded."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    data = arithmetic_data["rl"]
+    overrides = [
+        f"checkpoint_root_dir={tmp_path}/ck",
+        f"model.model_path={micro_model}",
+        f"model.critic_model_path={micro_model}",
+        "model.max_prompt_tokens=40",
+        "model.max_response_tokens=4",
+        "explorer.auxiliary_models=[]",
+        "buffer.explorer_input.default_reward_fn_type=math_reward",
+        *[
+            f"buffer.explorer_input.{sets}.{i}.{key}"
+            for sets in ("tasksets", "eval_tasksets")
+            for i in (0, 1)
+            for key in (f"path={data}", "format.prompt_key=question")
+        ],
+        "buffer.batch_size=4",
+        "buffer.train_batch_size=4",
+        "buffer.total_steps=2",
+        "cluster.gpu_per_node=0",
+        "monitor.monitor_type=tensorboard",
+    ]
+    (result,) = run(os.path.join(EXAMPLES, "ppo_example.yaml"), overrides, [])
+    with open(os.path.join(result.job_dir, "monitor", "trainer.jsonl")) as f:
+        trainer = [json.loads(line) for line in f]
+    assert [r["step"] for r in trainer] == [1, 2]
+    # critic.optim.lr: 1e-5 and lr_warmup_steps_ratio: 0.05 from trainer_config.critic
+    assert all("critic/vf_loss" in r and "critic/lr" in r for r in trainer)
+    assert os.path.exists(os.path.join(result.job_dir, "global_step_2", "critic.pt"))

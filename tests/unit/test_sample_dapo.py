@@ -37,7 +37,34 @@ def test_registered_with_defaults():
         "max_read_batches": 10,
         "overlong_buffer_len": 0,
         "overlong_penalty_factor": 1.0,
+        "refill_timeout": 5.0,
     }
+
+
+class OpenQueue:
+    """A queue that stays open: after its data, reads time out empty (never StopIteration)."""
+
+    def __init__(self, exps):
+        self.exps = list(exps)
+
+    def read(self, n, timeout=None):
+        out, self.exps = self.exps[:n], self.exps[n:]
+        return out
+
+
+def test_refill_that_times_out_trains_on_what_was_kept():
+    # a: rewards 1,0 (informative, kept); b: 0,0 (dropped); nothing more arrives in time
+    strategy = DAPOSampleStrategy(OpenQueue(group("a", 1, 0) + group("b", 0, 0)), group_size=2)
+    exps, metrics = strategy.sample(1, 4)
+    assert names(exps) == ["a0", "a1"]
+    assert metrics["sample/groups_dropped"] == 1
+
+
+def test_only_uninformative_groups_fall_back_to_training_on_them():
+    strategy = DAPOSampleStrategy(OpenQueue(group("b", 0, 0) + group("c", 1, 1)), group_size=2)
+    exps, metrics = strategy.sample(1, 4)
+    assert names(exps) == ["b0", "b1", "c0", "c1"]  # zero advantages, but the step completes
+    assert metrics["sample/fallback_groups"] == 2
 
 
 def test_split_groups_keeps_an_unfinished_last_run():

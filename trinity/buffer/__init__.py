@@ -29,7 +29,7 @@ from trinity.buffer.store import (
     deserialize_experience,
     serialize_experience,
 )
-from trinity.buffer.task_reader import TaskReader
+from trinity.buffer.task_reader import MixedTaskReader, TaskReader
 
 __all__ = [
     "TASK_SELECTORS",
@@ -45,5 +45,6 @@ __all__ = [
     "build_selector",
     "deserialize_experience",
     "load_rows",
+    "MixedTaskReader",
     "serialize_experience",
 ]

@@ -65,3 +65,35 @@ class TaskReader:
 
     def load_state_dict(self, state: Dict[str, int]) -> None:
         self.cursor.load_state_dict(state)
+
+
+class MixedTaskReader:
+    """Several training tasksets (``explorer_input.tasksets``) read as one.
+
+    Each batch takes tasks from the tasksets in turn, one at a time (round robin), so all
+    contribute evenly until one runs out, after which the others fill the batches. Every
+    taskset keeps its own order, epochs and settings (workflow, reward, rollout args).
+    """
+
+    def __init__(self, readers: List[TaskReader]) -> None:
+        self.readers = readers
+
+    def __len__(self) -> int:
+        return sum(len(r) for r in self.readers)
+
+    def read(self, batch_size: int) -> List[Task]:
+        """The next ``batch_size`` tasks; raises ``StopIteration`` when every taskset is read."""
+        out: List[Task] = []
+        live = list(self.readers)
+        while len(out) < batch_size and live:
+            for reader in list(live):
+                index = reader.cursor.take(1)
+                if not index:
+                    live.remove(reader)
+                    continue
+                out.append(reader.task(index[0]))
+                if len(out) == batch_size:
+                    break
+        if not out:
+            raise StopIteration("every taskset has been read")
+        return out

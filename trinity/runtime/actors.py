@@ -85,11 +85,12 @@ class QueueActor:
     def put(self, exps: List[Any]) -> None:
         self.queue.put(exps)
 
-    def get(self, n: int, timeout: Optional[float]) -> List[Any]:
+    def get(self, n: int, timeout: Optional[float]) -> Optional[List[Any]]:
+        """Up to ``n`` experiences ([] if none came in time); None once closed and drained."""
         try:
             return self.queue.get(n, timeout)
         except StopIteration:
-            return []
+            return None
 
     def close(self) -> None:
         self.queue.close()

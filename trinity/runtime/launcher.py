@@ -41,7 +41,8 @@ def planned_steps(config: Any) -> int:
         rows = len(load_rows(buf.trainer_input.experience_buffer))
         per_step = buf.train_batch_size // 2 if paired else buf.train_batch_size  # DPO: pairs
     else:
-        rows, per_step = len(load_rows(buf.explorer_input.taskset)), buf.batch_size
+        rows = sum(len(load_rows(ts)) for ts in buf.explorer_input.tasksets)
+        per_step = buf.batch_size
     return max(1, math.ceil(rows * buf.total_epochs / per_step))
 
 

@@ -63,7 +63,7 @@ class ExplorerActor:
         self.loaded_version = 0
 
     def prepare(self, start_step: int) -> None:
-        from trinity.buffer import TaskReader
+        from trinity.buffer import MixedTaskReader, TaskReader
         from trinity.explorer.explorer import Explorer
 
         cfg, job_dir = self.config, self.config.checkpoint_job_dir
@@ -80,9 +80,11 @@ class ExplorerActor:
         pool = RayRunnerPool(
             self._make_runner, per_model * len(self.engines), cfg.explorer.max_timeout
         )
-        reader = TaskReader(
-            cfg.buffer.explorer_input.taskset, cfg.buffer.total_epochs, cfg.buffer.total_steps
-        )
+        buf = cfg.buffer
+        readers = [
+            TaskReader(ts, buf.total_epochs, buf.total_steps) for ts in buf.explorer_input.tasksets
+        ]
+        reader = readers[0] if len(readers) == 1 else MixedTaskReader(readers)
         for _ in range(start_step):  # resume: skip the batches already explored and trained on
             reader.read(cfg.buffer.batch_size)
         evals = {ts.name: TaskReader(ts) for ts in cfg.buffer.explorer_input.eval_tasksets}
@@ -250,6 +252,6 @@ class QueueReader:
 
     def read(self, batch_size: int, timeout: Optional[float] = None) -> List[Any]:
         exps = ray.get(self.queue.get.remote(batch_size, timeout or self.max_read_timeout))
-        if not exps:
-            raise StopIteration
+        if exps is None:
+            raise StopIteration("the explorer has finished and the queue is drained")
         return exps

@@ -49,15 +49,17 @@ class LossFns:
     entropy_loss: Any  # EntropyLossFn
     loss_agg_mode: str = "token-mean"
     temperature: float = 1.0
+    row_multiple: int = 1  # micro-batches keep groups of this many rows together
 
 
 def micro_batches(
-    batch: ExperienceBatch, size: int, max_tokens: Optional[int] = None
+    batch: ExperienceBatch, size: int, max_tokens: Optional[int] = None, multiple: int = 1
 ) -> List[ExperienceBatch]:
     """Split rows into micro-batches of ``size`` rows, or, with ``max_tokens``
     (``use_dynamic_bsz``), into as few as keep ``rows * padded_length <= max_tokens``."""
     if max_tokens:
         size = max(1, max_tokens // batch.input_ids.shape[1])
+    size = max(multiple, size - size % multiple)  # e.g. DPO pairs are never split
     rows = list(range(len(batch)))
     if size >= len(rows):
         return [batch]
@@ -86,7 +88,7 @@ def accumulate_gradients(
     # the whole batch makes the summed gradient equal that of the full-batch loss.
     by_tokens = fns.loss_agg_mode == "token-mean"
     whole = batch.action_mask.sum().clamp(min=1.0) if by_tokens else len(batch)
-    for mb in micro_batches(batch, micro_batch_size, max_tokens):
+    for mb in micro_batches(batch, micro_batch_size, max_tokens, fns.row_multiple):
         share = float(mb.action_mask.sum() / whole) if by_tokens else len(mb) / whole
         logprob, entropy = response_logprobs(model, mb, fns.temperature)
         pg_loss, metrics = fns.policy_loss(**_loss_inputs(fns, mb, logprob))

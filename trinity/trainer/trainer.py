@@ -18,7 +18,7 @@ from trinity.algorithm import (
     POLICY_LOSS_FN,
     SAMPLE_STRATEGY,
 )
-from trinity.algorithm.algorithm import needs_reference
+from trinity.algorithm.algorithm import PairExperienceModel, needs_reference
 from trinity.algorithm.kl_fn import build_kl_controller
 from trinity.algorithm.optimizer import build_lr_scheduler, build_optimizer
 from trinity.common.config import effective_trainer_settings
@@ -71,7 +71,9 @@ class Trainer:
         self.model.train()
         self.algorithm = ALGORITHM_TYPE.get(algo.algorithm_type)
         self.ref_model = None
-        if needs_reference(self.algorithm, algo.kl_loss_fn, algo.kl_penalty_fn):
+        if needs_reference(
+            self.algorithm, algo.kl_loss_fn, algo.kl_penalty_fn, algo.policy_loss_fn
+        ):
             self.ref_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
             self.ref_model.requires_grad_(False)
         self.optimizer = build_optimizer(self.model.parameters(), algo.optimizer)
@@ -85,6 +87,7 @@ class Trainer:
             else 1.0,
         )
         self.fns.loss_agg_mode = self.fns.policy_loss.loss_agg_mode
+        self.fns.row_multiple = 2 if self.algorithm.schema is PairExperienceModel else 1
         # veRL's kl_ctrl (fixed | adaptive) steers the in-reward KL coefficient over training.
         penalty_args = dict(algo.kl_penalty_fn_args)
         kl_ctrl = penalty_args.pop("kl_ctrl", None)
@@ -241,8 +244,9 @@ class Trainer:
                 )
             except StopIteration:
                 break
-            if not experiences:
-                break
+            if not experiences:  # nothing within max_read_timeout, but the buffer is open
+                logger.warning("no experience arrived within the read timeout; waiting again")
+                continue
             self.step += 1
             metrics = {**sample_metrics, **self.train_step(experiences)}
             self.log(metrics, self.step)

@@ -50,9 +50,14 @@ def load_reader_states(readers: Mapping[str, Any], states: Mapping[str, Any]) ->
 
 
 def mark_expert(exps: List[Experience]) -> List[Experience]:
-    """Set ``info["is_expert"] = True``: what mixed losses use to tell SFT rows from RL rows."""
+    """Set ``info["is_expert"] = True``: what mixed losses use to tell SFT rows from RL rows.
+
+    An expert row answers no sampled group, so one without a group id gets its own group
+    (a group of one, hence a zero group-relative advantage).
+    """
     for exp in exps:
         exp.info["is_expert"] = True
+        exp.group_id = exp.group_id or f"expert-{exp.eid}"
     return exps
 
 

@@ -66,7 +66,9 @@ class DAPOSampleStrategy(SampleStrategy):
         overlong_buffer_len: DAPO's ``L_cache``; 0 turns overlong shaping off.
         overlong_penalty_factor: penalty at the length limit.
         max_response_tokens: the length limit ``L_max`` (``model.max_response_tokens``).
-        timeout: seconds a read may wait (see ``DefaultSampleStrategy``).
+        timeout: seconds the first read of a step may wait (see ``DefaultSampleStrategy``).
+        refill_timeout: seconds each further read may wait before the step goes ahead
+            with the groups it has.
     """
 
     def __init__(
@@ -78,6 +80,7 @@ class DAPOSampleStrategy(SampleStrategy):
         overlong_penalty_factor: float = 1.0,
         max_response_tokens: Optional[int] = None,
         timeout: Optional[float] = None,
+        refill_timeout: float = 5.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(reader, **kwargs)
@@ -103,6 +106,7 @@ class DAPOSampleStrategy(SampleStrategy):
         self.overlong_penalty_factor = overlong_penalty_factor
         self.max_response_tokens = max_response_tokens
         self.timeout = timeout
+        self.refill_timeout = refill_timeout
         self.pending: List[Experience] = []  # read but not yet returned (in read order)
 
     def sample(self, step: int, batch_size: int) -> Tuple[List[Experience], Dict]:
@@ -113,17 +117,29 @@ class DAPOSampleStrategy(SampleStrategy):
             )
         kept: List[Experience] = []
         stats = {"groups_kept": 0, "groups_dropped": 0, "read_batches": 0}
+        self._dropped: List[Experience] = []
         ended = False
         while True:
             full = self._take_groups(kept, batch_size, ended, stats)
             if full or ended or stats["read_batches"] >= self.max_read_batches:
                 break
             want = max(batch_size - len(kept), self.group_size) - len(self.pending)
+            # Refills wait briefly: with on-policy syncing the explorer cannot produce more
+            # until this step is trained, so waiting longer would only stall both sides.
+            timeout = self.timeout if stats["read_batches"] == 0 else self.refill_timeout
             try:
-                self.pending += self.reader.read(want, timeout=self.timeout)
-                stats["read_batches"] += 1
+                got = self.reader.read(want, timeout=timeout)
             except StopIteration:
                 ended = True
+                continue
+            stats["read_batches"] += 1
+            if not got:
+                break
+            self.pending += got
+        if not kept and self._dropped:
+            # Only uninformative groups arrived: train on them (their advantages are zero)
+            # rather than not at all, so the step completes and weights stay in sync.
+            kept, stats["fallback_groups"] = self._dropped, len(self._dropped) // self.group_size
         if not kept and ended and not self.pending:
             if stats["groups_dropped"]:
                 logger.warning("step %d: dropped %d groups", step, stats["groups_dropped"])
@@ -147,6 +163,8 @@ class DAPOSampleStrategy(SampleStrategy):
         for i, group in enumerate(groups):
             if zero_variance(group):
                 stats["groups_dropped"] += 1
+                if len(self._dropped) + len(group) <= batch_size:
+                    self._dropped += group
                 continue
             if len(kept) + len(group) > batch_size:
                 self.pending = [e for g in groups[i:] for e in g] + self.pending
@@ -191,4 +209,5 @@ class DAPOSampleStrategy(SampleStrategy):
             "max_read_batches": 10,
             "overlong_buffer_len": 0,
             "overlong_penalty_factor": 1.0,
+            "refill_timeout": 5.0,
         }
