@@ -47,9 +47,22 @@ class AlgorithmType(ABC):
         """``algorithm`` config keys this type sets where the user did not."""
 
 
-@ALGORITHM_TYPE.register_module("grpo")
-class GRPOAlgorithm(AlgorithmType):
-    """GRPO: group-normalised outcome advantages, PPO clipped loss, k2 KL loss."""
+def _rl(**overrides: object) -> Dict:
+    """GRPO-style defaults, with the overrides that make an algorithm what it is."""
+    base = {
+        "repeat_times": 2,
+        "sample_strategy": "default",
+        "policy_loss_fn": "ppo",
+        "advantage_fn": "grpo",
+        "kl_penalty_fn": "none",
+        "kl_loss_fn": "k2",
+        "entropy_loss_fn": "default",
+    }
+    return {**base, **overrides}
+
+
+class _OnPolicyRL(AlgorithmType):
+    """Shared flags of the critic-free RL algorithms below."""
 
     use_critic: bool = False
     use_reference: bool = True
@@ -57,17 +70,14 @@ class GRPOAlgorithm(AlgorithmType):
     can_balance_batch: bool = True
     schema: type = ExperienceModel
 
+
+@ALGORITHM_TYPE.register_module("grpo")
+class GRPOAlgorithm(_OnPolicyRL):
+    """GRPO: group-normalised outcome advantages, PPO clipped loss, k2 KL loss."""
+
     @classmethod
     def default_config(cls) -> Dict:
-        return {
-            "repeat_times": 2,
-            "sample_strategy": "default",
-            "policy_loss_fn": "ppo",
-            "advantage_fn": "grpo",
-            "kl_penalty_fn": "none",
-            "kl_loss_fn": "k2",
-            "entropy_loss_fn": "default",
-        }
+        return _rl()
 
 
 @ALGORITHM_TYPE.register_module("sft")
@@ -93,30 +103,6 @@ class SFTAlgorithm(AlgorithmType):
             "kl_loss_fn": "none",
             "entropy_loss_fn": "none",
         }
-
-
-def _rl(**overrides: object) -> Dict:
-    """GRPO-style defaults, with the overrides that make an algorithm what it is."""
-    base = {
-        "repeat_times": 2,
-        "sample_strategy": "default",
-        "policy_loss_fn": "ppo",
-        "advantage_fn": "grpo",
-        "kl_penalty_fn": "none",
-        "kl_loss_fn": "k2",
-        "entropy_loss_fn": "default",
-    }
-    return {**base, **overrides}
-
-
-class _OnPolicyRL(AlgorithmType):
-    """Shared flags of the critic-free RL algorithms below."""
-
-    use_critic: bool = False
-    use_reference: bool = True
-    use_advantage: bool = True
-    can_balance_batch: bool = True
-    schema: type = ExperienceModel
 
 
 @ALGORITHM_TYPE.register_module("ppo")
