@@ -119,3 +119,15 @@ def test_guide_opmd_example_as_plugin(tmp_path, micro_model, arithmetic_data, ra
     assert weights_changed(micro_model, result.final_hf)
     with open(os.path.join(result.job_dir, "config.yaml")) as f:
         assert "sample_strategy: warmup" in f.read()
+
+
+def test_on_policy_distill_from_a_teacher(tmp_path, micro_model, arithmetic_data, ray_cluster):
+    from trinity.common.models.tiny import build_tiny_preset
+
+    teacher = build_tiny_preset(str(tmp_path / "teacher"), "micro", seed=1)
+    overrides = _rl_overrides(tmp_path, micro_model, arithmetic_data, "on_policy_distill", [])
+    overrides += [f"explorer.auxiliary_models=[{{model_path: {teacher}}}]"]
+    (result,) = run(CONFIG, overrides, [PLUGINS])
+    trainer = _finite_losses(result.job_dir)
+    assert all(r["distill/reverse_kl"] > 0 for r in trainer)  # two random models disagree
+    assert weights_changed(micro_model, result.final_hf)

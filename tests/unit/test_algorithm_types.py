@@ -24,11 +24,23 @@ from trinity.common.experience import Experience
 
 def test_registry_names():
     assert ALGORITHM_TYPE.names() == sorted(
-        ["cispo", "dapo", "dpo", "drgrpo", "grpo", "gspo", "mix", "opmd", "ppo"]
+        [
+            "cispo",
+            "dapo",
+            "dpo",
+            "drgrpo",
+            "grpo",
+            "gspo",
+            "mix",
+            "on_policy_distill",
+            "opmd",
+            "ppo",
+        ]
         + ["reinforceplusplus", "remax", "rloo", "sft"]
     )
     assert ADVANTAGE_FN.names() == sorted(
-        ["grpo", "opmd", "ppo", "reinforceplusplus", "reinforceplusplus_baseline", "remax", "rloo"]
+        ["grpo", "on_policy_distill", "opmd", "ppo", "reinforceplusplus"]
+        + ["reinforceplusplus_baseline", "remax", "rloo"]
     )
     assert POLICY_LOSS_FN.names() == ["cispo", "dpo", "gspo", "mix", "opmd", "ppo", "sft"]
     assert ENTROPY_LOSS_FN.names() == ["default", "mix", "none"]

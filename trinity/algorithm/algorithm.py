@@ -33,6 +33,8 @@ class AlgorithmType(ABC):
         use_advantage: run the ``AdvantageFn``; False skips it.
         can_balance_batch: rows may be reordered when splitting into micro-batches.
         schema: the experience type it trains on.
+        use_teacher: the trainer loads ``explorer.auxiliary_models[0]`` as a frozen teacher
+            and fills ``teacher_logprob`` (an extension of the guide's attributes).
     """
 
     use_critic: bool
@@ -40,6 +42,7 @@ class AlgorithmType(ABC):
     use_advantage: bool
     can_balance_batch: bool
     schema: type
+    use_teacher: bool = False
 
     @classmethod
     @abstractmethod
@@ -225,6 +228,24 @@ class MIXAlgorithm(_OnPolicyRL):
             sample_strategy="mix",
             policy_loss_fn="mix",
             entropy_loss_fn="mix",
+        )
+
+
+@ALGORITHM_TYPE.register_module("on_policy_distill")
+class OnPolicyDistillAlgorithm(_OnPolicyRL):
+    """On-policy distillation: the student samples, a teacher (``explorer.auxiliary_models[0]``)
+    scores each sampled token, and the clipped policy gradient follows the teacher."""
+
+    use_reference: bool = False
+    use_teacher: bool = True
+
+    @classmethod
+    def default_config(cls) -> Dict:
+        return _rl(
+            repeat_times=1,
+            advantage_fn="on_policy_distill",
+            kl_loss_fn="none",
+            entropy_loss_fn="none",
         )
 
 

@@ -74,8 +74,10 @@ class Trainer:
         if needs_reference(
             self.algorithm, algo.kl_loss_fn, algo.kl_penalty_fn, algo.policy_loss_fn
         ):
-            self.ref_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-            self.ref_model.requires_grad_(False)
+            self.ref_model = self._frozen(path)
+        self.teacher = None
+        if self.algorithm.use_teacher:
+            self.teacher = self._frozen(cfg.explorer.auxiliary_models[0].model_path)
         self.optimizer = build_optimizer(self.model.parameters(), algo.optimizer)
         self.scheduler = build_lr_scheduler(self.optimizer, algo.optimizer, self.planned_steps)
         self.fns = LossFns(
@@ -107,6 +109,18 @@ class Trainer:
         if cfg.continue_from_checkpoint and ckpt.latest_step(self.job_dir) is not None:
             self._resume(ckpt.latest_step(self.job_dir))
         return self.step
+
+    def _frozen(self, path: str) -> torch.nn.Module:
+        """A model that only scores (reference or teacher); it must share the vocabulary."""
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        if model.config.vocab_size != self.model.config.vocab_size:
+            raise ValueError(
+                f"{path} has vocab_size {model.config.vocab_size}, the policy "
+                f"{self.model.config.vocab_size}: logprobs are only comparable on one vocabulary"
+            )
+        return model.requires_grad_(False)
 
     def attach_reader(
         self, reader: Any, auxiliary_readers: Optional[Dict[str, Any]] = None
@@ -157,17 +171,23 @@ class Trainer:
                 batch.extra[name] = torch.tensor(values)
         return batch
 
+    def _score(self, model: torch.nn.Module, batch: ExperienceBatch) -> torch.Tensor:
+        """(B, R) logprobs of the batch's responses under a frozen model (veRL's ``ref`` sizes)."""
+        return reference_logprobs(
+            model,
+            batch,
+            self.settings["ref_micro_batch_size_per_device"],
+            self.fns.temperature,
+            self._tokens("ref_max_token_len_per_device", "ref_use_dynamic_bsz"),
+        )
+
     def _prepare_batch(self, batch: ExperienceBatch) -> Dict[str, float]:
         """Reference logprobs, values, KL-in-reward and advantages, in that order."""
         metrics: Dict[str, float] = {}
         if self.ref_model is not None:
-            batch.ref_logprob = reference_logprobs(
-                self.ref_model,
-                batch,
-                self.settings["ref_micro_batch_size_per_device"],
-                self.fns.temperature,
-                self._tokens("ref_max_token_len_per_device", "ref_use_dynamic_bsz"),
-            )
+            batch.ref_logprob = self._score(self.ref_model, batch)
+        if self.teacher is not None:
+            batch.extra["teacher_logprob"] = self._score(self.teacher, batch)
         if self.critic is not None:
             batch.extra["values"] = self.critic.values(batch)
         if self.advantage_fn is not None:

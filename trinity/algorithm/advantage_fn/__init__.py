@@ -9,6 +9,7 @@ elsewhere (a plugin) registers the same way, or is named by its dotted path.
 
 from trinity.algorithm.advantage_fn.base import ADVANTAGE_FN, AdvantageFn
 from trinity.algorithm.advantage_fn.grpo import GRPOAdvantageFn
+from trinity.algorithm.advantage_fn.on_policy_distill import OnPolicyDistillAdvantageFn
 from trinity.algorithm.advantage_fn.opmd import OPMDAdvantageFn
 from trinity.algorithm.advantage_fn.ppo import PPOAdvantageFn
 from trinity.algorithm.advantage_fn.reinforce_plus_plus import REINFORCEPlusPlusAdvantageFn
@@ -22,6 +23,7 @@ __all__ = [
     "ADVANTAGE_FN",
     "AdvantageFn",
     "GRPOAdvantageFn",
+    "OnPolicyDistillAdvantageFn",
     "OPMDAdvantageFn",
     "PPOAdvantageFn",
     "REINFORCEPlusPlusAdvantageFn",

@@ -38,6 +38,15 @@ def _experience_buffer_storage(config: Config) -> Tuple[Any, ...]:
     return ("file",) if config.mode == "train" else ("queue",)
 
 
+def _auxiliary_models(config: Config) -> Tuple[Any, ...]:
+    # So far the only consumer is the teacher of a distilling algorithm (use_teacher).
+    registry = algorithm_module().ALGORITHM_TYPE
+    name = config.algorithm.algorithm_type
+    if name in registry and getattr(registry.get(name), "use_teacher", False):
+        return (config.explorer.auxiliary_models,)
+    return ([],)
+
+
 Allowed = Union[Tuple[Any, ...], Callable[[Config], Tuple[Any, ...]]]
 
 SUPPORTED: Dict[str, Allowed] = {
@@ -57,7 +66,7 @@ SUPPORTED: Dict[str, Allowed] = {
     "explorer.rollout_model.engine_type": (None, "transformers"),
     "explorer.rollout_model.enable_openai_api": (False,),
     "explorer.rollout_model.enable_history": (False,),
-    "explorer.auxiliary_models": ([],),
+    "explorer.auxiliary_models": _auxiliary_models,
     "explorer.over_rollout.ratio": (0.0,),
     "explorer.dynamic_timeout.enable": (False,),
     "synchronizer.sync_style": ("fixed",),
@@ -225,6 +234,12 @@ def _check_run(config: Config) -> List[str]:
         problems.append(
             f"algorithm.repeat_times = {algorithm.repeat_times}: {algorithm.algorithm_type} "
             "compares several rollouts of each task, so it needs repeat_times > 1"
+        )
+    teachers = config.explorer.auxiliary_models
+    if _auxiliary_models(config) != ([],) and (len(teachers) != 1 or not teachers[0].model_path):
+        problems.append(
+            f"algorithm.algorithm_type = {algorithm.algorithm_type} distils from a teacher: set "
+            f"explorer.auxiliary_models to one model with a model_path (got {len(teachers)})"
         )
     if config.synchronizer.sync_method == "memory" and config.mode != "both":
         problems.append(
