@@ -20,3 +20,14 @@ def arithmetic_data(tmp_path_factory) -> dict:
     make_arithmetic(rl, n_train=64, n_test=16, digits=1, seed=0)
     make_arithmetic_sft(os.path.join(root, "sft"), n_train=64, digits=1, seed=1)
     return {"rl": rl, "sft": os.path.join(root, "sft")}
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray for every in-process run of the session (the launcher joins it)."""
+    import ray
+
+    if not ray.is_initialized():  # an earlier in-process run may have started it
+        ray.init(include_dashboard=False, log_to_driver=False, namespace="trinity-tests")
+    yield
+    ray.shutdown()

@@ -16,7 +16,7 @@ CONFIG = os.path.join(ROOT, "examples", "quickstart", "arithmetic.yaml")
 
 
 @pytest.mark.e2e
-def test_quickstart_grpo_raises_heldout_accuracy(tmp_path, monkeypatch):
+def test_quickstart_grpo_raises_heldout_accuracy(tmp_path, monkeypatch, ray_cluster):
     prepare_quickstart(str(tmp_path / "quickstart"))
     monkeypatch.setenv("TRINITY_QUICKSTART_DIR", str(tmp_path / "quickstart"))
     monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path / "ck"))

@@ -11,16 +11,6 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.integration)
 
 
-@pytest.fixture(scope="session")
-def ray_cluster():
-    """One local Ray for every in-process integration test (the launcher joins it)."""
-    import ray
-
-    ray.init(include_dashboard=False, log_to_driver=False, namespace="trinity-tests")
-    yield
-    ray.shutdown()
-
-
 def base_overrides(tmp_path, micro_model, data) -> list:
     """Point the small test config at the fixtures."""
     return [
