@@ -23,7 +23,6 @@ import os
 import platform
 import random
 import statistics
-import sys
 import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional
@@ -31,11 +30,8 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 import transformers
 
-if __package__ in (None, ""):  # run as a script: make `trinity` importable from the checkout
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from trinity.common.models.hf_engine import SamplingParams, TransformersEngine  # noqa: E402
-from trinity.common.models.tiny import TINY_PRESETS, build_tiny_preset  # noqa: E402
+from trinity.common.models.hf_engine import SamplingParams, TransformersEngine
+from trinity.common.models.tiny import TINY_PRESETS, build_tiny_preset
 
 
 def make_messages(n: int, seed: int = 0) -> List[List[Dict[str, str]]]:
@@ -122,9 +118,7 @@ def bench_preset(preset: str, args: argparse.Namespace) -> Dict[str, Any]:
     for repeat in range(args.repeats):
         order = list(systems) if repeat % 2 == 0 else list(systems)[::-1]
         for name in order:
-            runs[name].append(
-                _timed(lambda n=name: systems[n](prompts, args.samples, args.tokens))
-            )
+            runs[name].append(_timed(lambda n=name: systems[n](prompts, args.samples, args.tokens)))
     result = {name: _stats(r) for name, r in runs.items()}
     return {
         "preset": preset,

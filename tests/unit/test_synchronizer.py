@@ -13,3 +13,14 @@ from trinity.runtime.synchronizer import required_version
 )
 def test_required_version(interval, offset, expected):
     assert [required_version(s, interval, offset) for s in range(1, 6)] == expected
+
+
+def test_pack_state_round_trips_float32_and_bf16():
+    import torch
+
+    from trinity.runtime.synchronizer import pack_state, unpack_state
+
+    state = {"w": torch.randn(3, 2), "b": torch.randn(4).to(torch.bfloat16)}
+    back = unpack_state(pack_state(state))
+    assert back["w"].dtype == torch.float32 and torch.equal(back["w"], state["w"])
+    assert back["b"].dtype == torch.bfloat16 and torch.equal(back["b"], state["b"])

@@ -16,6 +16,7 @@ from trinity.runtime.actors import (
     compute_threads,
     setup_process,
 )
+from trinity.runtime.synchronizer import pack_state
 
 logger = logging.getLogger(__name__)
 
@@ -216,8 +217,7 @@ class TrainerActor:
 
     def _publish(self, version: int, model: Any) -> None:
         if self.config.synchronizer.sync_method == "memory":
-            state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            weights = [ray.put(state)]
+            weights = [ray.put(pack_state(model.state_dict()))]
         else:
             self.trainer.save(final=False)
             from trinity.trainer.checkpoint import weights_path

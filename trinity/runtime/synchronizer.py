@@ -11,9 +11,40 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Any, List, Optional, Tuple
+import warnings
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
 
 from trinity.trainer.checkpoint import latest_step, weights_path
+
+
+def pack_state(state_dict: Dict[str, torch.Tensor]) -> Dict[str, Tuple[np.ndarray, str]]:
+    """Weights as numpy views for the object store (``memory`` sync).
+
+    Ray stores numpy arrays without pickling and hands them back as zero-copy views, where
+    torch tensors are pickled and copied on both sides (measured: seconds vs milliseconds
+    at 100M parameters). ``ray.put`` copies the views once, so later optimizer steps do not
+    leak into a published version. bf16 travels bit-for-bit as int16.
+    """
+    packed = {}
+    for name, tensor in state_dict.items():
+        t = tensor.detach().cpu()
+        raw = t.view(torch.int16) if t.dtype == torch.bfloat16 else t
+        packed[name] = (raw.numpy(), str(t.dtype).removeprefix("torch."))
+    return packed
+
+
+def unpack_state(packed: Dict[str, Tuple[np.ndarray, str]]) -> Dict[str, torch.Tensor]:
+    """Tensors over the arrays of ``pack_state`` (no copy; ``load_state_dict`` copies)."""
+    out = {}
+    with warnings.catch_warnings():  # object-store arrays are read-only; we only read them
+        warnings.simplefilter("ignore", UserWarning)
+        for name, (array, dtype) in packed.items():
+            tensor = torch.from_numpy(array)
+            out[name] = tensor.view(torch.bfloat16) if dtype == "bfloat16" else tensor
+    return out
 
 
 class SyncTimeoutError(TimeoutError):

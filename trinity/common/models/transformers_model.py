@@ -119,10 +119,12 @@ class TransformersInferenceModel(InferenceModel):
         return self._to_experiences(await self._submit(prompt_ids, params))
 
     async def load_weights(self, weights: Any, version: int) -> None:
-        if isinstance(
-            weights, str
-        ):  # a checkpoint path: read it here, off the trainer's critical path
+        if isinstance(weights, str):  # a checkpoint path: read here, off the trainer's path
             weights = torch.load(weights, map_location="cpu", weights_only=True)
+        elif weights and isinstance(next(iter(weights.values())), tuple):  # memory sync
+            from trinity.runtime.synchronizer import unpack_state
+
+            weights = unpack_state(weights)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self.engine.load_state_dict, weights)
         self._version = version
