@@ -130,10 +130,12 @@ def test_explore_mode_writes_the_experience_buffer(
         "mode=explore",
         "buffer.explorer_input.eval_tasksets=[]",
         "buffer.total_steps=2",
+        "buffer.trainer_input.experience_buffer={name: eb, storage_type: queue,"
+        f" path: 'sqlite:///{tmp_path}/backup.db'}}",
     ]
     (result,) = run(CONFIG, overrides, [])
     assert result.final_hf is None
-    store = SQLiteExperienceStore(os.path.join(result.job_dir, "buffer", "experience_buffer.db"))
+    store = SQLiteExperienceStore(os.path.join(tmp_path, "backup.db"))  # the path asked for
     stored = store.unconsumed()
     assert len(stored) == 2 * 4 * 4  # steps x batch_size x repeat_times, none consumed
     assert all(exp.group_id and exp.logprobs is not None for _, exp in stored)

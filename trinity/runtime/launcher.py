@@ -81,10 +81,14 @@ def run_stage(config: Any, plugin_dirs: List[str], printer: ProgressPrinter) -> 
     )
     queue = None
     if mode in ("both", "explore"):
-        store = os.path.join(
-            job_dir, "buffer", f"{config.buffer.trainer_input.experience_buffer.name}.db"
+        experience_buffer = config.buffer.trainer_input.experience_buffer
+        # The user's backup path (sqlite:///x.db or a file) if given, else one in the job dir.
+        path = (experience_buffer.path or "").removeprefix("sqlite:///")
+        store = (
+            os.path.abspath(path)
+            if path
+            else os.path.join(job_dir, "buffer", f"{experience_buffer.name}.db")
         )
-        os.makedirs(os.path.dirname(store), exist_ok=True)
         # On resume in `both` mode the explorer restarts right after the trainer's checkpoint,
         # so experiences explored past it would be trained on twice: drop them (logged).
         queue = QueueActor.remote(store, drop_unconsumed=resuming and mode == "both")

@@ -59,6 +59,11 @@ SUPPORTED: Dict[str, Allowed] = {
     "model.external_model.enable": (False,),
     "buffer.explorer_input.tasksets.*.storage_type": ("file",),
     "buffer.explorer_input.eval_tasksets.*.storage_type": ("file",),
+    # the engine stops on eos/stop token ids and returns the sampled token's logprob only
+    "buffer.explorer_input.tasksets.*.rollout_args.stop": (None, []),
+    "buffer.explorer_input.eval_tasksets.*.rollout_args.stop": (None, []),
+    "buffer.explorer_input.tasksets.*.rollout_args.logprobs": (0,),
+    "buffer.explorer_input.eval_tasksets.*.rollout_args.logprobs": (0,),
     "buffer.trainer_input.experience_buffer.storage_type": _experience_buffer_storage,
     "buffer.trainer_input.experience_buffer.replay_buffer.enable": (False,),
     "buffer.trainer_input.auxiliary_buffers.*.storage_type": ("file",),
