@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Dict, List, Tuple
 
@@ -35,13 +36,16 @@ def eval_summary(job_dir: str) -> Dict[str, Tuple[Tuple[int, float], Tuple[int, 
 class ProgressPrinter:
     def __init__(self) -> None:
         self.console = Console(highlight=False)
-        self.offsets: Dict[str, int] = {}
+        self.offsets: Dict[str, int] = {}  # bytes of each metrics file already shown
         self.job_dir = ""
 
     def begin_stage(self, config: Any, steps: int, start: int) -> None:
         self.job_dir = config.checkpoint_job_dir
         # A resumed run appends to the same files: show only what this run writes.
-        self.offsets = {role: len(read_metrics(self._path(role))) for role in _SHOWN}
+        self.offsets = {
+            role: os.path.getsize(self._path(role)) if os.path.exists(self._path(role)) else 0
+            for role in _SHOWN
+        }
         resumed = f", resuming at step {start}" if start else ""
         self.console.print(
             f"[bold]stage {config.name}[/bold]: mode={config.mode} "
@@ -53,11 +57,18 @@ class ProgressPrinter:
         return os.path.join(self.job_dir, "monitor", f"{role}.jsonl")
 
     def poll(self) -> None:
+        """Print the records appended since the last poll (only new bytes are read)."""
         for role in _SHOWN:
-            records = read_metrics(self._path(role))
-            for record in records[self.offsets.get(role, 0) :]:
-                self._print(role, record)
-            self.offsets[role] = len(records)
+            path = self._path(role)
+            if not os.path.exists(path):
+                continue
+            with open(path, encoding="utf-8") as f:
+                f.seek(self.offsets.get(role, 0))
+                text = f.read()
+            complete = text[: text.rfind("\n") + 1]  # a half-written last line waits
+            self.offsets[role] = self.offsets.get(role, 0) + len(complete.encode("utf-8"))
+            for line in complete.splitlines():
+                self._print(role, json.loads(line))
 
     def _print(self, role: str, record: Dict[str, Any]) -> None:
         evals = {

@@ -94,13 +94,15 @@ class TransformersInferenceModel(InferenceModel):
                 r.future.set_result(out)
 
     def _to_experiences(self, outputs: List[SampleOutput]) -> List[Experience]:
-        # The engine reports the prompt it actually used (after any truncation).
+        # The engine reports the prompt it actually used (after any truncation); the samples
+        # of one request share it, so it is decoded once.
+        prompt_text = self.tokenizer.decode(outputs[0].prompt_token_ids) if outputs else ""
         return [
             Experience(
                 tokens=o.prompt_token_ids + o.token_ids,
                 prompt_length=len(o.prompt_token_ids),
                 logprobs=o.logprobs,
-                prompt_text=self.tokenizer.decode(o.prompt_token_ids),
+                prompt_text=prompt_text,
                 response_text=self.tokenizer.decode(o.token_ids, skip_special_tokens=True),
                 model_version=self._version,
                 info={"finish_reason": o.finish_reason},
