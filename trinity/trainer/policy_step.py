@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from trinity.common.experience import ExperienceBatch
+from trinity.trainer.shared_prefix import shared_prefix_logits
 
 
 def response_logprobs(
@@ -21,16 +22,20 @@ def response_logprobs(
 
     Logits at column ``t`` predict token ``t + 1``, so response column ``j`` (token at
     ``P + j``) is scored by the logits at ``P + j - 1``. Dividing by the rollout temperature
-    makes these comparable with the engine's logprobs.
+    makes these comparable with the engine's logprobs. Rows that repeat a prompt share one
+    pass over it (``shared_prefix.py``).
     """
     P, R = batch.prompt_len, batch.response_len
-    out = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
-        use_cache=False,
-    )
-    logits = out.logits[:, P - 1 : P + R - 1].float() / max(temperature, 1e-6)
+    logits = shared_prefix_logits(model, batch)
+    if logits is None:
+        out = model(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
+            use_cache=False,
+        )
+        logits = out.logits[:, P - 1 : P + R - 1]
+    logits = logits.float() / max(temperature, 1e-6)
     log_probs = F.log_softmax(logits, dim=-1)
     targets = batch.input_ids[:, P : P + R]
     logprob = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)

@@ -1,0 +1,76 @@
+"""Shared-prompt scoring equals the plain forward pass: logprobs and gradients."""
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from trinity.common.experience import Experience, ExperienceBatch
+from trinity.trainer import shared_prefix
+from trinity.trainer.policy_step import response_logprobs
+
+
+def _grouped_batch(response_lengths=(3, 1, 4)) -> ExperienceBatch:
+    """Prompts of lengths 3, 5 and 4 (so left padding differs), each answered 3 times with
+    responses of different lengths (so right padding differs), rows interleaved by group."""
+    prompts = [[5, 6, 7], [8, 9, 10, 11, 12], [13, 14, 15, 16]]
+    exps = []
+    for sample, length in enumerate(response_lengths):
+        for g, prompt in enumerate(prompts):
+            response = [20 + (g * 7 + sample * 3 + k) % 30 for k in range(length)]
+            exps.append(Experience(tokens=prompt + response, prompt_length=len(prompt)))
+    return ExperienceBatch.from_experiences(exps, pad_token_id=0)
+
+
+def _plain(model, batch):
+    """The reference: one forward over every full row."""
+    P, R = batch.prompt_len, batch.response_len
+    logits = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+    ).logits[:, P - 1 : P + R - 1]
+    logp = logits.log_softmax(-1)
+    return logp.gather(-1, batch.input_ids[:, P:].unsqueeze(-1)).squeeze(-1)
+
+
+def _loss_and_grads(model, logprob, batch):
+    model.zero_grad(set_to_none=True)
+    (logprob * batch.action_mask).sum().backward()
+    return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+
+def test_distinct_prompts_finds_groups_and_first_rows():
+    batch = _grouped_batch()
+    first, inverse = shared_prefix.distinct_prompts(batch)
+    # rows 0,3,6 hold prompt A; 1,4,7 prompt B; 2,5,8 prompt C
+    assert sorted(first.tolist()) == [0, 1, 2]
+    assert all(inverse[r] == inverse[r % 3] for r in range(9))
+    assert len(set(inverse[:3].tolist())) == 3
+
+
+@pytest.mark.parametrize("response_lengths", [(3, 1, 4), (1, 1, 1)])
+def test_shared_logprobs_and_gradients_equal_the_plain_pass(micro_model, response_lengths):
+    model = AutoModelForCausalLM.from_pretrained(micro_model)
+    batch = _grouped_batch(response_lengths)
+    assert shared_prefix.shared_prefix_logits(model, batch) is not None  # sharing applies
+    shared, _ = response_logprobs(model, batch)
+    plain = _plain(model, batch)
+    mask = batch.action_mask.bool()
+    assert torch.allclose(shared[mask], plain[mask], atol=1e-5)
+    g_shared = _loss_and_grads(model, response_logprobs(model, batch)[0], batch)
+    g_plain = _loss_and_grads(model, _plain(model, batch), batch)
+    assert torch.allclose(g_shared, g_plain, atol=1e-5, rtol=1e-4)
+
+
+def test_no_sharing_without_repeats_or_with_gradient_checkpointing(micro_model):
+    model = AutoModelForCausalLM.from_pretrained(micro_model)
+    unique = ExperienceBatch.from_experiences(
+        [Experience(tokens=[5, 6, 7, 8], prompt_length=2), Experience([9, 7, 8], 1)], 0
+    )
+    assert shared_prefix.shared_prefix_logits(model, unique) is None
+    model.gradient_checkpointing_enable()
+    model.train()
+    assert shared_prefix.shared_prefix_logits(model, _grouped_batch()) is None
+    # the fallback still scores correctly
+    batch = _grouped_batch()
+    assert torch.allclose(response_logprobs(model, batch)[0], _plain(model, batch), atol=1e-5)
