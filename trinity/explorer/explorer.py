@@ -87,10 +87,11 @@ class Explorer:
             return False
         self.step += 1
         sync_cfg = self.config.synchronizer
+        start = time.monotonic()
         self.version = self.sync(
             required_version(self.step, sync_cfg.sync_interval, sync_cfg.sync_offset)
         )
-        start = time.monotonic()
+        waited, start = time.monotonic() - start, time.monotonic()
         results = self._run(tasks)
         experiences = [e for r in results for e in r.experiences]
         if self.write is not None:
@@ -101,6 +102,7 @@ class Explorer:
                 "rollout/tasks_failed": float(sum(1 for r in results if r.error)),
                 "rollout/model_version": float(self.version),
                 "time/explore_step": time.monotonic() - start,
+                "time/wait_for_weights": waited,  # includes loading them into the engines
             }
         )
         self.log(metrics, self.step)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -32,7 +33,15 @@ class WorkflowRunner:
         self.model = ModelWrapper(engine, default_params)
         self.max_retry_times = max_retry_times
         self.auxiliary_models = auxiliary_models
-        self._workflows: Dict[type, Workflow] = {}  # resettable workflows, reused across tasks
+        # Resettable workflows, reused across tasks; one set per thread, because a runner in
+        # ``concurrent_mode: multi-threading`` runs several tasks at once.
+        self._local = threading.local()
+
+    @property
+    def _workflows(self) -> Dict[type, Workflow]:
+        if not hasattr(self._local, "workflows"):
+            self._local.workflows = {}
+        return self._local.workflows
 
     def _workflow(self, task: Task) -> Workflow:
         cls = task.workflow_cls

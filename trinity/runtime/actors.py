@@ -99,54 +99,78 @@ class QueueActor:
         return self.queue.size()
 
 
-def compute_threads(config: Any) -> int:
-    """Torch threads for each compute actor (rollout engines and the trainer) of a stage."""
-    actors = (config.explorer.rollout_model.engine_num if config.mode != "train" else 0) + (
-        1 if config.mode != "explore" else 0
-    )
-    return max(1, (os.cpu_count() or 1) // max(1, actors))
+def compute_threads(config: Any, role: str) -> int:
+    """Torch threads for a compute actor of a stage: ``role`` is "engine" or "trainer".
+
+    Actors that compute at the same time split the cores: two processes each running
+    all-core OpenMP loops spin against each other and slow down many times over. With
+    ``sync_offset: 0`` in a ``both`` run the engines and the trainer strictly alternate (the
+    explorer waits for each update, the trainer for each batch), so each side gets every core
+    while the other waits; otherwise they overlap and share.
+    """
+    cores = os.cpu_count() or 1
+    engines = config.explorer.rollout_model.engine_num if config.mode != "train" else 0
+    trainers = 1 if config.mode != "explore" else 0
+    if config.mode == "both" and config.synchronizer.sync_offset == 0:
+        return max(1, cores // engines) if role == "engine" else cores
+    return max(1, cores // max(1, engines + trainers))
 
 
 class RayRunnerPool:
     """Runs tasks on a pool of ``RunnerActor``s with ``explorer.max_timeout`` per task.
 
-    A runner that times out or dies is killed and replaced, so one stuck workflow never
-    stalls the step.
+    Each runner takes up to ``slots`` tasks at once (``concurrent_mode: multi-threading``;
+    1 when sequential). A runner that times out or dies is killed and replaced, so one stuck
+    workflow never stalls the step; its other in-flight tasks start again on the new runner.
     """
 
-    def __init__(self, make_runner: Any, size: int, max_timeout: float) -> None:
+    def __init__(self, make_runner: Any, size: int, max_timeout: float, slots: int = 1) -> None:
         self.make_runner = make_runner
         self.runners = [make_runner(i) for i in range(size)]
         self.max_timeout = max_timeout
-
-    def _replace(self, runner: Any) -> Any:
-        index = self.runners.index(runner)
-        ray.kill(runner, no_restart=True)
-        self.runners[index] = self.make_runner(index)
-        return self.runners[index]
+        self.slots = slots
+        # A task's time limit starts when it is sent, so runners must be up before that.
+        ray.get([runner.__ray_ready__.remote() for runner in self.runners])
 
     def run(self, tasks: List[Task]) -> List[TaskResult]:
-        todo, idle = deque(tasks), list(self.runners)
+        todo = deque(tasks)
+        free = [runner for runner in self.runners for _ in range(self.slots)]
         pending: Dict[Any, tuple] = {}
         results: List[TaskResult] = []
         while todo or pending:
-            while todo and idle:
-                runner, task = idle.pop(), todo.popleft()
+            while todo and free:
+                runner, task = free.pop(), todo.popleft()
                 pending[runner.run_task.remote(task)] = (task, runner, time.monotonic())
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            # Wake at the next deadline at the latest, so a timeout is noticed on time.
+            deadline = min(started for _, _, started in pending.values()) + self.max_timeout
+            wait = min(1.0, max(0.01, deadline - time.monotonic()))
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=wait)
             for ref in done:
                 task, runner, _ = pending.pop(ref)
                 try:
                     results.append(ray.get(ref))
-                    idle.append(runner)
+                    free.append(runner)
                 except ray.exceptions.RayActorError as exc:
                     results.append(TaskResult(task=task, error=f"workflow runner died: {exc}"))
-                    idle.append(self._replace(runner))
+                    self._restart(runner, pending, todo, free)
             now = time.monotonic()
             for ref, (task, runner, started) in list(pending.items()):
-                if now - started > self.max_timeout:
+                if ref in pending and now - started > self.max_timeout:
                     pending.pop(ref)
                     msg = f"timed out after explorer.max_timeout={self.max_timeout}s"
                     results.append(TaskResult(task=task, error=msg))
-                    idle.append(self._replace(runner))
+                    self._restart(runner, pending, todo, free)
         return results
+
+    def _restart(self, runner: Any, pending: Dict[Any, tuple], todo: deque, free: List) -> None:
+        """Replace ``runner``; the tasks it still held go back to the front of the queue."""
+        for ref, (task, owner, _) in list(pending.items()):
+            if owner is runner:
+                pending.pop(ref)
+                todo.appendleft(task)
+        free[:] = [r for r in free if r is not runner]
+        index = self.runners.index(runner)
+        ray.kill(runner, no_restart=True)
+        self.runners[index] = self.make_runner(index)
+        ray.get(self.runners[index].__ray_ready__.remote())
+        free.extend([self.runners[index]] * self.slots)

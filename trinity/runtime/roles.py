@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import traceback
 from typing import Any, Dict, List, Optional
@@ -42,6 +43,13 @@ def engine_kwargs(config: Any) -> Dict[str, Any]:
     )
 
 
+def runner_slots(config: Any, runners: int) -> int:
+    """Tasks one runner runs at once: enough for a whole step's batch in ``multi-threading``."""
+    if config.explorer.concurrent_mode != "multi-threading":
+        return 1
+    return max(1, math.ceil(config.buffer.batch_size / max(1, runners)))
+
+
 def _monitor(config: Any, role: str) -> Any:
     from trinity.monitor import Monitor
 
@@ -72,15 +80,14 @@ class ExplorerActor:
             EngineActor.options(name=f"{cfg.explorer.name}_engine_{i}").remote(
                 job_dir,
                 f"{cfg.explorer.name}_engine_{i}",
-                compute_threads(cfg),
+                compute_threads(cfg, "engine"),
                 **engine_kwargs(cfg),
             )
             for i in range(cfg.explorer.rollout_model.engine_num)
         ]
-        per_model = cfg.explorer.runner_per_model
-        pool = RayRunnerPool(
-            self._make_runner, per_model * len(self.engines), cfg.explorer.max_timeout
-        )
+        runners = cfg.explorer.runner_per_model * len(self.engines)
+        self.slots = runner_slots(cfg, runners)
+        pool = RayRunnerPool(self._make_runner, runners, cfg.explorer.max_timeout, self.slots)
         buf = cfg.buffer
         readers = [
             TaskReader(ts, buf.total_epochs, buf.total_steps) for ts in buf.explorer_input.tasksets
@@ -100,6 +107,7 @@ class ExplorerActor:
         name = f"{cfg.explorer.name}_runner_{index}"
         return RunnerActor.options(
             name=name,
+            max_concurrency=self.slots,
             runtime_env={"env_vars": dict(cfg.explorer.env_vars)}
             if cfg.explorer.env_vars
             else None,
@@ -153,7 +161,7 @@ class TrainerActor:
             config.checkpoint_job_dir,
             config.trainer.name,
             config.log.level,
-            threads=compute_threads(config),
+            threads=compute_threads(config, "trainer"),
         )
         self.config, self.queue, self.sync_actor = config, queue, sync
         self.planned_steps = planned_steps

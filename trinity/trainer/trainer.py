@@ -258,6 +258,7 @@ class Trainer:
         cfg = self.config
         interval = cfg.synchronizer.sync_interval
         while self.step < self.planned_steps:
+            start = time.monotonic()
             try:
                 experiences, sample_metrics = self.sampler.sample(
                     self.step + 1, cfg.buffer.train_batch_size
@@ -268,10 +269,13 @@ class Trainer:
                 logger.warning("no experience arrived within the read timeout; waiting again")
                 continue
             self.step += 1
-            metrics = {**sample_metrics, **self.train_step(experiences)}
-            self.log(metrics, self.step)
+            metrics = {**sample_metrics, "time/read_experiences": time.monotonic() - start}
+            metrics.update(self.train_step(experiences))
             if self.publish is not None and self.step % interval == 0:
+                start = time.monotonic()  # publish before logging: the explorer may be waiting
                 self.publish(self.step, self.model)
+                metrics["time/sync_weights"] = time.monotonic() - start
+            self.log(metrics, self.step)
             if cfg.trainer.save_interval and self.step % cfg.trainer.save_interval == 0:
                 self.save(final=False)
         self.save(final=True)

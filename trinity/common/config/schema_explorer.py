@@ -79,7 +79,9 @@ class ExplorerConfig(ConfigModel):
     name: str = Field("explorer", description="Ray actor name of the explorer.")
     runner_per_model: int = Field(8, description="Workflow runners per rollout engine.")
     concurrent_mode: Literal["sequential", "asynchronous", "multi-threading"] = Field(
-        "sequential", description="How the repeats of a task run inside a runner."
+        "sequential",
+        description="Tasks per runner at once: sequential = one; multi-threading = a step's "
+        "batch spread over the runners (workflows must be thread-safe).",
     )
     max_repeat_times_per_runner: Optional[int] = Field(
         None, description="Split a task's repeats into runs of at most this many."

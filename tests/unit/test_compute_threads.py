@@ -1,0 +1,35 @@
+"""How compute actors share the machine's cores."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from trinity.runtime import actors
+
+
+def _config(mode: str, engines: int = 1, offset: int = 0):
+    return SimpleNamespace(
+        mode=mode,
+        explorer=SimpleNamespace(rollout_model=SimpleNamespace(engine_num=engines)),
+        synchronizer=SimpleNamespace(sync_offset=offset),
+    )
+
+
+@pytest.mark.parametrize(
+    "mode, engines, offset, engine_threads, trainer_threads",
+    [
+        ("both", 1, 0, 8, 8),  # on-policy: engine and trainer take turns, each gets every core
+        ("both", 2, 0, 4, 8),  # the two engines run together and split the cores
+        ("both", 1, 1, 4, 4),  # one step ahead: engine and trainer overlap and split
+        ("both", 3, 1, 2, 2),
+        ("train", 1, 0, 8, 8),  # no engine in this stage
+        ("explore", 2, 0, 4, 4),  # no trainer in this stage
+    ],
+)
+def test_threads_follow_what_runs_at_the_same_time(
+    monkeypatch, mode, engines, offset, engine_threads, trainer_threads
+):
+    monkeypatch.setattr(actors.os, "cpu_count", lambda: 8)
+    config = _config(mode, engines, offset)
+    assert actors.compute_threads(config, "engine") == engine_threads
+    assert actors.compute_threads(config, "trainer") == trainer_threads
