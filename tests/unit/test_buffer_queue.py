@@ -151,3 +151,16 @@ def test_concurrent_producers_and_consumer(tmp_path):
     for s in ("a", "b", "c"):  # each producer's items arrive in the order it put them
         assert [e.eid for e in received if e.eid.startswith(s)] == [f"{s}-{i}" for i in range(40)]
     assert ExperienceQueue(store=SQLiteExperienceStore(str(tmp_path / "q.db"))).size() == 0
+
+
+def test_rows_written_with_torch_save_still_load():
+    """Stores written before experiences were pickled hold torch.save archives."""
+    import dataclasses
+    import io
+
+    original = Experience(tokens=[1, 2, 3, 4], prompt_length=2, reward=1.0, logprobs=[-0.5, -1])
+    buffer = io.BytesIO()
+    torch.save({f.name: getattr(original, f.name) for f in dataclasses.fields(original)}, buffer)
+    copy = deserialize_experience(buffer.getvalue())
+    assert torch.equal(copy.tokens, original.tokens) and copy.eid == original.eid
+    assert torch.equal(copy.logprobs, original.logprobs) and copy.reward == 1.0

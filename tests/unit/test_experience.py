@@ -32,3 +32,18 @@ def test_batch_masks_short_responses_and_selects_rows():
     assert batch.action_mask.tolist() == [[1, 1, 1], [1, 0, 0]]
     sub = batch.select([1])
     assert sub.input_ids.tolist() == [[1, 2, 0, 0]] and sub.experiences == [b]
+
+
+def test_pickling_keeps_tensors_dtypes_and_writability():
+    import pickle
+
+    exp = Experience(tokens=[1, 2, 3], prompt_length=1, logprobs=[-0.1, -0.2])
+    exp.advantages = torch.tensor([0.5, 1.5], dtype=torch.bfloat16)  # numpy has no bf16
+    exp.info["ids"] = torch.tensor([7])  # inside info: pickled as it is
+    copy = pickle.loads(pickle.dumps(exp))
+    for name in ("tokens", "logprobs", "action_mask", "advantages"):
+        a, b = getattr(exp, name), getattr(copy, name)
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), name
+    assert torch.equal(copy.info["ids"], exp.info["ids"])
+    copy.tokens[0] = 9  # a tensor the receiver owns
+    assert exp.tokens[0] == 1

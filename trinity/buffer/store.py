@@ -6,12 +6,12 @@ restart the queue reloads the unconsumed ones, in the order they were written.
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import os
+import pickle
 import time
 from abc import ABC, abstractmethod
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import sqlalchemy as sa
 import torch
@@ -20,23 +20,18 @@ from trinity.common.experience import Experience
 
 
 def serialize_experience(exp: Experience) -> bytes:
-    """Bytes of every ``Experience`` field (tensors kept bit-exact, dtype included)."""
-    fields: Dict[str, Any] = {}
-    for f in dataclasses.fields(exp):
-        value = getattr(exp, f.name)
-        # clone: torch.save writes a view's whole underlying storage, not just the view
-        fields[f.name] = value.clone() if isinstance(value, torch.Tensor) else value
-    buffer = io.BytesIO()
-    torch.save(fields, buffer)
-    return buffer.getvalue()
+    """Bytes of every ``Experience`` field (tensors bit-exact, dtype included; a view's
+    values only, never its whole underlying storage)."""
+    return pickle.dumps(exp, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def deserialize_experience(data: bytes) -> Experience:
-    """Inverse of ``serialize_experience``."""
-    # weights_only=False: ``info`` may hold arbitrary Python objects; the database is
-    # written by this run itself, trusted like its checkpoints.
-    fields = torch.load(io.BytesIO(data), weights_only=False)
-    return Experience(**fields)
+    """Inverse of ``serialize_experience``; also reads rows written with ``torch.save``."""
+    # Both formats may hold arbitrary Python objects in ``info``: the database is written
+    # by this run itself, trusted like its checkpoints.
+    if data[:2] == b"PK":  # a torch.save zip archive (stores written before pickling)
+        return Experience(**torch.load(io.BytesIO(data), weights_only=False))
+    return pickle.loads(data)
 
 
 class ExperienceStore(ABC):
@@ -99,23 +94,25 @@ class SQLiteExperienceStore(ExperienceStore):
         self.table.metadata.create_all(self.engine)
 
     def add(self, exps: Sequence[Experience]) -> List[int]:
+        if not exps:
+            return []
         now = time.time()
-        ids: List[int] = []
-        with self.engine.begin() as conn:  # one transaction: all of the batch or none
-            for exp in exps:
-                result = conn.execute(
-                    self.table.insert().values(
-                        eid=exp.eid,
-                        group_id=exp.group_id,
-                        model_version=exp.model_version,
-                        reward=None if exp.reward is None else float(exp.reward),
-                        created_at=now,
-                        consumed=False,
-                        data=serialize_experience(exp),
-                    )
-                )
-                ids.append(result.inserted_primary_key[0])
-        return ids
+        rows = [
+            dict(
+                eid=exp.eid,
+                group_id=exp.group_id,
+                model_version=exp.model_version,
+                reward=None if exp.reward is None else float(exp.reward),
+                created_at=now,
+                consumed=False,
+                data=serialize_experience(exp),
+            )
+            for exp in exps
+        ]
+        # One multi-row INSERT ... RETURNING in one transaction: all of the batch or none.
+        insert = self.table.insert().returning(self.table.c.id, sort_by_parameter_order=True)
+        with self.engine.begin() as conn:
+            return [row.id for row in conn.execute(insert, rows)]
 
     def mark_consumed(self, ids: Sequence[int]) -> None:
         if not ids:

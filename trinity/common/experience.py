@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
+import numpy as np
 import torch
 
 
@@ -73,6 +74,27 @@ class Experience:
     @property
     def response_length(self) -> int:
         return len(self.tokens) - self.prompt_length
+
+    # Every experience crosses three processes (runner, queue, trainer) and is written to the
+    # queue's store: pickling tensors as numpy arrays is ~10x faster than torch's reducer.
+    def __getstate__(self) -> Dict[str, Any]:
+        return {k: _to_numpy(v) for k, v in self.__dict__.items()}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update({k: _from_numpy(v) for k, v in state.items()})
+
+
+def _to_numpy(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and value.dtype != torch.bfloat16:  # numpy has no bf16
+        return value.detach().cpu().numpy()
+    return value
+
+
+def _from_numpy(value: Any) -> Any:
+    if isinstance(value, np.ndarray):  # only tensors become arrays in __getstate__
+        # Arrays unpickled from Ray's object store are read-only views: own a copy.
+        return torch.from_numpy(value if value.flags.writeable else value.copy())
+    return value
 
 
 @dataclass
