@@ -1,0 +1,502 @@
+"""Trinity GRPO against TRL's ``GRPOTrainer`` on CPU, side by side, from one SFT checkpoint.
+
+What is compared: held-out accuracy bought per second of training. Both systems start from
+the same checkpoint, made by the project's own SFT stage (the quickstart's ``sft`` stage run
+alone through ``trinity run``), and train GRPO on the quickstart's arithmetic task::
+
+    python bench/grpo_vs_trl.py --preset tiny --steps 150 --eval-interval 25 \\
+        --out docs/results/grpo_vs_trl_tiny.json
+
+How: Trinity runs the quickstart GRPO config (``trinity.runtime.launcher.run``, Ray actors,
+``sync_offset`` from ``--sync-offset``, default 0 as in the quickstart); TRL runs in this
+process afterwards, never at the same time. Each step both see the same 16 training
+questions in the same (file) order, sample 8 answers each (128 completions) scored by the
+project's ``math_reward``, and take one AdamW step over all 128 (token-mean loss,
+group-normalised advantages, no KL, constant lr). The shared hyperparameters are read from
+the quickstart config and handed to TRL, whose optimizer is built by our own
+``build_optimizer``, so the update rules agree.
+
+What is timed (evaluation, a greedy pass over the 200 held-out questions, always excluded):
+  * ``loop_s``: Trinity from the end of the step-0 eval to the last trainer step (or to the
+    start of the final eval, if later: the final weights must reach the explorer); TRL from
+    the end of its step-0 eval (in ``on_train_begin``) to the end of the last optimizer step.
+    Eval spans inside the window are subtracted. ``samples_per_s = steps * 128 / loop_s``.
+  * ``startup_s``: run start to loop start, step-0 eval included (Trinity: Ray start, actors,
+    model loads; its first eval also starts the workflow runners; TRL: model load and
+    ``GRPOTrainer`` construction, imports excluded). ``wall_s``: the whole run.
+  * the accuracy curve ``CURVE_FIELDS``, time (eval excluded) to first reach ``--target``,
+    and peak memory of this process plus all its descendants (Ray's processes included).
+
+Why it is fair: same weights, data order, prompts, sampling settings, reward code, batch
+geometry, optimizer, schedule and clip; eval cost is excluded from both; neither saves
+checkpoints inside the loop. Differences that remain are listed in ``CAVEATS`` (and the JSON).
+It measures; it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import tempfile
+import threading
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(ROOT, "examples", "quickstart", "arithmetic.yaml")
+METRIC = "eval/arithmetic_test/accuracy/mean"
+CURVE_FIELDS = ["step", "samples_seen", "wall_s_excluding_eval", "accuracy"]
+CAVEATS = [
+    "with --sync-offset 1 Trinity explores step s+1 with weights one update old (clipped "
+    "importance ratio); TRL is strictly on-policy (ratio 1), as is the default sync_offset 0.",
+    "advantage epsilon: ours 1e-6, TRL's fixed 1e-4 (both (r - mean) / (std + eps), unbiased "
+    "std over each group of 8).",
+    "sampling: Trinity's rollout engine vs TRL's model.generate, both plain temperature "
+    "sampling without top-k/top-p; the random streams differ.",
+    "threads: TRL runs all cores in one process; Trinity splits them between its actors.",
+    "startup: Trinity's includes Ray's start and its actors' imports; TRL's excludes imports.",
+]
+
+
+class PeakMemory:
+    """Peak memory of this process and all its descendants, sampled in a thread: ``pss_mb``
+    sums proportional set sizes (a page k processes share counts 1/k in each, so libraries
+    every Ray worker maps count once); ``rss_sum_mb`` sums RSS, over-counting shared pages."""
+
+    # Reading every process's smaps costs real CPU (a quarter of a core at 0.5 s on this
+    # 2-core machine, taken from the Ray workers, which run at a lower priority): sample slowly.
+    def __init__(self, interval: float = 5.0) -> None:
+        self.interval, self._stop = interval, threading.Event()
+        self.peak = {"pss_mb": 0.0, "rss_sum_mb": 0.0, "processes": 0}
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self.sample()
+        self.peak["start_pss_mb"] = self.peak["pss_mb"]  # what the tree held before the run
+
+    def sample(self) -> None:
+        import psutil
+
+        root = psutil.Process()
+        procs, pss, rss = [root] + root.children(recursive=True), 0, 0
+        for proc in procs:
+            try:
+                info = proc.memory_full_info()
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            pss, rss = pss + info.pss, rss + info.rss
+        self.peak["pss_mb"] = max(self.peak["pss_mb"], pss / 2**20)
+        self.peak["rss_sum_mb"] = max(self.peak["rss_sum_mb"], rss / 2**20)
+        self.peak["processes"] = max(self.peak["processes"], len(procs))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+        self.sample()
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def quickstart_part(workdir: str, name: str, end: str) -> str:
+    """Write the quickstart config up to (not including) the last ``end`` as workdir/name."""
+    with open(CONFIG) as f:
+        text = f.read()
+    path = os.path.join(workdir, name)
+    with open(path, "w") as f:
+        f.write(text[: text.rindex(end)])
+    return path
+
+
+def config_head(workdir: str) -> str:
+    """The quickstart config without its stages: the GRPO settings alone."""
+    return quickstart_part(workdir, "grpo.yaml", "\nstages:")
+
+
+def launch(config: str, overrides: List[str]) -> Tuple[Any, float]:
+    """``trinity run`` here: (result, wall seconds). A Ray it started is shut down after
+    (untimed), so later measurements of this process tree hold no Ray processes."""
+    import ray
+
+    from trinity.runtime.launcher import run
+
+    ray_was_up, start = ray.is_initialized(), time.monotonic()
+    try:
+        (result,) = run(config, overrides, [])
+        return result, time.monotonic() - start
+    finally:
+        if not ray_was_up:
+            ray.shutdown()
+
+
+def make_sft_checkpoint(args: argparse.Namespace, paths: Dict[str, str]) -> str:
+    """Run the quickstart's ``sft`` stage alone (its ``grpo`` stage line dropped); a finished
+    run of the same name in the workdir is reused (``continue_from_checkpoint``)."""
+    config = quickstart_part(args.workdir, "sft.yaml", "  - stage_name: grpo")
+    name = f"sft_{args.preset}_d{args.digits or 'default'}_e{args.sft_epochs or 'default'}"
+    overrides = [f"name={name}", f"model.model_path={paths['model_path']}"]
+    overrides += [f"checkpoint_root_dir={os.path.join(args.workdir, 'checkpoints')}"]
+    overrides += [f"buffer.explorer_input.taskset.path={paths['rl_path']}"]
+    overrides += [f"buffer.explorer_input.eval_tasksets.0.path={paths['rl_path']}"]
+    overrides += [f"stages.0.buffer.trainer_input.experience_buffer.path={paths['sft_path']}"]
+    if args.sft_epochs:
+        overrides.append(f"stages.0.buffer.total_epochs={args.sft_epochs}")
+    result, _ = launch(config, overrides)
+    if not result.final_hf:
+        raise RuntimeError(f"the SFT stage wrote no HF export under {result.job_dir}")
+    return result.final_hf
+
+
+def grpo_overrides(args: argparse.Namespace, checkpoint: str, rl_path: str) -> List[str]:
+    """The quickstart GRPO config with our checkpoint, data, step counts and sync offset."""
+    overrides = [f"name=grpo_vs_trl_{args.preset}", f"model.model_path={checkpoint}"]
+    overrides += ["continue_from_checkpoint=false"]  # a fresh, time-stamped job dir every run
+    overrides += [f"checkpoint_root_dir={os.path.join(args.workdir, 'checkpoints')}"]
+    overrides += [f"buffer.explorer_input.taskset.path={rl_path}"]
+    overrides += [f"buffer.explorer_input.eval_tasksets.0.path={rl_path}"]
+    overrides += [f"buffer.total_steps={args.steps}", "explorer.eval_on_startup=true"]
+    overrides += [f"explorer.eval_interval={args.eval_interval}"]
+    overrides += [f"synchronizer.sync_offset={args.sync_offset}"]
+    # TRL saves nothing inside its loop; Trinity's final save comes after its loop.
+    return overrides + ["trainer.save_interval=0"]
+
+
+def shared_params(config_path: str, overrides: List[str], args: argparse.Namespace) -> Dict:
+    """The hyperparameters both systems use, read from the finalized quickstart config."""
+    from trinity.algorithm.optimizer import warmup_steps
+    from trinity.common.config import effective_trainer_settings, load_config
+
+    cfg = load_config(config_path, overrides).check_and_update()
+    opt, algo, buf = cfg.algorithm.optimizer, cfg.algorithm, cfg.buffer
+    args.optimizer_config = opt  # TRL's AdamW is built from it by our build_optimizer
+    if opt.lr_scheduler_type != "constant" or warmup_steps(opt, args.steps) != 0:
+        raise SystemExit("only a constant lr without warm-up is mapped onto TRL here")
+    if algo.kl_loss_fn not in (None, "none") or algo.kl_penalty_fn not in (None, "none"):
+        raise SystemExit("the comparison assumes no KL (TRL beta 0)")
+    clip = algo.policy_loss_fn_args
+    both = clip.get("clip_range", 0.2)
+    low, high = clip.get("clip_range_low") or both, clip.get("clip_range_high") or both
+    params = dict(prompts_per_step=buf.batch_size, samples_per_prompt=algo.repeat_times)
+    params.update(samples_per_step=buf.batch_size * algo.repeat_times, steps=args.steps)
+    params.update(eval_interval=args.eval_interval, target_accuracy=args.target)
+    params.update(lr=opt.lr, lr_schedule="constant, no warm-up", betas=list(opt.betas))
+    params.update(adam_eps=1e-8, weight_decay=opt.weight_decay, kl="none")
+    params.update(grad_clip=effective_trainer_settings(cfg)["grad_clip"])
+    params.update(clip_range=[low, high])
+    params.update(temperature=buf.explorer_input.taskset.rollout_args.temperature)
+    params.update(max_response_tokens=cfg.model.max_response_tokens)
+    params.update(max_prompt_tokens=cfg.model.max_prompt_tokens, sync_offset=args.sync_offset)
+    params.update(loss="token-mean over each step's completions, one optimizer step per step")
+    params.update(eval="greedy, at step 0, every eval_interval steps and after the last step")
+    return params
+
+
+def trinity_timeline(explorer: List[Dict], trainer: List[Dict], run_start: float) -> Dict:
+    """Loop seconds without eval, startup seconds and the accuracy curve, from the records."""
+    evals = sorted((r for r in explorer if METRIC in r), key=lambda r: r["time"])
+    spans = [(r["time"] - r.get("time/eval", 0.0), r["time"]) for r in evals]
+    trained = [r for r in trainer if "time/train_step" in r]
+    steps = max(r["step"] for r in trained)
+    if evals and evals[0]["step"] == 0:
+        t0 = spans[0][1]
+    else:
+        t0 = min(r["time"] - r["time/explore_step"] for r in explorer if "time/explore_step" in r)
+    end = max(r["time"] for r in trained)
+    end = max([end] + [s for (s, _), r in zip(spans, evals, strict=True) if r["step"] == steps])
+
+    def without_eval(t: float) -> float:
+        inside = sum(max(0.0, min(e, t) - max(s, t0)) for s, e in spans)
+        return max(0.0, t - t0 - inside)
+
+    pairs = zip(spans, evals, strict=True)
+    curve = [[r["step"], 0, without_eval(s), r[METRIC]] for (s, _), r in pairs]
+    timing = dict(startup_s=t0 - run_start, loop_s=without_eval(end))
+    return dict(steps=steps, **timing, eval_s=sum(e - s for s, e in spans), curve=curve)
+
+
+def run_trinity(args: argparse.Namespace, checkpoint: str, rl_path: str, params: Dict) -> Dict:
+    from trinity.monitor import read_metrics
+
+    overrides = grpo_overrides(args, checkpoint, rl_path)
+    with PeakMemory() as memory:
+        run_start = time.time()
+        result, wall = launch(config_head(args.workdir), overrides)
+    logs = [os.path.join(result.job_dir, "monitor", f"{r}.jsonl") for r in ("explorer", "trainer")]
+    timeline = trinity_timeline(*[read_metrics(path) for path in logs], run_start)
+    for point in timeline["curve"]:
+        point[1] = point[0] * params["samples_per_step"]
+    settings = {"sync_offset": args.sync_offset, "job_dir": result.job_dir}
+    return dict(wall_s=wall, **timeline, peak_memory=memory.peak, settings=settings)
+
+
+def greedy_accuracy(model: Any, tokenizer: Any, rows: List[Dict], max_tokens: int) -> float:
+    """Held-out accuracy: greedy answers to every question, scored by ``math_reward``."""
+    import torch
+    from transformers import GenerationConfig
+
+    from trinity.common.rewards.math import MathReward
+
+    score, was_training = MathReward(), model.training
+    ids = dict(pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    gen = GenerationConfig(do_sample=False, max_new_tokens=max_tokens, **ids)
+    messages = [[{"role": "user", "content": r["question"]}] for r in rows]
+    texts = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    model.eval()
+    correct = 0.0
+    with torch.no_grad():
+        for i in range(0, len(texts), 100):
+            enc = tokenizer(texts[i : i + 100], return_tensors="pt", padding=True)
+            out = model.generate(**enc, generation_config=gen)[:, enc["input_ids"].shape[1] :]
+            for row, tokens in zip(rows[i : i + 100], out, strict=True):
+                answer = tokenizer.decode(tokens, skip_special_tokens=True)
+                correct += score(answer, truth=row["answer"])["accuracy"]
+    model.train(was_training)
+    return correct / len(rows)
+
+
+def math_reward(completions: List[Any], answer: List[str], **_: Any) -> List[float]:
+    """TRL reward function: the project's ``math_reward`` on each completion's text."""
+    from trinity.common.rewards.math import MathReward
+
+    score = MathReward()
+    texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+    return [score(text, truth=truth)["accuracy"] for text, truth in zip(texts, answer, strict=True)]
+
+
+def heldout_callback(tokenizer: Any, rows: List[Dict], params: Dict) -> Any:
+    """A ``TrainerCallback`` that evaluates on Trinity's cadence and times the loop."""
+    from transformers import TrainerCallback
+
+    interval, max_tokens = params["eval_interval"], params["max_response_tokens"]
+
+    class HeldOutEval(TrainerCallback):
+        def __init__(self) -> None:
+            self.curve: List[List[float]] = []
+            self.eval_s = self.excluded = self.loop_s = self.loop_start = 0.0
+
+        def evaluate(self, model: Any, step: int, x: float) -> None:
+            start = time.monotonic()
+            accuracy = greedy_accuracy(model, tokenizer, rows, max_tokens)
+            self.curve.append([step, step * params["samples_per_step"], x, accuracy])
+            spent = time.monotonic() - start
+            self.eval_s += spent
+            self.excluded += spent if step else 0.0
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.evaluate(kw["model"], 0, 0.0)
+            self.loop_start = time.monotonic()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            step, x = state.global_step, time.monotonic() - self.loop_start - self.excluded
+            if step == state.max_steps:
+                self.loop_s = x
+            if step % interval == 0 or step == state.max_steps:
+                self.evaluate(kw["model"], step, x)
+
+    return HeldOutEval()
+
+
+def trl_config(params: Dict, output_dir: str) -> Any:
+    """``GRPOConfig`` with our hyperparameters; one optimizer step = 16 prompts x 8 samples.
+
+    TRL 1.16 counts ``per_device_train_batch_size`` in completions; each generation batch
+    (``generation_batch_size`` completions, ``/ num_generations`` prompts) is split into
+    ``steps_per_generation`` (default ``gradient_accumulation_steps``) micro-steps. With
+    128 / 1 / 128 each optimizer step generates and trains on exactly the 128 completions of
+    16 prompts in one forward/backward, like Trinity's single token-packed micro-batch.
+    """
+    from trl import GRPOConfig
+
+    n, clip = params["samples_per_step"], params["clip_range"]
+    kw = dict(
+        output_dir=output_dir, max_steps=params["steps"], logging_steps=params["eval_interval"]
+    )
+    kw.update(per_device_train_batch_size=n, gradient_accumulation_steps=1, generation_batch_size=n)
+    kw.update(num_generations=params["samples_per_prompt"], shuffle_dataset=False)
+    kw.update(max_completion_length=params["max_response_tokens"], top_p=1.0, top_k=0)
+    kw.update(temperature=params["temperature"], beta=0.0, num_iterations=1)
+    # loss_type "dapo" divides the summed token losses by the batch's tokens: our token-mean.
+    kw.update(loss_type="dapo", scale_rewards="group", epsilon=clip[0], epsilon_high=clip[1])
+    kw.update(learning_rate=params["lr"], lr_scheduler_type="constant", warmup_steps=0)
+    kw.update(weight_decay=params["weight_decay"], adam_epsilon=params["adam_eps"])
+    kw.update(adam_beta1=params["betas"][0], adam_beta2=params["betas"][1])
+    kw.update(max_grad_norm=params["grad_clip"], use_cpu=True, bf16=False, seed=0)
+    # TRL turns activation checkpointing on by default; the quickstart turns it off for us.
+    kw.update(activation_checkpointing=False, report_to="none", save_strategy="no")
+    return GRPOConfig(**kw, disable_tqdm=True)
+
+
+def run_trl(args: argparse.Namespace, checkpoint: str, rl_path: str, params: Dict) -> Dict:
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
+
+    from trinity.algorithm.optimizer import build_optimizer
+    from trinity.utils.synthetic import read_jsonl
+
+    train = read_jsonl(os.path.join(rl_path, "train.jsonl"))
+    # Trinity's sequential reader runs on across epochs: step k reads rows 16k..16k+15 (mod n).
+    ordered = [train[i % len(train)] for i in range(params["steps"] * params["prompts_per_step"])]
+    prompts = [[{"role": "user", "content": r["question"]}] for r in ordered]
+    dataset = Dataset.from_dict({"prompt": prompts, "answer": [r["answer"] for r in ordered]})
+    test = read_jsonl(os.path.join(rl_path, "test.jsonl"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(os.cpu_count() or 1)
+    with PeakMemory() as memory:
+        start = time.monotonic()
+        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+        model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+        optimizer = build_optimizer(model.parameters(), args.optimizer_config)
+        callback = heldout_callback(tokenizer, test, params)
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=math_reward,
+            args=trl_config(params, os.path.join(args.workdir, "trl")),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[callback],
+            optimizers=(optimizer, None),  # None: TRL builds its "constant" scheduler
+        )
+        trainer.train()
+        wall = time.monotonic() - start
+    torch.set_num_threads(threads)
+    c, steps = callback, trainer.state.global_step
+    timing = dict(startup_s=c.loop_start - start, loop_s=c.loop_s, eval_s=c.eval_s, curve=c.curve)
+    settings = {"torch_threads": os.cpu_count(), "trl": importlib.metadata.version("trl")}
+    return dict(wall_s=wall, steps=steps, **timing, peak_memory=memory.peak, settings=settings)
+
+
+def finish(system: Dict, params: Dict) -> Dict:
+    """Add samples, samples/s, time to target and first/final accuracy to a system's result."""
+    curve = system["curve"]
+    system["samples"] = system["steps"] * params["samples_per_step"]
+    system["samples_per_s"] = system["samples"] / system["loop_s"] if system["loop_s"] else None
+    hit = next((p[2] for p in curve if p[3] >= params["target_accuracy"]), None)
+    system.update(time_to_target_s=hit, initial_accuracy=curve[0][3], final_accuracy=curve[-1][3])
+    return system
+
+
+def ratios(systems: Dict[str, Dict]) -> Dict[str, Optional[float]]:
+    """Trinity over TRL for samples/s; TRL over Trinity for time to target (>1: we are faster)."""
+    ours, theirs = systems.get("trinity"), systems.get("trl")
+    if not ours or not theirs:
+        return {"samples_per_s": None, "time_to_target": None}
+    tt_ours, tt_theirs = ours["time_to_target_s"], theirs["time_to_target_s"]
+    return {
+        "samples_per_s": ours["samples_per_s"] / theirs["samples_per_s"],
+        "time_to_target": tt_theirs / tt_ours if tt_ours and tt_theirs else None,
+    }
+
+
+def _fmt(value: Optional[float], spec: str, missing: str, unit: str) -> str:
+    return missing if value is None else format(value, spec) + unit
+
+
+def summary_line(report: Dict) -> str:
+    target = report["params"]["target_accuracy"]
+    parts = [f"grpo_vs_trl {report['preset']} {report['params']['steps']} steps:"]
+    for name, s in report["systems"].items():
+        parts.append(
+            f"{name} {s['samples_per_s']:.1f} samples/s, acc {s['initial_accuracy']:.2f}->"
+            f"{s['final_accuracy']:.2f}, to {target}: "
+            f"{_fmt(s['time_to_target_s'], '.1f', 'never', 's')};"
+        )
+    r = report["ratios"]
+    parts.append(
+        f"trinity/trl: samples/s {_fmt(r['samples_per_s'], '.2f', 'n/a', 'x')}, "
+        f"time-to-target speed-up {_fmt(r['time_to_target'], '.2f', 'n/a', 'x')}"
+    )
+    return " ".join(parts)
+
+
+def plot(report: Dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, system in report["systems"].items():
+        xs, ys = [p[2] for p in system["curve"]], [p[3] for p in system["curve"]]
+        ax.plot(xs, ys, marker="o", label=f"{name} ({system['samples_per_s']:.0f} samples/s)")
+    ax.axhline(report["params"]["target_accuracy"], color="grey", ls="--", lw=1, label="target")
+    ax.set_xlabel("training wall time, eval excluded (s)")
+    ax.set_ylabel("held-out greedy accuracy")
+    ax.set_title(f"GRPO on the {report['preset']} model: Trinity vs TRL (CPU)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def parse(argv: Optional[List[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="tiny", help="tiny model preset (tiny, 25m, ...)")
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--eval-interval", type=int, default=25)
+    parser.add_argument("--target", type=float, default=0.6, help="accuracy for time-to-target")
+    parser.add_argument("--sync-offset", type=int, default=0, help="Trinity's sync_offset")
+    parser.add_argument("--systems", default="trinity,trl", help="which to run, in order")
+    parser.add_argument("--sft-checkpoint", help="HF folder; default: run the SFT stage")
+    parser.add_argument("--sft-epochs", type=int, help="SFT epochs (default: the quickstart's)")
+    parser.add_argument("--data", help="quickstart folder holding data/rl (needs --sft-checkpoint)")
+    parser.add_argument("--digits", type=int, help="operand digits (default: prepare_quickstart's)")
+    parser.add_argument("--workdir", help="model, data, checkpoints (default: a temp dir)")
+    parser.add_argument("--out", help="JSON path (default docs/results/grpo_vs_trl_PRESET.json)")
+    parser.add_argument("--plot", help="PNG path (default: the JSON path with .png)")
+    args = parser.parse_args(argv)
+    args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    if not args.systems or set(args.systems) - {"trinity", "trl"}:
+        parser.error("--systems takes trinity, trl or both")
+    if args.data and not args.sft_checkpoint:
+        parser.error("--data needs --sft-checkpoint (the SFT stage uses the built quickstart)")
+    args.workdir = os.path.abspath(args.workdir or tempfile.mkdtemp(prefix="grpo-vs-trl-"))
+    os.makedirs(args.workdir, exist_ok=True)
+    args.out = args.out or os.path.join(ROOT, "docs", "results", f"grpo_vs_trl_{args.preset}.json")
+    args.plot = args.plot or os.path.splitext(args.out)[0] + ".png"
+    return args
+
+
+def prepare(args: argparse.Namespace) -> Tuple[str, str]:
+    """The SFT checkpoint and the RL data folder (given, or built with ``prepare_quickstart``)."""
+    from trinity.utils.synthetic import prepare_quickstart
+
+    if args.data:
+        return os.path.abspath(args.sft_checkpoint), os.path.join(args.data, "data", "rl")
+    kwargs = {"digits": args.digits} if args.digits else {}
+    root = os.path.join(args.workdir, f"quickstart_{args.preset}_d{args.digits or 'default'}")
+    paths = prepare_quickstart(root, preset=args.preset, **kwargs)
+    checkpoint = args.sft_checkpoint or make_sft_checkpoint(args, paths)
+    return os.path.abspath(checkpoint), paths["rl_path"]
+
+
+def main(argv: Optional[List[str]] = None) -> Dict:
+    args = parse(argv)
+    checkpoint, rl_path = prepare(args)
+    rl_path = os.path.abspath(rl_path)
+    overrides = grpo_overrides(args, checkpoint, rl_path)
+    params = shared_params(config_head(args.workdir), overrides, args)
+    runners = {"trinity": run_trinity, "trl": run_trl}
+    systems = {name: runners[name](args, checkpoint, rl_path, params) for name in args.systems}
+    systems = {name: finish(system, params) for name, system in systems.items()}
+    params.update(sft_checkpoint=checkpoint, data=rl_path, cpu_count=os.cpu_count())
+    report = {"benchmark": "grpo_vs_trl", "preset": args.preset, "params": params}
+    report.update(curve_fields=CURVE_FIELDS, systems=systems, ratios=ratios(systems))
+    report.update(caveats=CAVEATS)
+    report["summary"] = summary_line(report)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=2)
+    plot(report, args.plot)
+    print(report["summary"])
+    return report
+
+
+if __name__ == "__main__":
+    main()
