@@ -1,6 +1,7 @@
 """RayRunnerPool: several tasks per runner at once, and a stuck task only costs itself."""
 
 import time
+from types import SimpleNamespace
 
 import ray
 
@@ -10,21 +11,33 @@ from trinity.runtime.actors import RayRunnerPool
 
 @ray.remote(num_cpus=0, max_concurrency=4)
 class SleepyRunner:
-    """Stands in for a RunnerActor: a task is {"name", "sleep"}; it reports when it ran."""
+    """Stands in for a RunnerActor: a task sleeps; the result says when it ran."""
 
-    def run_task(self, task: dict) -> TaskResult:
+    def run_task(self, task: SimpleNamespace) -> TaskResult:
         start = time.time()
-        time.sleep(task["sleep"])
-        return TaskResult(task={**task, "start": start, "end": time.time()})
+        time.sleep(task.sleep)
+        return TaskResult(task={"name": task.name, "start": start, "end": time.time()})
 
 
-def _pool(size: int, slots: int, max_timeout: float = 60.0) -> RayRunnerPool:
-    return RayRunnerPool(lambda i: SleepyRunner.remote(), size, max_timeout, slots)
+def _tasks(*sleeps: float, n: int = 1, names=None) -> list:
+    """Tasks asking for ``n`` samples each (the pool reads ``rollout_args.n``)."""
+    names = names or [f"t{i}" for i in range(len(sleeps))]
+    args = SimpleNamespace(n=n)
+    pairs = zip(names, sleeps, strict=True)
+    return [SimpleNamespace(name=m, sleep=s, rollout_args=args) for m, s in pairs]
+
+
+def _pool(size: int, slots: int, max_timeout: float = 60.0, rows: int = 64) -> RayRunnerPool:
+    return RayRunnerPool(lambda i: SleepyRunner.remote(), size, max_timeout, slots, rows)
+
+
+def _overlapping(ran: list) -> int:
+    """The most tasks that were running at one moment."""
+    return max(sum(t["start"] <= r["start"] < t["end"] for t in ran) for r in ran)
 
 
 def test_a_runner_runs_its_slots_at_once(ray_cluster):
-    tasks = [{"name": f"t{i}", "sleep": 1.0} for i in range(4)]
-    results = _pool(size=1, slots=4).run(tasks)
+    results = _pool(size=1, slots=4).run(_tasks(1.0, 1.0, 1.0, 1.0))
     ran = [r.task for r in results]
     assert sorted(t["name"] for t in ran) == ["t0", "t1", "t2", "t3"]
     # all four started before any finished: they ran together, not one after another
@@ -32,26 +45,27 @@ def test_a_runner_runs_its_slots_at_once(ray_cluster):
 
 
 def test_sequential_slots_run_one_task_at_a_time(ray_cluster):
-    tasks = [{"name": f"t{i}", "sleep": 0.2} for i in range(3)]
-    ran = sorted((r.task for r in _pool(size=1, slots=1).run(tasks)), key=lambda t: t["start"])
-    assert all(a["end"] <= b["start"] for a, b in zip(ran, ran[1:], strict=False))
+    ran = [r.task for r in _pool(size=1, slots=1).run(_tasks(0.2, 0.2, 0.2))]
+    assert _overlapping(ran) == 1
+
+
+def test_samples_in_flight_bound_tasks_that_ask_for_many(ray_cluster):
+    # 4 slots but room for 4 samples: tasks of 2 samples run two at a time
+    ran = [r.task for r in _pool(size=1, slots=4, rows=4).run(_tasks(0.5, 0.5, 0.5, 0.5, n=2))]
+    assert len(ran) == 4 and _overlapping(ran) == 2
 
 
 def test_a_stuck_task_times_out_and_its_runner_mates_are_rerun(ray_cluster):
     # Two slots: "stuck" and "quick" start at 0 s; "slow" takes quick's slot at ~1 s and is
     # still running (it would end at ~4.5 s, inside its own 4 s limit) when "stuck" hits its
     # limit at 4 s and the runner is killed.
-    tasks = [
-        {"name": "stuck", "sleep": 60.0},
-        {"name": "quick", "sleep": 1.0},
-        {"name": "slow", "sleep": 3.5},
-    ]
+    tasks = _tasks(60.0, 1.0, 3.5, names=["stuck", "quick", "slow"])
     results = _pool(size=1, slots=2, max_timeout=4.0).run(tasks)
-    by_name = {r.task["name"]: r for r in results}
+    # a finished task reports a dict; a timed-out one comes back as the task it was sent as
+    by_name = {getattr(r.task, "name", None) or r.task["name"]: r for r in results}
     assert sorted(by_name) == ["quick", "slow", "stuck"] and len(results) == 3
     assert "timed out after explorer.max_timeout=4.0s" in by_name["stuck"].error
     assert by_name["quick"].error is None
     # "slow" was in flight on the killed runner: it ran again, to completion, on the new one
-    assert by_name["slow"].error is None and by_name["slow"].task["start"] > 3.5 + min(
-        r.task.get("start", 1e18) for r in results
-    )
+    slow, quick = by_name["slow"], by_name["quick"]
+    assert slow.error is None and slow.task["start"] > quick.task["start"] + 3.5

@@ -120,21 +120,30 @@ class RayRunnerPool:
     """Runs tasks on a pool of ``RunnerActor``s with ``explorer.max_timeout`` per task.
 
     Each runner takes up to ``slots`` tasks at once (``concurrent_mode: multi-threading``;
-    1 when sequential). A runner that times out or dies is killed and replaced, so one stuck
-    workflow never stalls the step; its other in-flight tasks start again on the new runner.
+    1 when sequential), and at most ``rows`` samples' worth of them (a task asks for
+    ``rollout_args.n``): a training step's 8-sample tasks go a few at a time, one-sample eval
+    tasks many at a time, so the engine sees similar batches for both. A runner that times
+    out or dies is killed and replaced, so one stuck workflow never stalls the step; its
+    other in-flight tasks start again on the new runner.
     """
 
-    def __init__(self, make_runner: Any, size: int, max_timeout: float, slots: int = 1) -> None:
+    def __init__(
+        self, make_runner: Any, size: int, max_timeout: float, slots: int = 1, rows: int = 1
+    ) -> None:
         self.make_runner = make_runner
         self.runners = [make_runner(i) for i in range(size)]
         self.max_timeout = max_timeout
-        self.slots = slots
+        self.slots, self.rows = slots, rows
         # A task's time limit starts when it is sent, so runners must be up before that.
         ray.get([runner.__ray_ready__.remote() for runner in self.runners])
 
+    def _tasks_per_runner(self, tasks: List[Task]) -> int:
+        n = max((task.rollout_args.n for task in tasks), default=1)
+        return max(1, min(self.slots, self.rows // max(1, n)))
+
     def run(self, tasks: List[Task]) -> List[TaskResult]:
-        todo = deque(tasks)
-        free = [runner for runner in self.runners for _ in range(self.slots)]
+        todo, per_runner = deque(tasks), self._tasks_per_runner(tasks)
+        free = [runner for runner in self.runners for _ in range(per_runner)]
         pending: Dict[Any, tuple] = {}
         results: List[TaskResult] = []
         while todo or pending:
@@ -152,17 +161,19 @@ class RayRunnerPool:
                     free.append(runner)
                 except ray.exceptions.RayActorError as exc:
                     results.append(TaskResult(task=task, error=f"workflow runner died: {exc}"))
-                    self._restart(runner, pending, todo, free)
+                    self._restart(runner, pending, todo, free, per_runner)
             now = time.monotonic()
             for ref, (task, runner, started) in list(pending.items()):
                 if ref in pending and now - started > self.max_timeout:
                     pending.pop(ref)
                     msg = f"timed out after explorer.max_timeout={self.max_timeout}s"
                     results.append(TaskResult(task=task, error=msg))
-                    self._restart(runner, pending, todo, free)
+                    self._restart(runner, pending, todo, free, per_runner)
         return results
 
-    def _restart(self, runner: Any, pending: Dict[Any, tuple], todo: deque, free: List) -> None:
+    def _restart(
+        self, runner: Any, pending: Dict[Any, tuple], todo: deque, free: List, per_runner: int
+    ) -> None:
         """Replace ``runner``; the tasks it still held go back to the front of the queue."""
         for ref, (task, owner, _) in list(pending.items()):
             if owner is runner:
@@ -173,4 +184,4 @@ class RayRunnerPool:
         ray.kill(runner, no_restart=True)
         self.runners[index] = self.make_runner(index)
         ray.get(self.runners[index].__ray_ready__.remote())
-        free.extend([self.runners[index]] * self.slots)
+        free.extend([self.runners[index]] * per_runner)

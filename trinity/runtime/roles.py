@@ -44,10 +44,12 @@ def engine_kwargs(config: Any) -> Dict[str, Any]:
 
 
 def runner_slots(config: Any, runners: int) -> int:
-    """Tasks one runner runs at once: enough for a whole step's batch in ``multi-threading``."""
+    """Samples (and so tasks) one runner has in flight: a whole step's batch spread over the
+    runners in ``multi-threading`` mode, one task at a time when ``sequential``."""
     if config.explorer.concurrent_mode != "multi-threading":
         return 1
-    return max(1, math.ceil(config.buffer.batch_size / max(1, runners)))
+    rows = config.buffer.batch_size * config.algorithm.repeat_times
+    return max(1, math.ceil(rows / max(1, runners)))
 
 
 def _monitor(config: Any, role: str) -> Any:
@@ -87,7 +89,9 @@ class ExplorerActor:
         ]
         runners = cfg.explorer.runner_per_model * len(self.engines)
         self.slots = runner_slots(cfg, runners)
-        pool = RayRunnerPool(self._make_runner, runners, cfg.explorer.max_timeout, self.slots)
+        pool = RayRunnerPool(
+            self._make_runner, runners, cfg.explorer.max_timeout, self.slots, self.slots
+        )
         buf = cfg.buffer
         readers = [
             TaskReader(ts, buf.total_epochs, buf.total_steps) for ts in buf.explorer_input.tasksets

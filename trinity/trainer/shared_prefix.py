@@ -31,6 +31,14 @@ def distinct_prompts(batch: ExperienceBatch) -> Tuple[torch.Tensor, torch.Tensor
     return first, inverse
 
 
+def _checkpointing(model: torch.nn.Module) -> bool:
+    # transformers 5 renamed the flag (the old name warns); older versions only have the old.
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if hasattr(type(model), name):
+            return bool(getattr(model, name))
+    return False
+
+
 def shared_prefix_logits(model: torch.nn.Module, batch: ExperienceBatch) -> Optional[torch.Tensor]:
     """(B, R, V) logits predicting the response tokens; None where sharing does not apply.
 
@@ -39,7 +47,7 @@ def shared_prefix_logits(model: torch.nn.Module, batch: ExperienceBatch) -> Opti
     prompts, and a key/value cache (gradient checkpointing drops the cache).
     """
     P, R = batch.prompt_len, batch.response_len
-    if P == 0 or getattr(model, "is_gradient_checkpointing", False):
+    if P == 0 or _checkpointing(model):
         return None
     first, inverse = distinct_prompts(batch)
     if len(first) == len(batch):
