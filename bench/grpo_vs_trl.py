@@ -139,6 +139,7 @@ def make_sft_checkpoint(args: argparse.Namespace, paths: Dict[str, str]) -> str:
     run of the same name in the workdir is reused (``continue_from_checkpoint``)."""
     config = quickstart_part(args.workdir, "sft.yaml", "  - stage_name: grpo")
     name = f"sft_{args.preset}_d{args.digits or 'default'}_e{args.sft_epochs or 'default'}"
+    name += f"_lr{args.sft_lr}" if args.sft_lr else ""
     overrides = [f"name={name}", f"model.model_path={paths['model_path']}"]
     overrides += [f"checkpoint_root_dir={os.path.join(args.workdir, 'checkpoints')}"]
     overrides += [f"buffer.explorer_input.taskset.path={paths['rl_path']}"]
@@ -146,6 +147,8 @@ def make_sft_checkpoint(args: argparse.Namespace, paths: Dict[str, str]) -> str:
     overrides += [f"stages.0.buffer.trainer_input.experience_buffer.path={paths['sft_path']}"]
     if args.sft_epochs:
         overrides.append(f"stages.0.buffer.total_epochs={args.sft_epochs}")
+    if args.sft_lr:
+        overrides.append(f"stages.0.algorithm.optimizer.lr={args.sft_lr}")
     result, _ = launch(config, overrides)
     if not result.final_hf:
         raise RuntimeError(f"the SFT stage wrote no HF export under {result.job_dir}")
@@ -445,6 +448,7 @@ def parse(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--systems", default="trinity,trl", help="which to run, in order")
     parser.add_argument("--sft-checkpoint", help="HF folder; default: run the SFT stage")
     parser.add_argument("--sft-epochs", type=int, help="SFT epochs (default: the quickstart's)")
+    parser.add_argument("--sft-lr", type=float, help="SFT lr (default: the quickstart's)")
     parser.add_argument("--data", help="quickstart folder holding data/rl (needs --sft-checkpoint)")
     parser.add_argument("--digits", type=int, help="operand digits (default: prepare_quickstart's)")
     parser.add_argument("--workdir", help="model, data, checkpoints (default: a temp dir)")
