@@ -27,8 +27,8 @@ def _tasks(*sleeps: float, n: int = 1, names=None) -> list:
     return [SimpleNamespace(name=m, sleep=s, rollout_args=args) for m, s in pairs]
 
 
-def _pool(size: int, slots: int, max_timeout: float = 60.0, rows: int = 64) -> RayRunnerPool:
-    return RayRunnerPool(lambda i: SleepyRunner.remote(), size, max_timeout, slots, rows)
+def _pool(size: int, rows: int, max_timeout: float = 60.0) -> RayRunnerPool:
+    return RayRunnerPool(lambda i: SleepyRunner.remote(), size, max_timeout, rows)
 
 
 def _overlapping(ran: list) -> int:
@@ -37,7 +37,7 @@ def _overlapping(ran: list) -> int:
 
 
 def test_a_runner_runs_its_slots_at_once(ray_cluster):
-    results = _pool(size=1, slots=4).run(_tasks(1.0, 1.0, 1.0, 1.0))
+    results = _pool(size=1, rows=4).run(_tasks(1.0, 1.0, 1.0, 1.0))
     ran = [r.task for r in results]
     assert sorted(t["name"] for t in ran) == ["t0", "t1", "t2", "t3"]
     # all four started before any finished: they ran together, not one after another
@@ -45,13 +45,13 @@ def test_a_runner_runs_its_slots_at_once(ray_cluster):
 
 
 def test_sequential_slots_run_one_task_at_a_time(ray_cluster):
-    ran = [r.task for r in _pool(size=1, slots=1).run(_tasks(0.2, 0.2, 0.2))]
+    ran = [r.task for r in _pool(size=1, rows=1).run(_tasks(0.2, 0.2, 0.2))]
     assert _overlapping(ran) == 1
 
 
 def test_samples_in_flight_bound_tasks_that_ask_for_many(ray_cluster):
-    # 4 slots but room for 4 samples: tasks of 2 samples run two at a time
-    ran = [r.task for r in _pool(size=1, slots=4, rows=4).run(_tasks(0.5, 0.5, 0.5, 0.5, n=2))]
+    # room for 4 samples: tasks of 2 samples run two at a time
+    ran = [r.task for r in _pool(size=1, rows=4).run(_tasks(0.5, 0.5, 0.5, 0.5, n=2))]
     assert len(ran) == 4 and _overlapping(ran) == 2
 
 
@@ -60,7 +60,7 @@ def test_a_stuck_task_times_out_and_its_runner_mates_are_rerun(ray_cluster):
     # still running (it would end at ~4.5 s, inside its own 4 s limit) when "stuck" hits its
     # limit at 4 s and the runner is killed.
     tasks = _tasks(60.0, 1.0, 3.5, names=["stuck", "quick", "slow"])
-    results = _pool(size=1, slots=2, max_timeout=4.0).run(tasks)
+    results = _pool(size=1, rows=2, max_timeout=4.0).run(tasks)
     # a finished task reports a dict; a timed-out one comes back as the task it was sent as
     by_name = {getattr(r.task, "name", None) or r.task["name"]: r for r in results}
     assert sorted(by_name) == ["quick", "slow", "stuck"] and len(results) == 3

@@ -119,27 +119,25 @@ def compute_threads(config: Any, role: str) -> int:
 class RayRunnerPool:
     """Runs tasks on a pool of ``RunnerActor``s with ``explorer.max_timeout`` per task.
 
-    Each runner takes up to ``slots`` tasks at once (``concurrent_mode: multi-threading``;
-    1 when sequential), and at most ``rows`` samples' worth of them (a task asks for
-    ``rollout_args.n``): a training step's 8-sample tasks go a few at a time, one-sample eval
-    tasks many at a time, so the engine sees similar batches for both. A runner that times
+    Each runner holds at most ``rows`` samples' worth of tasks at once (a task asks for
+    ``rollout_args.n``; always at least one task, so ``rows=1`` is sequential): a training
+    step's 8-sample tasks go a few at a time, one-sample eval tasks many at a time, so the
+    engine sees similar batches for both. A runner that times
     out or dies is killed and replaced, so one stuck workflow never stalls the step; its
     other in-flight tasks start again on the new runner.
     """
 
-    def __init__(
-        self, make_runner: Any, size: int, max_timeout: float, slots: int = 1, rows: int = 1
-    ) -> None:
+    def __init__(self, make_runner: Any, size: int, max_timeout: float, rows: int = 1) -> None:
         self.make_runner = make_runner
         self.runners = [make_runner(i) for i in range(size)]
         self.max_timeout = max_timeout
-        self.slots, self.rows = slots, rows
+        self.rows = rows
         # A task's time limit starts when it is sent, so runners must be up before that.
         ray.get([runner.__ray_ready__.remote() for runner in self.runners])
 
     def _tasks_per_runner(self, tasks: List[Task]) -> int:
         n = max((task.rollout_args.n for task in tasks), default=1)
-        return max(1, min(self.slots, self.rows // max(1, n)))
+        return max(1, self.rows // max(1, n))
 
     def run(self, tasks: List[Task]) -> List[TaskResult]:
         todo, per_runner = deque(tasks), self._tasks_per_runner(tasks)

@@ -89,9 +89,7 @@ class ExplorerActor:
         ]
         runners = cfg.explorer.runner_per_model * len(self.engines)
         self.slots = runner_slots(cfg, runners)
-        pool = RayRunnerPool(
-            self._make_runner, runners, cfg.explorer.max_timeout, self.slots, self.slots
-        )
+        pool = RayRunnerPool(self._make_runner, runners, cfg.explorer.max_timeout, self.slots)
         buf = cfg.buffer
         readers = [
             TaskReader(ts, buf.total_epochs, buf.total_steps) for ts in buf.explorer_input.tasksets
