@@ -1,8 +1,9 @@
 """The embedded rollout engine: batched sampling with ``transformers`` and a KV cache.
 
 ``TransformersEngine`` is a plain class (the Ray actor wrapping lives elsewhere). One
-``generate`` call prefills every distinct prompt once, copies each prompt's cache rows
-``n`` times, and then runs one forward pass per new token for the whole running batch.
+``generate`` call prefills every distinct prompt once, shares its cache among its ``n``
+samples (``decoding.py``), and then runs one forward pass per new token for the whole
+running batch.
 Rows that finish are dropped from the batch, and sampling is vectorised over rows, so
 requests with different ``SamplingParams`` share the same forward passes.
 
@@ -19,9 +20,9 @@ from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Tuple
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from trinity.common.models.decoding import make_decoder, supports_shared_prefix
 from trinity.common.models.sampling import RowSampler, SamplingParams
 
 __all__ = ["SampleOutput", "SamplingParams", "TransformersEngine"]
@@ -45,67 +46,6 @@ class SampleOutput:
 class _Request:
     prompt: List[int]  # after truncation
     params: SamplingParams  # with max_tokens/min_tokens resolved
-
-
-class _GrowingLayer(DynamicLayer):
-    """A ``DynamicLayer`` that writes into a buffer which doubles when full.
-
-    The stock layer grows by ``torch.cat`` every step, copying the whole cache per token
-    (a third of decode time on the tiny model). Here a step writes one column in place
-    and the amortised copy cost is O(1) per token, while memory stays within twice the
-    longest running sequence (reserving ``max_tokens`` up front would not fit long
-    generations on a GPU).
-    """
-
-    def __init__(self, capacity: int) -> None:
-        super().__init__()
-        self.capacity = capacity
-        self.length = 0
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        super().lazy_initialization(key_states, value_states)
-        self._k = self._v = None
-
-    def _reserve(self, end: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        if self._k is not None and end <= self._k.shape[2]:
-            return
-        capacity = max(end, self.capacity if self._k is None else 2 * self._k.shape[2])
-        batch, heads = key_states.shape[:2]
-        k = key_states.new_empty((batch, heads, capacity, key_states.shape[-1]))
-        v = value_states.new_empty((batch, heads, capacity, value_states.shape[-1]))
-        if self.length:
-            k[:, :, : self.length] = self.keys
-            v[:, :, : self.length] = self.values
-        self._k, self._v = k, v
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
-    ) -> Tuple[torch.Tensor, torch.Tensor]:
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        end = self.length + key_states.shape[-2]
-        self._reserve(end, key_states, value_states)
-        self._k[:, :, self.length : end] = key_states
-        self._v[:, :, self.length : end] = value_states
-        self.length = end
-        self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
-        return self.keys, self.values
-
-    def get_seq_length(self) -> int:
-        return self.length
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self._k, self._v = self._k[indices], self._v[indices]
-        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
-
-
-def _make_cache(config: object, capacity: int) -> DynamicCache:
-    """A ``DynamicCache`` whose full-attention layers start with room for ``capacity``."""
-    cache = DynamicCache(config=config)
-    cache.layers = [
-        _GrowingLayer(capacity) if type(layer) is DynamicLayer else layer for layer in cache.layers
-    ]
-    return cache
 
 
 def _set_cpu_threads(num_threads: Optional[int]) -> None:
@@ -164,6 +104,8 @@ class TransformersEngine:
             self.tokenizer.chat_template = chat_template
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=_DTYPES[dtype])
         self.model.to(self.device).eval()
+        # Decode with one cache copy per distinct prompt where the architecture allows it.
+        self.shared_prefix = supports_shared_prefix(self.model)
         self.eos_ids = self._eos_ids()
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
@@ -261,15 +203,16 @@ class TransformersEngine:
         lengths = torch.zeros(n_rows, dtype=torch.long, device=self.device)
         stopped = torch.zeros(n_rows, dtype=torch.bool, device=self.device)
 
-        cache, logits, attention, position, prompt_ids = self._prefill(requests, steps)
+        ids, mask, source = self._distinct_prompts(requests)
+        decoder = make_decoder(self.model, ids, mask, source, steps, self.shared_prefix)
+        logits = decoder.logits
         sampler = RowSampler.build(
             [r.params for r in requests],
             self.eos_ids,
             self.repetition_penalty,
-            self._seen(prompt_ids, attention),
+            self._seen(ids[source], mask[source]),
             self.device,
         )
-        prompt_cols = prompt_ids.shape[1]
         for t in range(steps):
             tok, lp = sampler.sample(logits, t, self._generator)
             tokens[sampler.out, t] = tok
@@ -282,30 +225,20 @@ class TransformersEngine:
                 break
             if n_done:  # drop finished rows: they would cost a full row of compute each step
                 keep = (~done).nonzero().squeeze(1)
-                cache.batch_select_indices(keep)
+                decoder.select(keep)
                 sampler.select(keep)
-                tok, attention, position = tok[keep], attention[keep], position[keep]
+                tok = tok[keep]
             sampler.observe(tok)
-            logits = self.model(
-                input_ids=tok[:, None],
-                attention_mask=attention[:, : prompt_cols + t + 1],
-                position_ids=position[:, None],
-                past_key_values=cache,
-                use_cache=True,
-            ).logits[:, -1, :]
-            position = position + 1
+            logits = decoder.step(tok)
         return self._collect(requests, tokens, logprobs, lengths, stopped)
 
-    def _prefill(
-        self, requests: List[_Request], steps: int
-    ) -> Tuple[DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Run each distinct prompt once, then repeat its cache rows for its ``n`` samples.
-
-        Returns the cache, next-token logits (B, V), the attention mask (B, P + steps)
-        (left-padded prompt, then ones), next position ids (B,) and prompt ids (B, P).
-        """
+    def _distinct_prompts(
+        self, requests: List[_Request]
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Left-padded distinct prompts: ids and mask (P, W), and the prompt of each output
+        row (B,), rows laid out request by request, ``n`` each."""
         distinct: Dict[Tuple[int, ...], int] = {}
-        source = []  # for each output row, the index of its distinct prompt
+        source = []
         for req in requests:
             index = distinct.setdefault(tuple(req.prompt), len(distinct))
             source.extend([index] * req.params.n)
@@ -315,30 +248,15 @@ class TransformersEngine:
         for i, prompt in enumerate(distinct):  # left padding: prompts end at the same column
             ids[i, width - len(prompt) :] = torch.tensor(prompt)
             mask[i, width - len(prompt) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        # Room for 64 new tokens first: most responses are short, and the buffer doubles.
-        cache = _make_cache(self.model.config, width + min(steps, 64))
-        logits = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=(mask.cumsum(dim=-1) - 1).clamp(min=0),
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        ).logits[:, -1, :]
-        rows = torch.tensor(source, device=self.device)
-        cache.batch_select_indices(rows)
-        attention = torch.ones((len(source), width + steps), dtype=torch.long, device=self.device)
-        attention[:, :width] = mask[rows]
-        return cache, logits[rows], attention, mask.sum(dim=-1)[rows], ids[rows]
+        return ids.to(self.device), mask.to(self.device), torch.tensor(source, device=self.device)
 
-    def _seen(self, prompt_ids: torch.Tensor, attention: torch.Tensor) -> Optional[torch.Tensor]:
+    def _seen(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> Optional[torch.Tensor]:
         """(B, V) bool: tokens in each row's prompt, if a repetition penalty needs them."""
         if self.repetition_penalty == 1.0:
             return None
         vocab = self.model.get_output_embeddings().weight.shape[0]
         seen = torch.zeros((len(prompt_ids), vocab), dtype=torch.bool, device=self.device)
-        real = attention[:, : prompt_ids.shape[1]].bool()  # padding does not count as seen
+        real = prompt_mask.bool()  # padding does not count as seen
         rows = torch.arange(len(prompt_ids), device=self.device)[:, None].expand_as(prompt_ids)
         seen[rows[real], prompt_ids[real]] = True
         return seen

@@ -1,0 +1,102 @@
+"""Decoders of the rollout engine: each step's logits equal a plain forward of the whole row."""
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+
+from trinity.common.models.decoding import make_decoder, supports_shared_prefix
+
+PAD = 0
+
+
+def small_llama(kv_heads: int) -> LlamaForCausalLM:
+    """Random Llama with sharp logits; ``kv_heads`` < 4 makes it grouped-query attention."""
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=40,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=128,
+        attn_implementation="sdpa",
+    )
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(8)
+    return model
+
+
+def padded(rows):
+    """Left-pad token lists: ids and mask (N, W)."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), PAD, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r) :] = torch.tensor(r)
+        mask[i, width - len(r) :] = 1
+    return ids, mask
+
+
+@torch.no_grad()
+def reference_logits(model, rows):
+    """Next-token logits of each full row, from one uncached, padded forward."""
+    ids, mask = padded(rows)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    return model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1]
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+@pytest.mark.parametrize("shared", [True, False])
+def test_decoder_steps_match_full_forward(kv_heads, shared):
+    model = small_llama(kv_heads)
+    prompts = [[5, 6, 7], [9, 3, 3, 8, 1, 2], [4]]
+    # Rows laid out request by request; prompt 0 is asked twice, not adjacently.
+    source = torch.tensor([0, 0, 1, 1, 1, 2, 0])
+    ids, mask = padded(prompts)
+    rows = [list(prompts[s]) for s in source.tolist()]
+    gen = torch.Generator().manual_seed(1)
+    with torch.inference_mode():
+        decoder = make_decoder(model, ids, mask, source, steps=6, shared=shared)
+        logits = decoder.logits
+        for step in range(6):
+            torch.testing.assert_close(logits, reference_logits(model, rows), atol=2e-4, rtol=1e-4)
+            if step in (2, 4):  # drop rows, leaving groups uneven and one prompt unused
+                keep = torch.tensor([1, 2, 4, 6] if step == 2 else [0, 3])
+                decoder.select(keep)
+                rows = [rows[i] for i in keep.tolist()]
+            tokens = torch.randint(1, 40, (len(rows),), generator=gen)
+            for row, tok in zip(rows, tokens.tolist(), strict=True):
+                row.append(tok)
+            logits = decoder.step(tokens)
+
+
+def test_shared_prefix_is_used_only_where_the_architecture_allows():
+    assert supports_shared_prefix(small_llama(4))
+    torch.manual_seed(0)
+    sliding = MistralForCausalLM(
+        MistralConfig(
+            vocab_size=40,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            sliding_window=4,
+        )
+    )
+    assert not supports_shared_prefix(sliding)
+
+
+def test_model_keeps_plain_attention_outside_the_decoder():
+    """The engine's model object also serves ordinary forwards (``generate``, benchmarks)."""
+    model = small_llama(2)
+    rows = [[5, 6, 7, 8], [1, 2]]
+    before = reference_logits(model, rows)
+    ids, mask = padded(rows)
+    with torch.inference_mode():
+        make_decoder(model, ids, mask, torch.tensor([0, 1]), steps=2, shared=True)
+    torch.testing.assert_close(reference_logits(model, rows), before)

@@ -1,0 +1,322 @@
+"""KV-cached decoding for the rollout engine: prefill once per distinct prompt, then step.
+
+A GRPO request asks for ``n`` samples of one prompt, so most of a batch's keys and values
+belong to prompts that several rows share. Two decoders do the same job:
+
+- ``SharedPrefixDecoder`` (used when the model allows it) keeps each distinct prompt's
+  keys/values once and each row's generated ones apart. A decode step attends to the
+  two parts separately and merges the two softmaxes by their log-sum-exp, which is exactly
+  attention over the concatenation ("cascade" attention). At batch sizes like 128, decode
+  attention is bound by reading the cache, so reading a prompt once instead of ``n`` times
+  is the saving; it also skips ``transformers``' per-step mask building.
+- ``ExpandedDecoder`` copies each prompt's cache rows ``n`` times and runs the model's
+  own attention with a padding mask. It serves models the first cannot (sliding-window
+  layers, logit soft-capping, attention implementations that bypass the interface).
+
+Both grow their per-row cache in place (``GrowingLayer``) and can drop finished rows.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface, DynamicCache, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+__all__ = ["ExpandedDecoder", "SharedPrefixDecoder", "make_decoder", "supports_shared_prefix"]
+
+ATTENTION = "trinity_shared_prefix"  # the name registered in transformers' AttentionInterface
+_FIRST_CAPACITY = 64  # room for 64 new tokens first: most responses are short, buffers double
+
+
+class GrowingLayer(DynamicLayer):
+    """A ``DynamicLayer`` that writes into a buffer which doubles when full.
+
+    The stock layer grows by ``torch.cat`` every step, copying the whole cache per token
+    (a third of decode time on the tiny model). Here a step writes one column in place
+    and the amortised copy cost is O(1) per token, while memory stays within twice the
+    longest running sequence (reserving ``max_tokens`` up front would not fit long
+    generations on a GPU).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+        self._k: Optional[torch.Tensor] = None
+        self._v: Optional[torch.Tensor] = None
+
+    def _reserve(self, end: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        if self._k is not None and end <= self._k.shape[2]:
+            return
+        capacity = max(end, self.capacity if self._k is None else 2 * self._k.shape[2])
+        batch, heads = key_states.shape[:2]
+        k = key_states.new_empty((batch, heads, capacity, key_states.shape[-1]))
+        v = value_states.new_empty((batch, heads, capacity, value_states.shape[-1]))
+        if self.length:
+            k[:, :, : self.length] = self.keys
+            v[:, :, : self.length] = self.values
+        self._k, self._v = k, v
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        self._reserve(end, key_states, value_states)
+        self._k[:, :, self.length : end] = key_states
+        self._v[:, :, self.length : end] = value_states
+        self.length = end
+        self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._k, self._v = self._k[indices], self._v[indices]
+        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
+
+
+def supports_shared_prefix(model: PreTrainedModel) -> bool:
+    """Whether ``model`` can decode with ``SharedPrefixDecoder``: every layer is plain full
+    attention reached through ``transformers``' attention interface, without soft-capping."""
+    config = model.config
+    return (
+        getattr(model, "_supports_attention_backend", False)
+        and getattr(config, "attn_logit_softcapping", None) is None
+        and all(type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers)
+    )
+
+
+class _PrefixCache(DynamicCache):
+    """Keys/values of each distinct prompt (P rows), then each row's own (B rows).
+
+    ``source[b]`` is the prompt of row ``b``. For the grouped prefix matmul, row ``b``
+    sits at ``slot[b]`` of a (P * width) layout, ``width`` being the largest group.
+    """
+
+    def __init__(
+        self, config: object, prompt_mask: torch.Tensor, source: torch.Tensor, capacity: int
+    ) -> None:
+        super().__init__(config=config)
+        self.layers = [GrowingLayer(capacity) for _ in self.layers]
+        self.prefix: list = [None] * len(self.layers)  # per layer: (keys, values), P rows
+        self.prefix_bias = torch.zeros(prompt_mask.shape, device=prompt_mask.device)
+        self.prefix_bias.masked_fill_(~prompt_mask, float("-inf"))  # (P, W): padding keys
+        self.prompt_mask = prompt_mask
+        self.groups = prompt_mask.shape[0]
+        self.decoding = False
+        self.set_rows(source)
+
+    def set_rows(self, source: torch.Tensor) -> None:
+        counts = torch.bincount(source, minlength=self.groups)
+        self.width = int(counts.max())
+        order = torch.sort(source, stable=True).indices
+        rank = torch.empty_like(source)
+        starts = counts.cumsum(0) - counts
+        rank[order] = torch.arange(len(source), device=source.device) - starts[source[order]]
+        self.source, self.slot = source, source * self.width + rank
+        self.dense = len(source) == self.groups * self.width and bool(
+            (self.slot == torch.arange(len(source), device=source.device)).all()
+        )
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        if not self.decoding:  # the prefill: these are the prompts' keys/values
+            # Contiguous once here, or every decode step's matmul would copy them.
+            self.prefix[layer_idx] = (key_states.contiguous(), value_states.contiguous())
+            return key_states, value_states
+        return self.layers[layer_idx].update(key_states, value_states)
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.prompt_mask.shape[1] + self.layers[layer_idx].get_seq_length()
+
+    def select_rows(self, keep: torch.Tensor) -> None:
+        for layer in self.layers:
+            if layer.is_initialized:
+                layer.batch_select_indices(keep)
+        self.set_rows(self.source[keep])
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor]):
+    """Softmax attention that also returns the log-sum-exp of the scores.
+
+    q: (..., Q, D) already scaled; k: (..., K, D); v: (..., K, Dv); bias broadcast to
+    (..., Q, K) or None. Returns out (..., Q, Dv) in q's dtype and lse (..., Q) in fp32.
+    """
+    scores = torch.matmul(q, k.transpose(-1, -2)).float()
+    if bias is not None:
+        scores = scores + bias
+    lse = torch.logsumexp(scores, dim=-1, keepdim=True)
+    out = torch.matmul((scores - lse).exp().to(v.dtype), v)
+    return out, lse.squeeze(-1)
+
+
+def _decode_attention(cache: _PrefixCache, layer_idx: int, query, key, value, scaling: float):
+    """One new token per row: attend to the row's prompt (grouped) and to its own tokens."""
+    rows, heads, _, dim = query.shape
+    kv_heads = key.shape[1]
+    q = (query * scaling).reshape(rows, kv_heads, heads // kv_heads, dim)  # (B, Hkv, G, D)
+    prefix_k, prefix_v = cache.prefix[layer_idx]  # (P, Hkv, W, D)
+    groups, width = cache.groups, cache.width
+    if cache.dense:
+        grouped = q.view(groups, width, *q.shape[1:])
+    else:
+        grouped = q.new_zeros((groups * width, *q.shape[1:]))
+        grouped[cache.slot] = q
+        grouped = grouped.view(groups, width, *q.shape[1:])
+    grouped = grouped.permute(0, 2, 1, 3, 4).reshape(groups, kv_heads, -1, dim)  # (P,Hkv,m*G,D)
+    out_p, lse_p = _attend(grouped, prefix_k, prefix_v, cache.prefix_bias[:, None, None, :])
+    out_p = out_p.view(groups, kv_heads, width, -1, out_p.shape[-1]).permute(0, 2, 1, 3, 4)
+    lse_p = lse_p.view(groups, kv_heads, width, -1).permute(0, 2, 1, 3)
+    out_p, lse_p = (
+        out_p.reshape(groups * width, *out_p.shape[2:]),
+        lse_p.reshape(-1, *lse_p.shape[2:]),
+    )
+    if not cache.dense:
+        out_p, lse_p = out_p[cache.slot], lse_p[cache.slot]
+    out_s, lse_s = _attend(q, key, value, None)  # (B, Hkv, G, Dv): all of a row's own keys
+    top = torch.maximum(lse_p, lse_s)
+    w_p, w_s = (lse_p - top).exp().unsqueeze(-1), (lse_s - top).exp().unsqueeze(-1)
+    out = (w_p * out_p + w_s * out_s) / (w_p + w_s)
+    return out.to(query.dtype).view(rows, heads, 1, -1)
+
+
+def _prefill_attention(cache: _PrefixCache, query, key, value, scaling: float):
+    """Causal attention over left-padded prompts; a padding query sees itself only, so no
+    row of the softmax is empty (its output is never used)."""
+    width = query.shape[2]
+    causal = torch.ones((width, width), dtype=torch.bool, device=query.device).tril()
+    eye = torch.eye(width, dtype=torch.bool, device=query.device)
+    mask = causal & (cache.prompt_mask[:, None, None, :] | eye)
+    return F.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, scale=scaling, enable_gqa=key.shape[1] != query.shape[1]
+    )
+
+
+def shared_prefix_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: Optional[torch.Tensor],
+    scaling: Optional[float] = None,
+    dropout: float = 0.0,
+    **kwargs,
+) -> Tuple[torch.Tensor, None]:
+    """The ``AttentionInterface`` entry: (B, H, Q, D) in, (B, Q, H, Dv) out, as transformers
+    expects. The cache comes through the forward kwarg ``shared_prefix_cache``; any other
+    forward of the model (e.g. ``model.generate``) is plain SDPA with the usual mask."""
+    cache: Optional[_PrefixCache] = kwargs.pop("shared_prefix_cache", None)
+    if cache is None:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+        )
+    scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
+    if cache.decoding:
+        out = _decode_attention(cache, module.layer_idx, query, key, value, scaling)
+    else:
+        out = _prefill_attention(cache, query, key, value, scaling)
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(ATTENTION, shared_prefix_attention)
+# Ordinary forwards get SDPA's masks; our decoder passes no attention_mask, so it gets none.
+AttentionMaskInterface.register(ATTENTION, sdpa_mask)
+
+
+class SharedPrefixDecoder:
+    """Decode with one cache copy per distinct prompt (see the module docstring)."""
+
+    def __init__(self, model: PreTrainedModel, ids, mask, source, steps: int) -> None:
+        """ids/mask: (P, W) left-padded distinct prompts; source: (B,) prompt of each row."""
+        if model.config._attn_implementation != ATTENTION:
+            model.set_attn_implementation(ATTENTION)
+        self.model = model
+        self.cache = _PrefixCache(model.config, mask.bool(), source, min(steps, _FIRST_CAPACITY))
+        out = model(
+            input_ids=ids,
+            position_ids=(mask.cumsum(dim=-1) - 1).clamp(min=0),
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=1,
+            shared_prefix_cache=self.cache,
+        )
+        self.cache.decoding = True
+        self.logits = out.logits[:, -1, :][source]  # (B, V) next-token logits
+        self.position = mask.sum(dim=-1)[source]  # (B,) position of the next token
+
+    def select(self, keep: torch.Tensor) -> None:
+        """Keep only rows ``keep`` (indices into the current rows)."""
+        self.cache.select_rows(keep)
+        self.position = self.position[keep]
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Feed one token per row (B,); return the next-token logits (B, V)."""
+        logits = self.model(
+            input_ids=tokens[:, None],
+            position_ids=self.position[:, None],
+            past_key_values=self.cache,
+            use_cache=True,
+            shared_prefix_cache=self.cache,
+        ).logits[:, -1, :]
+        self.position = self.position + 1
+        return logits
+
+
+class ExpandedDecoder:
+    """Decode with each prompt's cache copied to its rows and the model's own attention."""
+
+    def __init__(self, model: PreTrainedModel, ids, mask, source, steps: int) -> None:
+        self.model = model
+        width = ids.shape[1]
+        self.cache = DynamicCache(config=model.config)
+        self.cache.layers = [
+            GrowingLayer(width + min(steps, _FIRST_CAPACITY))
+            if type(layer) is DynamicLayer
+            else layer
+            for layer in self.cache.layers
+        ]
+        out = model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=(mask.cumsum(dim=-1) - 1).clamp(min=0),
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        self.cache.batch_select_indices(source)
+        self.logits = out.logits[:, -1, :][source]
+        self.attention = torch.ones(
+            (len(source), width + steps), dtype=mask.dtype, device=mask.device
+        )
+        self.attention[:, :width] = mask[source]
+        self.columns = width
+        self.position = mask.sum(dim=-1)[source]
+
+    def select(self, keep: torch.Tensor) -> None:
+        self.cache.batch_select_indices(keep)
+        self.attention, self.position = self.attention[keep], self.position[keep]
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.columns += 1
+        logits = self.model(
+            input_ids=tokens[:, None],
+            attention_mask=self.attention[:, : self.columns],
+            position_ids=self.position[:, None],
+            past_key_values=self.cache,
+            use_cache=True,
+        ).logits[:, -1, :]
+        self.position = self.position + 1
+        return logits
+
+
+def make_decoder(model: PreTrainedModel, ids, mask, source, steps: int, shared: bool):
+    """Prefill ``ids`` (P, W) and return a decoder for rows ``source`` (B,)."""
+    cls = SharedPrefixDecoder if shared else ExpandedDecoder
+    return cls(model, ids, mask, source, steps)
