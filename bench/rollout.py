@@ -62,7 +62,9 @@ def run_generate(
 ) -> int:
     """One batched ``model.generate`` call; returns the number of tokens it generated."""
     tokenizer.padding_side = "left"
-    batch = tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt")
+    batch = tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt").to(
+        model.device
+    )
     out = model.generate(
         **batch,
         do_sample=True,
@@ -80,6 +82,8 @@ def run_generate(
 def _timed(fn: Callable[[], int]) -> Dict[str, float]:
     start = time.perf_counter()
     generated = fn()
+    if torch.cuda.is_available():  # the last kernels may still be running
+        torch.cuda.synchronize()
     return {"seconds": time.perf_counter() - start, "tokens": generated}
 
 
@@ -104,6 +108,8 @@ def bench_preset(preset: str, args: argparse.Namespace) -> Dict[str, Any]:
         min_response_tokens=args.tokens,
         seed=args.seed,
         num_threads=args.threads,
+        device=args.device,
+        dtype=args.dtype,
     )
     model, tokenizer = engine.model, engine.tokenizer  # one model: identical weights for both
     prompts = [engine.apply_chat_template(m) for m in make_messages(args.prompts, args.seed)]
@@ -157,6 +163,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (both systems)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--out", default="rollout.json")
     parser.add_argument(
         "--cache-dir", default=os.path.join(tempfile.gettempdir(), "trinity-bench-models")
@@ -173,11 +181,15 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     report = {
         "benchmark": "rollout",
         "config": {
-            **{k: getattr(args, k) for k in ("prompts", "samples", "tokens", "repeats", "seed")},
+            **{
+                k: getattr(args, k)
+                for k in ("prompts", "samples", "tokens", "repeats", "seed", "device", "dtype")
+            },
             "threads": torch.get_num_threads(),
             "torch": torch.__version__,
             "transformers": transformers.__version__,
             "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
+            "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None,
         },
         "results": [bench_preset(preset, args) for preset in args.preset],
     }

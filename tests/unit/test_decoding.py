@@ -7,6 +7,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralFo
 from trinity.common.models.decoding import make_decoder, supports_shared_prefix
 
 PAD = 0
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
 def small_llama(kv_heads: int) -> LlamaForCausalLM:
@@ -44,19 +45,20 @@ def padded(rows):
 @torch.no_grad()
 def reference_logits(model, rows):
     """Next-token logits of each full row, from one uncached, padded forward."""
-    ids, mask = padded(rows)
+    ids, mask = (t.to(model.device) for t in padded(rows))
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     return model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1]
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kv_heads", [4, 2])
 @pytest.mark.parametrize("shared", [True, False])
-def test_decoder_steps_match_full_forward(kv_heads, shared):
-    model = small_llama(kv_heads)
+def test_decoder_steps_match_full_forward(kv_heads, shared, device):
+    model = small_llama(kv_heads).to(device)
     prompts = [[5, 6, 7], [9, 3, 3, 8, 1, 2], [4]]
     # Rows laid out request by request; prompt 0 is asked twice, not adjacently.
-    source = torch.tensor([0, 0, 1, 1, 1, 2, 0])
-    ids, mask = padded(prompts)
+    source = torch.tensor([0, 0, 1, 1, 1, 2, 0], device=device)
+    ids, mask = (t.to(device) for t in padded(prompts))
     rows = [list(prompts[s]) for s in source.tolist()]
     gen = torch.Generator().manual_seed(1)
     with torch.inference_mode():
@@ -65,10 +67,10 @@ def test_decoder_steps_match_full_forward(kv_heads, shared):
         for step in range(6):
             torch.testing.assert_close(logits, reference_logits(model, rows), atol=2e-4, rtol=1e-4)
             if step in (2, 4):  # drop rows, leaving groups uneven and one prompt unused
-                keep = torch.tensor([1, 2, 4, 6] if step == 2 else [0, 3])
+                keep = torch.tensor([1, 2, 4, 6] if step == 2 else [0, 3], device=device)
                 decoder.select(keep)
                 rows = [rows[i] for i in keep.tolist()]
-            tokens = torch.randint(1, 40, (len(rows),), generator=gen)
+            tokens = torch.randint(1, 40, (len(rows),), generator=gen).to(device)
             for row, tok in zip(rows, tokens.tolist(), strict=True):
                 row.append(tok)
             logits = decoder.step(tokens)

@@ -72,9 +72,9 @@ def hf_greedy(engine, prompts, max_new_tokens, **kwargs):
 
 def recomputed_logprobs(engine, prompt, sample: SampleOutput, temperature):
     """log_softmax(logits / T) of the response tokens from one full forward pass."""
-    ids = torch.tensor([prompt + sample.token_ids])
+    ids = torch.tensor([prompt + sample.token_ids], device=engine.model.device)
     with torch.no_grad():
-        logits = engine.model(ids).logits[0, len(prompt) - 1 : -1] / temperature
+        logits = engine.model(ids).logits[0, len(prompt) - 1 : -1].float().cpu() / temperature
     return logits.log_softmax(-1).gather(1, torch.tensor(sample.token_ids)[:, None]).squeeze(1)
 
 
@@ -324,3 +324,29 @@ def test_engine_first_token_frequencies_follow_the_model(sharp_engine, prompts, 
     freq = torch.bincount(picks, minlength=len(expected)) / len(picks)
     assert torch.allclose(freq, expected, atol=0.03)
     assert set(picks.tolist()) <= set(expected.nonzero().squeeze(1).tolist())
+
+
+@pytest.mark.gpu
+def test_cuda_engine_agrees_with_the_cpu_engine(model_dir, prompts):
+    """The same weights on CUDA in fp32: the same greedy tokens and logprobs as on CPU."""
+    cpu = sharpened(make_engine(model_dir))
+    cuda = sharpened(make_engine(model_dir, device="cuda"))
+    params = [SamplingParams(temperature=0, max_tokens=32)] * len(prompts)
+    for (ref,), (out,) in zip(
+        cpu.generate(prompts, params), cuda.generate(prompts, params), strict=True
+    ):
+        assert out.token_ids == ref.token_ids
+        assert torch.allclose(torch.tensor(out.logprobs), torch.tensor(ref.logprobs), atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_cuda_bf16_logprobs_match_a_bf16_full_forward(model_dir, prompts):
+    """What the trainer recomputes in the same dtype; bf16 rounding differs between the
+    cached and the full pass, hence the looser tolerance."""
+    engine = make_engine(model_dir, device="cuda", dtype="bfloat16")
+    outputs = engine.generate(prompts, [SamplingParams(n=8, temperature=1.0)] * len(prompts))
+    for prompt, samples in zip(prompts, outputs, strict=True):
+        assert len(samples) == 8
+        for sample in samples:
+            expected = recomputed_logprobs(engine, prompt, sample, 1.0)
+            assert torch.allclose(torch.tensor(sample.logprobs), expected, atol=0.05)

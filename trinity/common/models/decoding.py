@@ -3,15 +3,17 @@
 A GRPO request asks for ``n`` samples of one prompt, so most of a batch's keys and values
 belong to prompts that several rows share. Two decoders do the same job:
 
-- ``SharedPrefixDecoder`` (used when the model allows it) keeps each distinct prompt's
-  keys/values once and each row's generated ones apart. A decode step attends to the
-  two parts separately and merges the two softmaxes by their log-sum-exp, which is exactly
-  attention over the concatenation ("cascade" attention). At batch sizes like 128, decode
-  attention is bound by reading the cache, so reading a prompt once instead of ``n`` times
-  is the saving; it also skips ``transformers``' per-step mask building.
+- ``SharedPrefixDecoder`` (the engine's choice on CPU, where the model allows it) keeps
+  each distinct prompt's keys/values once and each row's generated ones apart. A decode
+  step attends to the two parts separately and merges the two softmaxes by their
+  log-sum-exp, which is exactly attention over the concatenation ("cascade" attention).
+  At batch sizes like 128, decode attention on a CPU is bound by reading the cache, so
+  reading a prompt once instead of ``n`` times is the saving; it also skips
+  ``transformers``' per-step mask building.
 - ``ExpandedDecoder`` copies each prompt's cache rows ``n`` times and runs the model's
   own attention with a padding mask. It serves models the first cannot (sliding-window
-  layers, logit soft-capping, attention implementations that bypass the interface).
+  layers, logit soft-capping, attention implementations that bypass the interface) and
+  GPUs, where small decode steps are bound by kernel launches, not by memory.
 
 Both grow their per-row cache in place (``GrowingLayer``) and can drop finished rows.
 """
