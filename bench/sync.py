@@ -103,6 +103,7 @@ def _sides(method: str, job_dir: str, model: torch.nn.Module, folder: str, threa
     engine = EngineActor.remote(
         job_dir,
         "bench_engine",
+        "INFO",
         threads,
         model_path=folder,
         max_model_len=64,

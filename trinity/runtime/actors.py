@@ -43,8 +43,10 @@ def setup_process(
 
 @ray.remote(num_cpus=0)
 class RunnerActor(WorkflowRunner):
-    def __init__(self, plugin_dirs: List[str], job_dir: str, name: str, **kwargs: Any) -> None:
-        setup_process(plugin_dirs, job_dir, name)
+    def __init__(
+        self, plugin_dirs: List[str], job_dir: str, name: str, level: str, **kwargs: Any
+    ) -> None:
+        setup_process(plugin_dirs, job_dir, name, level)
         super().__init__(**kwargs)
 
 
@@ -52,8 +54,10 @@ class RunnerActor(WorkflowRunner):
 class EngineActor:
     """Hosts a ``TransformersInferenceModel`` (async methods: requests are batched)."""
 
-    def __init__(self, job_dir: str, name: str, threads: int, **engine_kwargs: Any) -> None:
-        setup_process([], job_dir, name, threads=threads)
+    def __init__(
+        self, job_dir: str, name: str, level: str, threads: int, **engine_kwargs: Any
+    ) -> None:
+        setup_process([], job_dir, name, level, threads=threads)
         from trinity.common.models.transformers_model import TransformersInferenceModel
 
         self.model = TransformersInferenceModel(num_threads=threads, **engine_kwargs)

@@ -82,6 +82,7 @@ class ExplorerActor:
             EngineActor.options(name=f"{cfg.explorer.name}_engine_{i}").remote(
                 job_dir,
                 f"{cfg.explorer.name}_engine_{i}",
+                cfg.log.level,
                 compute_threads(cfg, "engine"),
                 **engine_kwargs(cfg),
             )
@@ -117,6 +118,7 @@ class ExplorerActor:
             self.plugin_dirs,
             cfg.checkpoint_job_dir,
             name,
+            cfg.log.level,
             engine=self.engines[index % len(self.engines)],
             default_params={
                 "max_tokens": cfg.model.max_response_tokens,

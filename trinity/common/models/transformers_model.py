@@ -1,8 +1,9 @@
 """The embedded rollout engine behind ``InferenceModel``: ``TransformersEngine`` + batching.
 
-Workflow runners call ``chat``/``generate`` concurrently; requests that arrive within
-``batch_wait_s`` of each other (or while a batch is being generated) are sampled together
-in one batched call, which is what makes a small CPU model fast.
+Workflow runners call ``chat``/``generate`` concurrently; requests that arrive close
+together (or while a batch is being generated) are sampled together in one batched call,
+which is what makes a small CPU model fast. A batch closes once no new request came for
+``batch_idle_s``, or ``batch_wait_s`` after its first request at the latest.
 """
 
 from __future__ import annotations
@@ -32,10 +33,17 @@ class _Request:
 class TransformersInferenceModel(InferenceModel):
     """Batches concurrent requests into ``TransformersEngine.generate`` calls."""
 
-    def __init__(self, batch_wait_s: float = 0.02, max_batch_rows: int = 512, **engine_kwargs: Any):
+    def __init__(
+        self,
+        batch_wait_s: float = 0.02,
+        batch_idle_s: float = 0.003,
+        max_batch_rows: int = 512,
+        **engine_kwargs: Any,
+    ):
         self.engine = TransformersEngine(**engine_kwargs)
         self.tokenizer = self.engine.tokenizer
         self.batch_wait_s = batch_wait_s
+        self.batch_idle_s = batch_idle_s
         self.max_batch_rows = max_batch_rows
         self._version = 0
         self._pending: List[_Request] = []
@@ -69,22 +77,39 @@ class TransformersInferenceModel(InferenceModel):
             rows += request.params.n
         return batch
 
+    async def _gather(self) -> None:
+        """Let concurrent runners' requests arrive: return once none came for
+        ``batch_idle_s`` or ``batch_wait_s`` has passed."""
+        loop = asyncio.get_running_loop()
+        deadline, seen = loop.time() + self.batch_wait_s, -1
+        while len(self._pending) != seen and loop.time() < deadline:
+            seen = len(self._pending)
+            await asyncio.sleep(min(self.batch_idle_s, max(0.0, deadline - loop.time())))
+
     async def _batch_loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             await self._wakeup.wait()
-            await asyncio.sleep(self.batch_wait_s)  # let concurrent runners' requests arrive
+            await self._gather()
             batch = self._take_batch()
             if not self._pending:
                 self._wakeup.clear()
             if not batch:
                 continue
             try:
+                start = loop.time()
                 outputs = await loop.run_in_executor(
                     self._executor,
                     self.engine.generate,
                     [r.prompt_ids for r in batch],
                     [r.params for r in batch],
+                )
+                logger.debug(
+                    "generated %d request(s), %d row(s) in %.3fs; %d waiting",
+                    len(batch),
+                    sum(r.params.n for r in batch),
+                    loop.time() - start,
+                    len(self._pending),
                 )
             except Exception as exc:  # hand the failure to every waiting caller
                 for r in batch:
