@@ -213,7 +213,7 @@ class TransformersEngine:
             [r.params for r in requests],
             self.eos_ids,
             self.repetition_penalty,
-            self._seen(ids[source], mask[source]),
+            self._seen(ids, mask, source),
             self.device,
         )
         for t in range(steps):
@@ -253,10 +253,13 @@ class TransformersEngine:
             mask[i, width - len(prompt) :] = 1
         return ids.to(self.device), mask.to(self.device), torch.tensor(source, device=self.device)
 
-    def _seen(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> Optional[torch.Tensor]:
+    def _seen(
+        self, ids: torch.Tensor, mask: torch.Tensor, source: torch.Tensor
+    ) -> Optional[torch.Tensor]:
         """(B, V) bool: tokens in each row's prompt, if a repetition penalty needs them."""
         if self.repetition_penalty == 1.0:
             return None
+        prompt_ids, prompt_mask = ids[source], mask[source]
         vocab = self.model.get_output_embeddings().weight.shape[0]
         seen = torch.zeros((len(prompt_ids), vocab), dtype=torch.bool, device=self.device)
         real = prompt_mask.bool()  # padding does not count as seen
