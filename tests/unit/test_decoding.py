@@ -76,6 +76,29 @@ def test_decoder_steps_match_full_forward(kv_heads, shared, device):
             logits = decoder.step(tokens)
 
 
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_extend_feeds_several_tokens_per_row_causally(kv_heads):
+    """``extend`` (the trainer's response pass) gives each new token's logits as a full
+    forward of the row up to it would, also after a single ``step``."""
+    model = small_llama(kv_heads)
+    prompts = [[5, 6, 7], [9, 3, 3, 8, 1, 2]]
+    source = torch.tensor([0, 1, 0, 1, 1])
+    ids, mask = padded(prompts)
+    rows = [list(prompts[s]) for s in source.tolist()]
+    first = torch.tensor([11, 12, 13, 14, 15])
+    new = torch.tensor([[21, 22, 23], [24, 25, 26], [27, 28, 29], [30, 31, 32], [33, 34, 35]])
+    with torch.no_grad():
+        decoder = make_decoder(model, ids, mask, source, steps=4, shared=True)
+        decoder.step(first)
+        logits = decoder.extend(new)
+    for i in range(new.shape[1]):
+        pairs = zip(rows, first.tolist(), new.tolist(), strict=True)
+        upto = [r + [f] + n[: i + 1] for r, f, n in pairs]
+        torch.testing.assert_close(
+            logits[:, i], reference_logits(model, upto), atol=2e-4, rtol=1e-4
+        )
+
+
 def test_shared_prefix_is_used_only_where_the_architecture_allows():
     assert supports_shared_prefix(small_llama(4))
     torch.manual_seed(0)

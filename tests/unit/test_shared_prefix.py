@@ -9,15 +9,18 @@ from trinity.trainer import shared_prefix
 from trinity.trainer.policy_step import response_logprobs
 
 
-def _grouped_batch(response_lengths=(3, 1, 4)) -> ExperienceBatch:
+def _grouped_batch(response_lengths=(3, 1, 4), adjacent: bool = False) -> ExperienceBatch:
     """Prompts of lengths 3, 5 and 4 (so left padding differs), each answered 3 times with
-    responses of different lengths (so right padding differs), rows interleaved by group."""
+    responses of different lengths (so right padding differs), rows interleaved by group
+    (or, ``adjacent``, each group's rows together, as a GRPO step's batch arrives)."""
     prompts = [[5, 6, 7], [8, 9, 10, 11, 12], [13, 14, 15, 16]]
     exps = []
     for sample, length in enumerate(response_lengths):
         for g, prompt in enumerate(prompts):
             response = [20 + (g * 7 + sample * 3 + k) % 30 for k in range(length)]
             exps.append(Experience(tokens=prompt + response, prompt_length=len(prompt)))
+    if adjacent:
+        exps = [exps[s * len(prompts) + g] for g in range(len(prompts)) for s in range(3)]
     return ExperienceBatch.from_experiences(exps, pad_token_id=0)
 
 
@@ -46,12 +49,24 @@ def test_distinct_prompts_finds_groups_and_first_rows():
     assert sorted(first.tolist()) == [0, 1, 2]
     assert all(inverse[r] == inverse[r % 3] for r in range(9))
     assert len(set(inverse[:3].tolist())) == 3
+    # numbered by first appearance: group-major rows map to 0,0,0,1,1,1,2,2,2
+    first, inverse = shared_prefix.distinct_prompts(_grouped_batch(adjacent=True))
+    assert first.tolist() == [0, 3, 6]
+    assert inverse.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
 
 
+@pytest.mark.parametrize("cascade", [True, False])
+@pytest.mark.parametrize("adjacent", [False, True])
 @pytest.mark.parametrize("response_lengths", [(3, 1, 4), (1, 1, 1)])
-def test_shared_logprobs_and_gradients_equal_the_plain_pass(micro_model, response_lengths):
+def test_shared_logprobs_and_gradients_equal_the_plain_pass(
+    micro_model, response_lengths, adjacent, cascade, monkeypatch
+):
+    """Both response passes: the cascade attention, and (for models it does not support)
+    the prompt cache copied to every row."""
+    if not cascade:
+        monkeypatch.setattr(shared_prefix, "supports_shared_prefix", lambda model: False)
     model = AutoModelForCausalLM.from_pretrained(micro_model)
-    batch = _grouped_batch(response_lengths)
+    batch = _grouped_batch(response_lengths, adjacent)
     assert shared_prefix.shared_prefix_logits(model, batch) is not None  # sharing applies
     shared, _ = response_logprobs(model, batch)
     plain = _plain(model, batch)

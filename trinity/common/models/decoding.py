@@ -16,6 +16,8 @@ belong to prompts that several rows share. Two decoders do the same job:
   GPUs, where small decode steps are bound by kernel launches, not by memory.
 
 Both grow their per-row cache in place (``GrowingLayer``) and can drop finished rows.
+``SharedPrefixDecoder.extend`` feeds many tokens per row in one differentiable pass: the
+trainer scores GRPO groups with it (``trinity/trainer/shared_prefix.py``).
 """
 
 from __future__ import annotations
@@ -159,11 +161,14 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[to
     return out, lse.squeeze(-1)
 
 
-def _decode_attention(cache: _PrefixCache, layer_idx: int, query, key, value, scaling: float):
-    """One new token per row: attend to the row's prompt (grouped) and to its own tokens."""
-    rows, heads, _, dim = query.shape
-    kv_heads = key.shape[1]
-    q = (query * scaling).reshape(rows, kv_heads, heads // kv_heads, dim)  # (B, Hkv, G, D)
+def _cascade_attention(cache: _PrefixCache, layer_idx: int, query, key, value, scaling: float):
+    """Q new tokens per row: attend to the row's prompt (grouped) and, causally, to its own
+    tokens. query: (B, H, Q, D); key/value: (B, Hkv, K, D), the row's own keys so far
+    (K >= Q, the last Q being the new ones). Returns (B, H, Q, Dv)."""
+    rows, heads, width_q, dim = query.shape
+    kv_heads, own = key.shape[1], key.shape[2]
+    # (B, Hkv, G*Q, D): query head h reads kv head h // G, as transformers' repeat_kv does.
+    q = (query * scaling).reshape(rows, kv_heads, -1, dim)
     prefix_k, prefix_v = cache.prefix[layer_idx]  # (P, Hkv, W, D)
     groups, width = cache.groups, cache.width
     if cache.dense:
@@ -172,7 +177,7 @@ def _decode_attention(cache: _PrefixCache, layer_idx: int, query, key, value, sc
         grouped = q.new_zeros((groups * width, *q.shape[1:]))
         grouped[cache.slot] = q
         grouped = grouped.view(groups, width, *q.shape[1:])
-    grouped = grouped.permute(0, 2, 1, 3, 4).reshape(groups, kv_heads, -1, dim)  # (P,Hkv,m*G,D)
+    grouped = grouped.permute(0, 2, 1, 3, 4).reshape(groups, kv_heads, -1, dim)
     out_p, lse_p = _attend(grouped, prefix_k, prefix_v, cache.prefix_bias[:, None, None, :])
     out_p = out_p.view(groups, kv_heads, width, -1, out_p.shape[-1]).permute(0, 2, 1, 3, 4)
     lse_p = lse_p.view(groups, kv_heads, width, -1).permute(0, 2, 1, 3)
@@ -182,11 +187,16 @@ def _decode_attention(cache: _PrefixCache, layer_idx: int, query, key, value, sc
     )
     if not cache.dense:
         out_p, lse_p = out_p[cache.slot], lse_p[cache.slot]
-    out_s, lse_s = _attend(q, key, value, None)  # (B, Hkv, G, Dv): all of a row's own keys
+    causal = None
+    if width_q > 1:  # new token i sees the row's earlier tokens and new tokens 0..i
+        allowed = torch.ones((width_q, own), dtype=torch.bool, device=q.device)
+        allowed = allowed.tril(diagonal=own - width_q).repeat(heads // kv_heads, 1)
+        causal = torch.zeros(allowed.shape, device=q.device).masked_fill_(~allowed, float("-inf"))
+    out_s, lse_s = _attend(q, key, value, causal)  # (B, Hkv, G*Q, Dv)
     top = torch.maximum(lse_p, lse_s)
     w_p, w_s = (lse_p - top).exp().unsqueeze(-1), (lse_s - top).exp().unsqueeze(-1)
     out = (w_p * out_p + w_s * out_s) / (w_p + w_s)
-    return out.to(query.dtype).view(rows, heads, 1, -1)
+    return out.to(query.dtype).view(rows, heads, width_q, -1)
 
 
 def _prefill_attention(cache: _PrefixCache, query, key, value, scaling: float):
@@ -221,7 +231,7 @@ def shared_prefix_attention(
         )
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
     if cache.decoding:
-        out = _decode_attention(cache, module.layer_idx, query, key, value, scaling)
+        out = _cascade_attention(cache, module.layer_idx, query, key, value, scaling)
     else:
         out = _prefill_attention(cache, query, key, value, scaling)
     return out.transpose(1, 2).contiguous(), None
@@ -260,14 +270,23 @@ class SharedPrefixDecoder:
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """Feed one token per row (B,); return the next-token logits (B, V)."""
+        return self.extend(tokens[:, None])[:, -1, :]
+
+    def extend(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Feed Q tokens per row (B, Q) in one pass; return their logits (B, Q, V).
+
+        Differentiable: the trainer scores whole responses this way (``trinity/trainer/
+        shared_prefix.py``), with gradients reaching the prompt states through the cache.
+        """
+        offsets = torch.arange(tokens.shape[1], device=tokens.device)
         logits = self.model(
-            input_ids=tokens[:, None],
-            position_ids=self.position[:, None],
+            input_ids=tokens,
+            position_ids=self.position[:, None] + offsets,
             past_key_values=self.cache,
             use_cache=True,
             shared_prefix_cache=self.cache,
-        ).logits[:, -1, :]
-        self.position = self.position + 1
+        ).logits
+        self.position = self.position + tokens.shape[1]
         return logits
 
 
