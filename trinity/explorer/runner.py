@@ -60,8 +60,11 @@ class WorkflowRunner:
         for attempt in range(1, self.max_retry_times + 2):
             result.attempts = attempt
             try:
-                version = self.model.model_version
-                experiences = self._workflow(task).run()
+                with self.model.track_versions() as seen:
+                    experiences = self._workflow(task).run()
+                # The oldest weights that sampled any of the task's replies (read from the
+                # replies: no extra engine call); asked for only if the workflow made none.
+                version = min(seen) if seen else self.model.model_version
                 if not isinstance(experiences, list) or not all(
                     isinstance(e, Experience) for e in experiences
                 ):

@@ -2,17 +2,20 @@
 
 ``ModelWrapper.chat`` / ``generate`` return one ``Experience`` per sample with
 ``tokens``, ``prompt_length``, ``logprobs`` and ``response_text`` filled in, exactly the
-fields the developer guide's workflows read. The engine behind it is either a Ray actor
-(in a real run) or a local object (in unit tests).
+fields the developer guide's workflows read, and ``model_version``, the weights that
+sampled them. The engine behind it is either a Ray actor (in a real run) or a local object
+(in unit tests).
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from dataclasses import fields
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 from trinity.common.experience import Experience
 from trinity.common.models.hf_engine import SamplingParams
@@ -27,7 +30,7 @@ class InferenceModel(ABC):
     async def chat(
         self, messages: List[Dict[str, Any]], params: SamplingParams
     ) -> List[Experience]:
-        """Sample ``params.n`` responses to a conversation."""
+        """Sample ``params.n`` responses to a conversation, stamped with the model version."""
 
     @abstractmethod
     async def generate(self, prompt: str, params: SamplingParams) -> List[Experience]:
@@ -48,6 +51,7 @@ class ModelWrapper:
     def __init__(self, engine: Any, default_params: Optional[Dict[str, Any]] = None) -> None:
         self.engine = engine
         self.default_params = dict(default_params or {})
+        self._local = threading.local()  # versions seen by this thread, see track_versions
 
     def _params(self, kwargs: Dict[str, Any]) -> SamplingParams:
         merged = {**self.default_params, **{k: v for k, v in kwargs.items() if v is not None}}
@@ -63,16 +67,31 @@ class ModelWrapper:
         if hasattr(target, "remote"):  # a Ray actor handle
             import ray
 
-            return ray.get(target.remote(*args))
+            return self._seen(ray.get(target.remote(*args)))
         result = target(*args)
-        return asyncio.run(result) if inspect.iscoroutine(result) else result
+        return self._seen(asyncio.run(result) if inspect.iscoroutine(result) else result)
 
     async def _acall(self, method: str, *args: Any) -> Any:
         target = getattr(self.engine, method)
         if hasattr(target, "remote"):
-            return await target.remote(*args)
+            return self._seen(await target.remote(*args))
         result = target(*args)
-        return await result if inspect.iscoroutine(result) else result
+        return self._seen(await result if inspect.iscoroutine(result) else result)
+
+    def _seen(self, result: Any) -> Any:
+        versions = getattr(self._local, "versions", None)
+        if versions is not None and isinstance(result, list):
+            versions.extend(e.model_version for e in result if isinstance(e, Experience))
+        return result
+
+    @contextmanager
+    def track_versions(self) -> Iterator[List[int]]:
+        """Collect the model versions of the samples this thread receives while inside."""
+        self._local.versions = []
+        try:
+            yield self._local.versions
+        finally:
+            self._local.versions = None
 
     def chat(self, messages: List[Dict[str, Any]], **kwargs: Any) -> List[Experience]:
         """Sample responses to ``messages``; kwargs: n, temperature, top_p, top_k, max_tokens."""

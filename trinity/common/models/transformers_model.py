@@ -52,7 +52,8 @@ class TransformersInferenceModel(InferenceModel):
         # One worker thread: generation and weight loading never overlap.
         self._executor = ThreadPoolExecutor(max_workers=1)
 
-    async def _submit(self, prompt_ids: List[int], params: SamplingParams) -> List[SampleOutput]:
+    async def _submit(self, prompt_ids: List[int], params: SamplingParams) -> tuple:
+        """(model version, outputs) of one request, once its batch is generated."""
         loop = asyncio.get_running_loop()
         # A Ray actor keeps one loop; a local caller (asyncio.run per call) brings a new one.
         if (
@@ -98,9 +99,9 @@ class TransformersInferenceModel(InferenceModel):
                 continue
             try:
                 start = loop.time()
-                outputs = await loop.run_in_executor(
+                version, outputs = await loop.run_in_executor(
                     self._executor,
-                    self.engine.generate,
+                    self._generate,
                     [r.prompt_ids for r in batch],
                     [r.params for r in batch],
                 )
@@ -116,9 +117,17 @@ class TransformersInferenceModel(InferenceModel):
                     r.future.set_exception(exc)
                 continue
             for r, out in zip(batch, outputs, strict=True):
-                r.future.set_result(out)
+                r.future.set_result((version, out))
 
-    def _to_experiences(self, outputs: List[SampleOutput]) -> List[Experience]:
+    # Both run on the one worker thread, so a batch's version is the weights that sampled it.
+    def _generate(self, prompts: List[List[int]], params: List[SamplingParams]) -> tuple:
+        return self._version, self.engine.generate(prompts, params)
+
+    def _load(self, weights: Dict[str, torch.Tensor], version: int) -> None:
+        self.engine.load_state_dict(weights)
+        self._version = version
+
+    def _to_experiences(self, version: int, outputs: List[SampleOutput]) -> List[Experience]:
         # The engine reports the prompt it actually used (after any truncation); the samples
         # of one request share it, so it is decoded once.
         prompt_text = self.tokenizer.decode(outputs[0].prompt_token_ids) if outputs else ""
@@ -129,7 +138,7 @@ class TransformersInferenceModel(InferenceModel):
                 logprobs=o.logprobs,
                 prompt_text=prompt_text,
                 response_text=self.tokenizer.decode(o.token_ids, skip_special_tokens=True),
-                model_version=self._version,
+                model_version=version,
                 info={"finish_reason": o.finish_reason},
             )
             for o in outputs
@@ -139,11 +148,11 @@ class TransformersInferenceModel(InferenceModel):
         self, messages: List[Dict[str, Any]], params: SamplingParams
     ) -> List[Experience]:
         prompt_ids = self.engine.apply_chat_template(messages)
-        return self._to_experiences(await self._submit(prompt_ids, params))
+        return self._to_experiences(*await self._submit(prompt_ids, params))
 
     async def generate(self, prompt: str, params: SamplingParams) -> List[Experience]:
         prompt_ids = self.engine.encode_prompt(prompt)
-        return self._to_experiences(await self._submit(prompt_ids, params))
+        return self._to_experiences(*await self._submit(prompt_ids, params))
 
     async def load_weights(self, weights: Any, version: int) -> None:
         if isinstance(weights, str):  # a checkpoint path: read here, off the trainer's path
@@ -153,8 +162,7 @@ class TransformersInferenceModel(InferenceModel):
 
             weights = unpack_state(weights)
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self.engine.load_state_dict, weights)
-        self._version = version
+        await loop.run_in_executor(self._executor, self._load, weights, version)
         logger.info("rollout engine now at model version %d", version)
 
     async def model_version(self) -> int:
