@@ -99,6 +99,23 @@ def test_extend_feeds_several_tokens_per_row_causally(kv_heads):
         )
 
 
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_packed_extend_runs_real_tokens_only(kv_heads):
+    """With ``lengths``, each row's real tokens get the logits of the padded pass; padding
+    columns get zeros (and so can never leak into a loss by accident)."""
+    model = small_llama(kv_heads)
+    ids, mask = padded([[5, 6, 7], [9, 3, 3, 8, 1, 2]])
+    source = torch.tensor([0, 0, 1, 1])
+    new = torch.tensor([[21, 22, 23], [24, 0, 0], [27, 28, 0], [30, 31, 32]])
+    lengths = torch.tensor([3, 1, 2, 3])
+    with torch.no_grad():
+        padded_pass = make_decoder(model, ids, mask, source, 3, shared=True).extend(new)
+        packed = make_decoder(model, ids, mask, source, 3, shared=True).extend(new, lengths)
+    real = torch.arange(3) < lengths[:, None]
+    torch.testing.assert_close(packed[real], padded_pass[real], atol=2e-4, rtol=1e-4)
+    assert (packed[~real] == 0).all()
+
+
 def test_shared_prefix_is_used_only_where_the_architecture_allows():
     assert supports_shared_prefix(small_llama(4))
     torch.manual_seed(0)

@@ -53,6 +53,23 @@ def _checkpointing(model: torch.nn.Module) -> bool:
     return False
 
 
+# Cascade attention materialises its scores (flash attention, used otherwise, does not):
+# above this many per layer, e.g. long responses, the copied-cache path is used instead.
+_CASCADE_SCORES = 2**24
+
+
+def _cascade_fits(model: torch.nn.Module, batch: ExperienceBatch) -> bool:
+    """Whether the response pass can use the cascade attention: a supported architecture,
+    no attention dropout (it applies none) and scores of a bounded size."""
+    heads = model.config.num_attention_heads
+    scores = len(batch) * heads * batch.response_len * (batch.prompt_len + batch.response_len)
+    return (
+        supports_shared_prefix(model)
+        and not getattr(model.config, "attention_dropout", 0.0)
+        and scores <= _CASCADE_SCORES
+    )
+
+
 def shared_prefix_logits(model: torch.nn.Module, batch: ExperienceBatch) -> Optional[torch.Tensor]:
     """(B, R, V) logits predicting the response tokens; None where sharing does not apply.
 
@@ -66,14 +83,18 @@ def shared_prefix_logits(model: torch.nn.Module, batch: ExperienceBatch) -> Opti
     first, inverse = distinct_prompts(batch)
     if len(first) == len(batch):
         return None
-    if supports_shared_prefix(model) and not getattr(model.config, "attention_dropout", 0.0):
+    if _cascade_fits(model, batch):
         decoder = SharedPrefixDecoder(
             model, batch.input_ids[first, :P], batch.attention_mask[first, :P], inverse, R - 1
         )
         first_logits = decoder.logits[:, None, :]  # (B, 1, V)
         if R == 1:
             return first_logits
-        return torch.cat([first_logits, decoder.extend(batch.input_ids[:, P : P + R - 1])], 1)
+        # Only tokens whose next token is real run the layers: right padding and each
+        # row's last token (which predicts nothing) are skipped.
+        lengths = (batch.attention_mask[:, P:].sum(-1) - 1).clamp(min=0)
+        rest = decoder.extend(batch.input_ids[:, P : P + R - 1], lengths)
+        return torch.cat([first_logits, rest], dim=1)
     prefix = model(
         input_ids=batch.input_ids[first, :P],
         attention_mask=batch.attention_mask[first, :P],

@@ -35,6 +35,7 @@ __all__ = ["ExpandedDecoder", "SharedPrefixDecoder", "make_decoder", "supports_s
 
 ATTENTION = "trinity_shared_prefix"  # the name registered in transformers' AttentionInterface
 _FIRST_CAPACITY = 64  # room for 64 new tokens first: most responses are short, buffers double
+_NO_MASK = torch.ones((1, 1, 1, 1), dtype=torch.bool)  # see SharedPrefixDecoder._forward
 
 
 class GrowingLayer(DynamicLayer):
@@ -116,6 +117,9 @@ class _PrefixCache(DynamicCache):
         self.prompt_mask = prompt_mask
         self.groups = prompt_mask.shape[0]
         self.decoding = False
+        # Set for one packed pass (``SharedPrefixDecoder.extend`` with ``lengths``): the
+        # padded (row * width + column) slot of each packed token, and the width.
+        self.packed: Optional[Tuple[torch.Tensor, int]] = None
         self.set_rows(source)
 
     def set_rows(self, source: torch.Tensor) -> None:
@@ -134,6 +138,8 @@ class _PrefixCache(DynamicCache):
         if not self.decoding:  # the prefill: these are the prompts' keys/values
             # Contiguous once here, or every decode step's matmul would copy them.
             self.prefix[layer_idx] = (key_states.contiguous(), value_states.contiguous())
+            return key_states, value_states
+        if self.packed is not None:  # a final scoring pass: nothing to keep
             return key_states, value_states
         return self.layers[layer_idx].update(key_states, value_states)
 
@@ -199,6 +205,22 @@ def _cascade_attention(cache: _PrefixCache, layer_idx: int, query, key, value, s
     return out.to(query.dtype).view(rows, heads, width_q, -1)
 
 
+def _packed_attention(cache: _PrefixCache, layer_idx: int, query, key, value, scaling: float):
+    """Cascade attention for packed tokens (1, H, N, D): laid out per row (padding where a
+    row is shorter) for attention only, so the layers around it run on real tokens alone."""
+    slots, width = cache.packed
+    rows = len(cache.source)
+
+    def unpack(t: torch.Tensor) -> torch.Tensor:  # (1, h, N, d) -> (B, h, width, d)
+        flat = t.new_zeros((rows * width, t.shape[1], t.shape[-1]))
+        flat = flat.index_copy(0, slots, t[0].transpose(0, 1))
+        return flat.view(rows, width, t.shape[1], t.shape[-1]).transpose(1, 2)
+
+    out = _cascade_attention(cache, layer_idx, unpack(query), unpack(key), unpack(value), scaling)
+    out = out.transpose(1, 2).reshape(rows * width, *out.shape[1:2], -1).index_select(0, slots)
+    return out.transpose(0, 1)[None]  # (1, H, N, Dv)
+
+
 def _prefill_attention(cache: _PrefixCache, query, key, value, scaling: float):
     """Causal attention over left-padded prompts; a padding query sees itself only, so no
     row of the softmax is empty (its output is never used)."""
@@ -230,7 +252,9 @@ def shared_prefix_attention(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
         )
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
-    if cache.decoding:
+    if cache.packed is not None:
+        out = _packed_attention(cache, module.layer_idx, query, key, value, scaling)
+    elif cache.decoding:
         out = _cascade_attention(cache, module.layer_idx, query, key, value, scaling)
     else:
         out = _prefill_attention(cache, query, key, value, scaling)
@@ -272,22 +296,41 @@ class SharedPrefixDecoder:
         """Feed one token per row (B,); return the next-token logits (B, V)."""
         return self.extend(tokens[:, None])[:, -1, :]
 
-    def extend(self, tokens: torch.Tensor) -> torch.Tensor:
+    def extend(self, tokens: torch.Tensor, lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Feed Q tokens per row (B, Q) in one pass; return their logits (B, Q, V).
 
         Differentiable: the trainer scores whole responses this way (``trinity/trainer/
         shared_prefix.py``), with gradients reaching the prompt states through the cache.
+        With ``lengths`` (B,), only each row's first ``lengths[b]`` tokens are real: the
+        pass runs on those alone, packed (padding logits are 0), and keeps nothing, so it
+        must be the decoder's last.
         """
-        offsets = torch.arange(tokens.shape[1], device=tokens.device)
-        logits = self.model(
+        rows, width = tokens.shape
+        positions = self.position[:, None] + torch.arange(width, device=tokens.device)
+        self.position = self.position + width
+        if lengths is None:
+            return self._forward(tokens, positions)
+        real = torch.arange(width, device=tokens.device) < lengths[:, None]
+        slots = real.flatten().nonzero().squeeze(1)
+        self.cache.packed = (slots, width)
+        try:
+            packed = self._forward(tokens.flatten()[slots][None], positions.flatten()[slots][None])
+        finally:
+            self.cache.packed = None
+        logits = packed.new_zeros((rows * width, packed.shape[-1]))
+        return logits.index_copy(0, slots, packed[0]).view(rows, width, -1)
+
+    def _forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return self.model(
             input_ids=tokens,
-            position_ids=self.position[:, None] + offsets,
+            position_ids=positions,
+            # A prepared (4D) mask is passed through as is: our attention builds its own,
+            # and transformers would otherwise build a (Q x (P + Q)) one per forward.
+            attention_mask=_NO_MASK,
             past_key_values=self.cache,
             use_cache=True,
             shared_prefix_cache=self.cache,
         ).logits
-        self.position = self.position + tokens.shape[1]
-        return logits
 
 
 class ExpandedDecoder:
