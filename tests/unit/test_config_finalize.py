@@ -432,3 +432,13 @@ def test_train_mode_needs_an_experience_buffer(tmp_path):
     assert problems(tmp_path, text) == [
         "buffer.trainer_input.experience_buffer is required in mode train"
     ]
+
+
+def test_rollout_engine_gets_its_dtype_and_seed(tmp_path):
+    from trinity.runtime.roles import engine_kwargs
+
+    default = engine_kwargs(finalized(tmp_path))
+    assert (default["dtype"], default["seed"]) == ("float32", 42)
+    text = BASE + "explorer:\n  rollout_model: {dtype: bfloat16, seed: 7}\n"
+    chosen = engine_kwargs(finalized(tmp_path, text))
+    assert (chosen["dtype"], chosen["seed"]) == ("bfloat16", 7)

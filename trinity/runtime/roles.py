@@ -30,8 +30,10 @@ def _chat_template(model_cfg: Any) -> Optional[str]:
 
 
 def engine_kwargs(config: Any) -> Dict[str, Any]:
-    m = config.model
+    m, rollout = config.model, config.explorer.rollout_model
     return dict(
+        dtype=rollout.dtype,
+        seed=rollout.seed,
         model_path=m.model_path,
         max_model_len=m.max_model_len,
         max_prompt_tokens=m.max_prompt_tokens,

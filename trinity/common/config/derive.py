@@ -79,7 +79,9 @@ def _derive_from_machine(config: Config) -> None:
     rollout = config.explorer.rollout_model
     set_default(config.cluster, "gpu_per_node", detect_gpu_count())
     set_default(rollout, "engine_type", "transformers")
-    set_default(rollout, "dtype", "bfloat16" if config.cluster.gpu_per_node else "float32")
+    # The transformers engine runs on CPU inside `trinity run` (a GPU is not placed yet),
+    # where bf16 is slow and would sample from other numerics than the fp32 trainer scores.
+    set_default(rollout, "dtype", "float32")
     sync_method = "memory" if config.mode == "both" else "checkpoint"
     set_default(config.synchronizer, "sync_method", sync_method)
     logger.info(

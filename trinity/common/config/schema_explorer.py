@@ -35,9 +35,9 @@ class InferenceModelConfig(ConfigModel):
         False, description="Split long prefills into chunks.", reason=_VLLM_ONLY
     )
     dtype: Optional[Literal["float32", "float16", "bfloat16"]] = Field(
-        None, description="Weights dtype; unset: bfloat16 with a GPU, float32 without."
+        None, description="Weights dtype of the rollout engine; unset: float32."
     )
-    seed: int = Field(42, description="Sampling seed.")
+    seed: int = Field(42, description="Seed of the rollout engine's sampling.")
     enable_thinking: bool = Field(
         False, description="Pass enable_thinking to the chat template (Qwen3)."
     )
