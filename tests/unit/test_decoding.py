@@ -76,17 +76,20 @@ def test_decoder_steps_match_full_forward(kv_heads, shared, device):
             logits = decoder.step(tokens)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kv_heads", [4, 2])
-def test_extend_feeds_several_tokens_per_row_causally(kv_heads):
+def test_extend_feeds_several_tokens_per_row_causally(kv_heads, device):
     """``extend`` (the trainer's response pass) gives each new token's logits as a full
     forward of the row up to it would, also after a single ``step``."""
-    model = small_llama(kv_heads)
+    model = small_llama(kv_heads).to(device)
     prompts = [[5, 6, 7], [9, 3, 3, 8, 1, 2]]
-    source = torch.tensor([0, 1, 0, 1, 1])
-    ids, mask = padded(prompts)
+    source = torch.tensor([0, 1, 0, 1, 1], device=device)
+    ids, mask = (t.to(device) for t in padded(prompts))
     rows = [list(prompts[s]) for s in source.tolist()]
-    first = torch.tensor([11, 12, 13, 14, 15])
-    new = torch.tensor([[21, 22, 23], [24, 25, 26], [27, 28, 29], [30, 31, 32], [33, 34, 35]])
+    first = torch.tensor([11, 12, 13, 14, 15], device=device)
+    new = torch.tensor(
+        [[21, 22, 23], [24, 25, 26], [27, 28, 29], [30, 31, 32], [33, 34, 35]], device=device
+    )
     with torch.no_grad():
         decoder = make_decoder(model, ids, mask, source, steps=4, shared=True)
         decoder.step(first)
@@ -99,19 +102,20 @@ def test_extend_feeds_several_tokens_per_row_causally(kv_heads):
         )
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kv_heads", [4, 2])
-def test_packed_extend_runs_real_tokens_only(kv_heads):
+def test_packed_extend_runs_real_tokens_only(kv_heads, device):
     """With ``lengths``, each row's real tokens get the logits of the padded pass; padding
     columns get zeros (and so can never leak into a loss by accident)."""
-    model = small_llama(kv_heads)
-    ids, mask = padded([[5, 6, 7], [9, 3, 3, 8, 1, 2]])
-    source = torch.tensor([0, 0, 1, 1])
-    new = torch.tensor([[21, 22, 23], [24, 0, 0], [27, 28, 0], [30, 31, 32]])
-    lengths = torch.tensor([3, 1, 2, 3])
+    model = small_llama(kv_heads).to(device)
+    ids, mask = (t.to(device) for t in padded([[5, 6, 7], [9, 3, 3, 8, 1, 2]]))
+    source = torch.tensor([0, 0, 1, 1], device=device)
+    new = torch.tensor([[21, 22, 23], [24, 0, 0], [27, 28, 0], [30, 31, 32]], device=device)
+    lengths = torch.tensor([3, 1, 2, 3], device=device)
     with torch.no_grad():
         padded_pass = make_decoder(model, ids, mask, source, 3, shared=True).extend(new)
         packed = make_decoder(model, ids, mask, source, 3, shared=True).extend(new, lengths)
-    real = torch.arange(3) < lengths[:, None]
+    real = torch.arange(3, device=device) < lengths[:, None]
     torch.testing.assert_close(packed[real], padded_pass[real], atol=2e-4, rtol=1e-4)
     assert (packed[~real] == 0).all()
 
