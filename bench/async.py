@@ -6,10 +6,10 @@ trainer trains, so the two overlap. Both runs start from the same SFT checkpoint
 
     python bench/async.py --sft-checkpoint CKPT/hf --data ./quickstart --steps 60 --out async.json
 
-Writes JSON (for each run: the whole run's wall seconds with eval excluded, the training
-loop's seconds with startup and eval excluded as ``grpo_vs_trl.py`` counts them, the held-out
-accuracy curve) and prints a one-line summary with both speed-ups. It measures; it asserts
-nothing.
+Writes JSON (for each run: the training loop's wall seconds, startup and eval excluded as
+``grpo_vs_trl.py`` counts them, the whole run's without eval, the held-out accuracy curve)
+and prints a one-line summary with the loop's speed-up (and the whole runs'). It measures;
+it asserts nothing.
 """
 
 from __future__ import annotations
@@ -22,12 +22,11 @@ import time
 from typing import Dict, List
 
 from trinity.monitor import read_metrics
-from trinity.runtime.launcher import run
 
 try:  # imported from the repository root (tests), or run as a script from bench/
-    from bench.grpo_vs_trl import trinity_timeline
+    from bench.grpo_vs_trl import launch, trinity_timeline
 except ImportError:
-    from grpo_vs_trl import trinity_timeline
+    from grpo_vs_trl import launch, trinity_timeline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "examples", "quickstart", "arithmetic.yaml")
@@ -52,9 +51,9 @@ def timed_run(config: str, offset: int, args: argparse.Namespace) -> Dict:
         f"buffer.total_steps={args.steps}",
         f"explorer.eval_interval={args.eval_interval}",
     ]
-    start, run_start = time.monotonic(), time.time()
-    (result,) = run(config, overrides, [])
-    wall = time.monotonic() - start
+    # Each run starts (and stops) its own Ray, so the second does not inherit a warm one.
+    run_start = time.time()
+    result, wall = launch(config, overrides)
     explorer = read_metrics(os.path.join(result.job_dir, "monitor", "explorer.jsonl"))
     trainer = read_metrics(os.path.join(result.job_dir, "monitor", "trainer.jsonl"))
     timeline = trinity_timeline(explorer, trainer, run_start)
@@ -84,16 +83,18 @@ def main(argv: List[str] | None = None) -> Dict:
     os.environ["TRINITY_CHECKPOINT_ROOT_DIR"] = workdir
     config = one_stage_config(workdir)
     runs = [timed_run(config, offset, args) for offset in (0, 1)]
-    speedup = runs[0]["wall_s_without_eval"] / runs[1]["wall_s_without_eval"]
-    loop_speedup = runs[0]["loop_s"] / runs[1]["loop_s"]
+    # The speed-up is the training loop's: startup does not depend on sync_offset, and the
+    # first run of a process also pays the imports the second finds done.
+    speedup = runs[0]["loop_s"] / runs[1]["loop_s"]
+    run_speedup = runs[0]["wall_s_without_eval"] / runs[1]["wall_s_without_eval"]
     summary = f"async {args.steps} steps: " + ", ".join(
-        f"sync_offset {r['sync_offset']} {r['wall_s_without_eval']:.1f}s "
-        f"(loop {r['loop_s']:.1f}s, acc {r['final_accuracy']})"
+        f"sync_offset {r['sync_offset']} loop {r['loop_s']:.1f}s "
+        f"(whole run {r['wall_s_without_eval']:.1f}s, acc {r['final_accuracy']})"
         for r in runs
     )
-    summary += f": {speedup:.2f}x wall, {loop_speedup:.2f}x loop"
+    summary += f": {speedup:.2f}x loop ({run_speedup:.2f}x whole runs)"
     report = {"benchmark": "async", "runs": runs, "speedup": speedup}
-    report.update(loop_speedup=loop_speedup, summary=summary)
+    report.update(run_speedup=run_speedup, summary=summary)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2)
     print(summary)

@@ -21,5 +21,5 @@ def test_async_bench_writes_report(tmp_path, micro_model, arithmetic_data, ray_c
     assert [r["sync_offset"] for r in report["runs"]] == [0, 1]
     assert all(r["wall_s"] > 0 and len(r["accuracy"]) == 3 for r in report["runs"])
     assert all(0 < r["loop_s"] < r["wall_s"] and r["startup_s"] > 0 for r in report["runs"])
-    assert report["speedup"] > 0 and report["loop_speedup"] > 0 and out.exists()
+    assert report["speedup"] > 0 and report["run_speedup"] > 0 and out.exists()
     assert "x loop" in report["summary"]
