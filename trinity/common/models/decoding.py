@@ -154,17 +154,19 @@ class _PrefixCache(DynamicCache):
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor]):
-    """Softmax attention that also returns the log-sum-exp of the scores.
+    """Softmax attention left unnormalised, so two parts can be merged exactly.
 
     q: (..., Q, D) already scaled; k: (..., K, D); v: (..., K, Dv); bias broadcast to
-    (..., Q, K) or None. Returns out (..., Q, Dv) in q's dtype and lse (..., Q) in fp32.
+    (..., Q, K) or None. Returns, in fp32, (..., Q, Dv + 2): ``sum_k exp(s_k - m) v_k``, then
+    the row's max score ``m``, then ``sum_k exp(s_k - m)``.
     """
     scores = torch.matmul(q, k.transpose(-1, -2)).float()
     if bias is not None:
         scores = scores + bias
-    lse = torch.logsumexp(scores, dim=-1, keepdim=True)
-    out = torch.matmul((scores - lse).exp().to(v.dtype), v)
-    return out, lse.squeeze(-1)
+    top = scores.amax(dim=-1, keepdim=True)
+    weights = (scores - top).exp()
+    out = torch.matmul(weights.to(v.dtype), v).float()
+    return torch.cat([out, top, weights.sum(dim=-1, keepdim=True)], dim=-1)
 
 
 def _cascade_attention(cache: _PrefixCache, layer_idx: int, query, key, value, scaling: float):
@@ -184,24 +186,22 @@ def _cascade_attention(cache: _PrefixCache, layer_idx: int, query, key, value, s
         grouped[cache.slot] = q
         grouped = grouped.view(groups, width, *q.shape[1:])
     grouped = grouped.permute(0, 2, 1, 3, 4).reshape(groups, kv_heads, -1, dim)
-    out_p, lse_p = _attend(grouped, prefix_k, prefix_v, cache.prefix_bias[:, None, None, :])
-    out_p = out_p.view(groups, kv_heads, width, -1, out_p.shape[-1]).permute(0, 2, 1, 3, 4)
-    lse_p = lse_p.view(groups, kv_heads, width, -1).permute(0, 2, 1, 3)
-    out_p, lse_p = (
-        out_p.reshape(groups * width, *out_p.shape[2:]),
-        lse_p.reshape(-1, *lse_p.shape[2:]),
-    )
+    part_p = _attend(grouped, prefix_k, prefix_v, cache.prefix_bias[:, None, None, :])
+    part_p = part_p.view(groups, kv_heads, width, -1, part_p.shape[-1]).transpose(1, 2)
+    part_p = part_p.reshape(groups * width, *part_p.shape[2:])  # (B, Hkv, G*Q, Dv + 2)
     if not cache.dense:
-        out_p, lse_p = out_p[cache.slot], lse_p[cache.slot]
+        part_p = part_p[cache.slot]
     causal = None
     if width_q > 1:  # new token i sees the row's earlier tokens and new tokens 0..i
         allowed = torch.ones((width_q, own), dtype=torch.bool, device=q.device)
         allowed = allowed.tril(diagonal=own - width_q).repeat(heads // kv_heads, 1)
         causal = torch.zeros(allowed.shape, device=q.device).masked_fill_(~allowed, float("-inf"))
-    out_s, lse_s = _attend(q, key, value, causal)  # (B, Hkv, G*Q, Dv)
-    top = torch.maximum(lse_p, lse_s)
-    w_p, w_s = (lse_p - top).exp().unsqueeze(-1), (lse_s - top).exp().unsqueeze(-1)
-    out = (w_p * out_p + w_s * out_s) / (w_p + w_s)
+    part_s = _attend(q, key, value, causal)  # (B, Hkv, G*Q, Dv + 2)
+    # Rescale both parts to their common max: exactly softmax over prompt + own keys.
+    top = torch.maximum(part_p[..., -2:-1], part_s[..., -2:-1])
+    w_p, w_s = (part_p[..., -2:-1] - top).exp(), (part_s[..., -2:-1] - top).exp()
+    total = w_p * part_p[..., -1:] + w_s * part_s[..., -1:]
+    out = (w_p * part_p[..., :-2] + w_s * part_s[..., :-2]) / total
     return out.to(query.dtype).view(rows, heads, width_q, -1)
 
 
