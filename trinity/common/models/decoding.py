@@ -5,8 +5,8 @@ belong to prompts that several rows share. Two decoders do the same job:
 
 - ``SharedPrefixDecoder`` (the engine's choice on CPU, where the model allows it) keeps
   each distinct prompt's keys/values once and each row's generated ones apart. A decode
-  step attends to the two parts separately and merges the two softmaxes by their
-  log-sum-exp, which is exactly attention over the concatenation ("cascade" attention).
+  step attends to the two parts separately and merges the two unnormalised softmaxes at
+  their common max, which is exactly attention over the concatenation ("cascade" attention).
   At batch sizes like 128, decode attention on a CPU is bound by reading the cache, so
   reading a prompt once instead of ``n`` times is the saving; it also skips
   ``transformers``' per-step mask building.
