@@ -4,6 +4,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
+from trinity.common.models import decoding
 from trinity.common.models.decoding import make_decoder, supports_shared_prefix
 
 PAD = 0
@@ -53,7 +54,10 @@ def reference_logits(model, rows):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kv_heads", [4, 2])
 @pytest.mark.parametrize("shared", [True, False])
-def test_decoder_steps_match_full_forward(kv_heads, shared, device):
+def test_decoder_steps_match_full_forward(kv_heads, shared, device, monkeypatch):
+    """40 steps from caches with room for 8 new tokens: they double three times, with rows
+    dropped before and after a growth."""
+    monkeypatch.setattr(decoding, "_FIRST_CAPACITY", 8)
     model = small_llama(kv_heads).to(device)
     prompts = [[5, 6, 7], [9, 3, 3, 8, 1, 2], [4]]
     # Rows laid out request by request; prompt 0 is asked twice, not adjacently.
@@ -62,11 +66,11 @@ def test_decoder_steps_match_full_forward(kv_heads, shared, device):
     rows = [list(prompts[s]) for s in source.tolist()]
     gen = torch.Generator().manual_seed(1)
     with torch.inference_mode():
-        decoder = make_decoder(model, ids, mask, source, steps=6, shared=shared)
+        decoder = make_decoder(model, ids, mask, source, steps=40, shared=shared)
         logits = decoder.logits
-        for step in range(6):
+        for step in range(40):
             torch.testing.assert_close(logits, reference_logits(model, rows), atol=2e-4, rtol=1e-4)
-            if step in (2, 4):  # drop rows, leaving groups uneven and one prompt unused
+            if step in (2, 20):  # drop rows, leaving groups uneven and one prompt unused
                 keep = torch.tensor([1, 2, 4, 6] if step == 2 else [0, 3], device=device)
                 decoder.select(keep)
                 rows = [rows[i] for i in keep.tolist()]
@@ -78,28 +82,31 @@ def test_decoder_steps_match_full_forward(kv_heads, shared, device):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kv_heads", [4, 2])
-def test_extend_feeds_several_tokens_per_row_causally(kv_heads, device):
+def test_extend_feeds_several_tokens_per_row_causally(kv_heads, device, monkeypatch):
     """``extend`` (the trainer's response pass) gives each new token's logits as a full
-    forward of the row up to it would, also after a single ``step``."""
+    forward of the row up to it would: after a single ``step``, then 3, 20 and 2 tokens at
+    a time, growing a cache made with room for 8."""
+    monkeypatch.setattr(decoding, "_FIRST_CAPACITY", 8)
     model = small_llama(kv_heads).to(device)
     prompts = [[5, 6, 7], [9, 3, 3, 8, 1, 2]]
     source = torch.tensor([0, 1, 0, 1, 1], device=device)
     ids, mask = (t.to(device) for t in padded(prompts))
     rows = [list(prompts[s]) for s in source.tolist()]
-    first = torch.tensor([11, 12, 13, 14, 15], device=device)
-    new = torch.tensor(
-        [[21, 22, 23], [24, 25, 26], [27, 28, 29], [30, 31, 32], [33, 34, 35]], device=device
-    )
+    gen = torch.Generator().manual_seed(2)
     with torch.no_grad():
-        decoder = make_decoder(model, ids, mask, source, steps=4, shared=True)
+        decoder = make_decoder(model, ids, mask, source, steps=26, shared=True)
+        first = torch.randint(1, 40, (len(rows),), generator=gen).to(device)
         decoder.step(first)
-        logits = decoder.extend(new)
-    for i in range(new.shape[1]):
-        pairs = zip(rows, first.tolist(), new.tolist(), strict=True)
-        upto = [r + [f] + n[: i + 1] for r, f, n in pairs]
-        torch.testing.assert_close(
-            logits[:, i], reference_logits(model, upto), atol=2e-4, rtol=1e-4
-        )
+        rows = [r + [f] for r, f in zip(rows, first.tolist(), strict=True)]
+        for width in (3, 20, 2):
+            new = torch.randint(1, 40, (len(rows), width), generator=gen).to(device)
+            logits = decoder.extend(new)
+            for i in range(width):
+                upto = [r + n[: i + 1] for r, n in zip(rows, new.tolist(), strict=True)]
+                torch.testing.assert_close(
+                    logits[:, i], reference_logits(model, upto), atol=2e-4, rtol=1e-4
+                )
+            rows = [r + n for r, n in zip(rows, new.tolist(), strict=True)]
 
 
 @pytest.mark.parametrize("device", DEVICES)
