@@ -303,7 +303,11 @@ def test_sample_tokens_exponential_race():
     # With Exp(1) noise, frequencies follow the probabilities.
     gen = torch.Generator().manual_seed(0)
     rows = 20000
-    noise = torch.empty(rows, 3).exponential_(generator=gen)
+    noise = sampling.exponential_noise((rows, 3), gen, torch.device("cpu"))
+    # Exp(1): mean 1, P(E > 1) = 1/e, never infinite.
+    assert torch.isfinite(noise).all() and (noise >= 0).all()
+    assert abs(noise.mean().item() - 1.0) < 0.02
+    assert abs((noise > 1).float().mean().item() - 0.3679) < 0.01
     picks = sampling.sample_tokens(logits[:1].expand(rows, 3), torch.zeros(rows, dtype=bool), noise)
     freq = torch.bincount(picks, minlength=3) / rows
     assert torch.allclose(freq, torch.tensor([0.5, 0.3, 0.2]), atol=0.015)

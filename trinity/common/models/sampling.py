@@ -74,6 +74,19 @@ def sample_tokens(
     return torch.where(greedy, best, sampled)
 
 
+def exponential_noise(
+    shape: Tuple[int, ...], generator: torch.Generator, device: torch.device
+) -> torch.Tensor:
+    """I.i.d. Exponential(1) draws as ``-log(U)``, U ~ Uniform(0, 1).
+
+    On CPU this is ~5x faster than ``Tensor.exponential_`` (36 vs 192 us for 128 x 100;
+    docs/performance.md). ``torch.rand`` can return exactly 0 (probability 2^-24 per
+    draw): it is clamped to the smallest normal float, a draw of 87 instead of infinity.
+    """
+    uniform = torch.rand(shape, generator=generator, device=device)
+    return uniform.clamp_(min=torch.finfo(uniform.dtype).tiny).log_().neg_()
+
+
 @dataclass
 class SamplingParams:
     """How to sample one request; ``None`` limits fall back to the engine's defaults."""
@@ -218,12 +231,11 @@ class RowSampler:
 
     def _noise(self, scores: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Exponential(1) noise (B, V): the shared generator, or a request's own seed."""
-        noise = torch.empty_like(scores).exponential_(generator=generator)
+        noise = exponential_noise(scores.shape, generator, scores.device)
         for rows in self.seeded:
             # Draw for all n samples every step, so a sample's noise depends only on
             # (seed, sample, step), never on which other rows are still running.
-            draw = torch.empty((rows.n, scores.shape[1]), device=scores.device)
-            draw.exponential_(generator=rows.generator)
+            draw = exponential_noise((rows.n, scores.shape[1]), rows.generator, scores.device)
             offset = self.out - rows.first
             mine = (offset >= 0) & (offset < rows.n)
             noise[mine] = draw[offset[mine]]
