@@ -276,14 +276,19 @@ def _fmt(value: Optional[float], spec: str, missing: str, unit: str) -> str:
     return missing if value is None else format(value, spec) + unit
 
 
+def _time_to_target(system: Dict, target: float) -> str:
+    if system["initial_accuracy"] >= target:  # a zero time would read as a result
+        return "reached at start (raise --target)"
+    return _fmt(system["time_to_target_s"], ".1f", "never", "s")
+
+
 def summary_line(report: Dict) -> str:
     target = report["params"]["target_accuracy"]
     parts = [f"grpo_vs_trl {report['preset']} {report['params']['steps']} steps:"]
     for name, s in report["systems"].items():
         parts.append(
             f"{name} {s['samples_per_s']:.1f} samples/s, acc {s['initial_accuracy']:.2f}->"
-            f"{s['final_accuracy']:.2f}, to {target}: "
-            f"{_fmt(s['time_to_target_s'], '.1f', 'never', 's')};"
+            f"{s['final_accuracy']:.2f}, to {target}: {_time_to_target(s, target)};"
         )
     r = report["ratios"]
     parts.append(

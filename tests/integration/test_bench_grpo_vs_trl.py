@@ -44,6 +44,7 @@ def test_grpo_vs_trl_bench_writes_report(
     assert params["steps"] == 2 and params["kl"] == "none"
     check_system(report["systems"]["trinity"], params["samples_per_step"])
     assert report["systems"]["trinity"]["time_to_target_s"] == 0  # target 0: met at step 0
+    assert "to 0.0: reached at start (raise --target)" in report["summary"]
 
     pytest.importorskip("trl")  # the TRL half needs the `bench` extra
     check_system(report["systems"]["trl"], params["samples_per_step"])
