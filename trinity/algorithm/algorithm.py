@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from typing import Dict, Optional, Type
 
 from trinity.algorithm.policy_loss_fn import POLICY_LOSS_FN
@@ -23,64 +22,59 @@ class PairExperienceModel(Experience):
     """
 
 
-class AlgorithmType(ABC):
+class AlgorithmType:
     """What an algorithm needs from the trainer, and its default components.
 
+    Every attribute has a default (the values of the developer guide's OPMD example), so a
+    subclass states only where it differs.
+
     Class attributes:
-        use_critic: train a value model.
-        use_reference: the algorithm may use a frozen reference model (see
+        use_critic: train a value model (default False).
+        use_reference: the algorithm may use a frozen reference model (default True; see
             ``needs_reference`` for when one is actually loaded).
-        use_advantage: run the ``AdvantageFn``; False skips it.
-        can_balance_batch: rows may be reordered when splitting into micro-batches.
-        schema: the experience type it trains on.
+        use_advantage: run the ``AdvantageFn``; False skips it (default True).
+        can_balance_batch: rows may be reordered when splitting into micro-batches
+            (default True).
+        schema: the experience type it trains on (default ``ExperienceModel``).
         use_teacher: the trainer loads ``explorer.auxiliary_models[0]`` as a frozen teacher
-            and fills ``teacher_logprob`` (an extension of the guide's attributes).
+            and fills ``teacher_logprob`` (default False; an extension of the guide's
+            attributes).
     """
-
-    use_critic: bool
-    use_reference: bool
-    use_advantage: bool
-    can_balance_batch: bool
-    schema: type
-    use_teacher: bool = False
-
-    @classmethod
-    @abstractmethod
-    def default_config(cls) -> Dict:
-        """``algorithm`` config keys this type sets where the user did not."""
-
-
-def _rl(**overrides: object) -> Dict:
-    """GRPO-style defaults, with the overrides that make an algorithm what it is."""
-    base = {
-        "repeat_times": 2,
-        "sample_strategy": "default",
-        "policy_loss_fn": "ppo",
-        "advantage_fn": "grpo",
-        "kl_penalty_fn": "none",
-        "kl_loss_fn": "k2",
-        "entropy_loss_fn": "default",
-    }
-    return {**base, **overrides}
-
-
-class _OnPolicyRL(AlgorithmType):
-    """Shared flags of the critic-free RL algorithms below."""
 
     use_critic: bool = False
     use_reference: bool = True
     use_advantage: bool = True
     can_balance_batch: bool = True
     schema: type = ExperienceModel
-
-
-@ALGORITHM_TYPE.register_module("grpo")
-class GRPOAlgorithm(_OnPolicyRL):
-    """GRPO: group-normalised outcome advantages, PPO clipped loss, k2 KL loss."""
+    use_teacher: bool = False
 
     @classmethod
     def default_config(cls) -> Dict:
-        return _rl()
+        """``algorithm`` config keys this type sets where the user did not.
+
+        The default is GRPO's components (the config's default ``algorithm_type``), so a
+        type that only changes flags still names a complete set; override it to pick others.
+        """
+        return {
+            "repeat_times": 2,
+            "sample_strategy": "default",
+            "policy_loss_fn": "ppo",
+            "advantage_fn": "grpo",
+            "kl_penalty_fn": "none",
+            "kl_loss_fn": "k2",
+            "entropy_loss_fn": "default",
+        }
+
+
+def _rl(**overrides: object) -> Dict:
+    """GRPO-style defaults, with the overrides that make an algorithm what it is."""
+    return {**AlgorithmType.default_config(), **overrides}
+
+
+@ALGORITHM_TYPE.register_module("grpo")
+class GRPOAlgorithm(AlgorithmType):
+    """GRPO: group-normalised outcome advantages, PPO clipped loss, k2 KL loss (the base
+    class's defaults)."""
 
 
 @ALGORITHM_TYPE.register_module("sft")
@@ -90,11 +84,8 @@ class SFTAlgorithm(AlgorithmType):
     It names no ``advantage_fn``: with ``use_advantage`` False none is ever built.
     """
 
-    use_critic: bool = False
     use_reference: bool = False
     use_advantage: bool = False
-    can_balance_batch: bool = True
-    schema: type = ExperienceModel
 
     @classmethod
     def default_config(cls) -> Dict:
@@ -109,7 +100,7 @@ class SFTAlgorithm(AlgorithmType):
 
 
 @ALGORITHM_TYPE.register_module("ppo")
-class PPOAlgorithm(_OnPolicyRL):
+class PPOAlgorithm(AlgorithmType):
     """PPO with a learned critic: GAE advantages, clipped surrogate and clipped value loss."""
 
     use_critic: bool = True
@@ -120,7 +111,7 @@ class PPOAlgorithm(_OnPolicyRL):
 
 
 @ALGORITHM_TYPE.register_module("opmd")
-class OPMDAlgorithm(_OnPolicyRL):
+class OPMDAlgorithm(AlgorithmType):
     """Online policy mirror descent (the developer guide's example)."""
 
     @classmethod
@@ -129,7 +120,7 @@ class OPMDAlgorithm(_OnPolicyRL):
 
 
 @ALGORITHM_TYPE.register_module("rloo")
-class RLOOAlgorithm(_OnPolicyRL):
+class RLOOAlgorithm(AlgorithmType):
     """REINFORCE leave-one-out: each sample's baseline is the mean of its group's others."""
 
     @classmethod
@@ -138,7 +129,7 @@ class RLOOAlgorithm(_OnPolicyRL):
 
 
 @ALGORITHM_TYPE.register_module("reinforceplusplus")
-class ReinforcePlusPlusAlgorithm(_OnPolicyRL):
+class ReinforcePlusPlusAlgorithm(AlgorithmType):
     """REINFORCE++: token-level KL penalty in the reward, batch-whitened returns."""
 
     @classmethod
@@ -152,7 +143,7 @@ class ReinforcePlusPlusAlgorithm(_OnPolicyRL):
 
 
 @ALGORITHM_TYPE.register_module("remax")
-class ReMaxAlgorithm(_OnPolicyRL):
+class ReMaxAlgorithm(AlgorithmType):
     """ReMax: the baseline is the reward of a greedy response to the same prompt.
 
     Built-in workflows produce it with ``workflow_args: {greedy_baseline: true}``.
@@ -164,7 +155,7 @@ class ReMaxAlgorithm(_OnPolicyRL):
 
 
 @ALGORITHM_TYPE.register_module("dapo")
-class DAPOAlgorithm(_OnPolicyRL):
+class DAPOAlgorithm(AlgorithmType):
     """DAPO: asymmetric clipping, dynamic sampling of informative groups, token-mean loss,
     overlong reward shaping (``sample_strategy_args``), no KL."""
 
@@ -181,7 +172,7 @@ class DAPOAlgorithm(_OnPolicyRL):
 
 
 @ALGORITHM_TYPE.register_module("drgrpo")
-class DrGRPOAlgorithm(_OnPolicyRL):
+class DrGRPOAlgorithm(AlgorithmType):
     """Dr. GRPO: GRPO without the std and length normalisations."""
 
     @classmethod
@@ -195,7 +186,7 @@ class DrGRPOAlgorithm(_OnPolicyRL):
 
 
 @ALGORITHM_TYPE.register_module("gspo")
-class GSPOAlgorithm(_OnPolicyRL):
+class GSPOAlgorithm(AlgorithmType):
     """GSPO: sequence-level importance ratio, clipped per sequence."""
 
     @classmethod
@@ -209,7 +200,7 @@ class GSPOAlgorithm(_OnPolicyRL):
 
 
 @ALGORITHM_TYPE.register_module("cispo")
-class CISPOAlgorithm(_OnPolicyRL):
+class CISPOAlgorithm(AlgorithmType):
     """CISPO: REINFORCE weighted by a clipped, stop-gradient importance ratio."""
 
     @classmethod
@@ -218,7 +209,7 @@ class CISPOAlgorithm(_OnPolicyRL):
 
 
 @ALGORITHM_TYPE.register_module("mix")
-class MIXAlgorithm(_OnPolicyRL):
+class MIXAlgorithm(AlgorithmType):
     """RL experiences plus expert SFT data (an ``auxiliary_buffers`` entry) in one loss."""
 
     @classmethod
@@ -232,7 +223,7 @@ class MIXAlgorithm(_OnPolicyRL):
 
 
 @ALGORITHM_TYPE.register_module("on_policy_distill")
-class OnPolicyDistillAlgorithm(_OnPolicyRL):
+class OnPolicyDistillAlgorithm(AlgorithmType):
     """On-policy distillation: the student samples, a teacher (``explorer.auxiliary_models[0]``)
     scores each sampled token, and the clipped policy gradient follows the teacher."""
 
@@ -253,8 +244,6 @@ class OnPolicyDistillAlgorithm(_OnPolicyRL):
 class DPOAlgorithm(AlgorithmType):
     """Direct preference optimisation on (chosen, rejected) pairs against a frozen reference."""
 
-    use_critic: bool = False
-    use_reference: bool = True
     use_advantage: bool = False
     can_balance_batch: bool = False
     schema: type = PairExperienceModel

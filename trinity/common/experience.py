@@ -7,13 +7,16 @@ cover the *response* part only, so their length is ``len(tokens) - prompt_length
 ``ExperienceBatch`` pads a list of experiences into tensors with the prompt
 left-padded to ``P`` columns and the response right-padded to ``R`` columns, so
 response token ``j`` of every row sits at column ``P + j`` (veRL's layout).
+It also reads and writes as veRL's ``DataProto`` (``.batch``, ``.non_tensor_batch``,
+``.meta_info``), so advantage code written against veRL runs on it unchanged.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -119,6 +122,9 @@ class ExperienceBatch:
     token_level_rewards: Optional[torch.Tensor] = None  # (B, R), reward on the last response token
     ref_logprob: Optional[torch.Tensor] = None  # (B, R) reference-model logprobs
     extra: Dict[str, torch.Tensor] = field(default_factory=dict)
+    # DataProto's per-row non-tensor fields other than "uid" (numpy arrays of length B).
+    non_tensor: Dict[str, np.ndarray] = field(default_factory=dict)
+    meta_info: Dict[str, Any] = field(default_factory=dict)  # DataProto's batch-level info
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -126,6 +132,34 @@ class ExperienceBatch:
     @property
     def response_len(self) -> int:
         return self.action_mask.shape[1]
+
+    @property
+    def batch(self) -> DataProtoTensors:
+        """The tensors under veRL's ``DataProto.batch`` names, read and written in place."""
+        return DataProtoTensors(self)
+
+    @property
+    def non_tensor_batch(self) -> DataProtoNonTensors:
+        """veRL's ``DataProto.non_tensor_batch``: ``"uid"`` is the group ids as a numpy
+        object array; other keys hold per-row numpy arrays."""
+        return DataProtoNonTensors(self)
+
+    def last_token_rewards(self) -> torch.Tensor:
+        """``(B, R)`` zeros with each row's scalar reward on its last valid response token.
+
+        "Valid" is the last action token; a row without any (e.g. all tokens came from an
+        environment) falls back to its last response token, and an empty response to column
+        0, so no reward is ever lost from the sequence score.
+        """
+        B, R = self.action_mask.shape
+        response_attn = self.attention_mask[:, self.prompt_len :].to(self.action_mask.dtype)
+        has_action = self.action_mask.sum(-1, keepdim=True) > 0
+        mask = torch.where(has_action, self.action_mask, response_attn)
+        columns = torch.arange(R, device=mask.device).expand(B, R)
+        last = torch.where(mask > 0, columns, torch.zeros_like(columns)).max(dim=-1).values
+        rewards = torch.zeros(B, R, device=mask.device)
+        rewards[torch.arange(B, device=mask.device), last] = self.rewards.float()
+        return rewards
 
     @classmethod
     def from_experiences(cls, exps: Sequence[Experience], pad_token_id: int) -> ExperienceBatch:
@@ -200,4 +234,149 @@ class ExperienceBatch:
             token_level_rewards=pick(self.token_level_rewards),
             ref_logprob=pick(self.ref_logprob),
             extra={k: pick(v) for k, v in self.extra.items()},
+            non_tensor={k: v[list(idx)] for k, v in self.non_tensor.items()},
+            meta_info=dict(self.meta_info),
         )
+
+
+# veRL DataProto name -> ExperienceBatch attribute, for tensors stored as attributes.
+_VERL_ATTRIBUTES = {
+    "input_ids": "input_ids",
+    "attention_mask": "attention_mask",
+    "position_ids": "position_ids",
+    "response_mask": "action_mask",
+    "old_log_probs": "old_logprob",
+    "ref_log_prob": "ref_logprob",
+    "token_level_rewards": "token_level_rewards",
+    "advantages": "advantages",
+    "returns": "returns",
+}
+_REQUIRED = ("input_ids", "attention_mask", "position_ids", "response_mask", "old_log_probs")
+_FULL_WIDTH = ("input_ids", "attention_mask", "position_ids")  # (B, T); the others are (B, R)
+_RESPONSE_SHAPED = ("token_level_scores", "values") + tuple(
+    k for k in _VERL_ATTRIBUTES if k not in _FULL_WIDTH
+)
+
+
+class DataProtoTensors(MutableMapping):
+    """``ExperienceBatch.batch``: its tensors under veRL's names (a TensorDict stand-in).
+
+    ``prompts``/``responses`` are ``input_ids[:, :P]``/``input_ids[:, P:]``;
+    ``response_mask`` is ``action_mask``; ``old_log_probs`` the rollout logprobs;
+    ``ref_log_prob``, ``token_level_rewards``, ``advantages`` and ``returns`` the
+    attributes of those names; ``values`` and any other name live in ``extra``.
+    ``token_level_scores`` (the reward on each row's last valid token, as veRL's reward
+    step writes it) and ``token_level_rewards`` (the scores, when no KL penalty set them)
+    are created on first read and stored, so later reads and in-place edits share them.
+    Reads return the stored tensors (no copies); assignments replace them.
+    """
+
+    def __init__(self, data: ExperienceBatch) -> None:
+        self._data = data
+
+    @property
+    def batch_size(self) -> torch.Size:
+        return torch.Size([len(self._data)])
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        data = self._data
+        if key == "prompts":
+            return data.input_ids[:, : data.prompt_len]
+        if key == "responses":
+            return data.input_ids[:, data.prompt_len :]
+        if key == "token_level_scores" and key not in data.extra:
+            data.extra[key] = data.last_token_rewards()
+        if key == "token_level_rewards" and data.token_level_rewards is None:
+            data.token_level_rewards = self["token_level_scores"].clone()
+        value = getattr(data, _VERL_ATTRIBUTES[key]) if key in _VERL_ATTRIBUTES else None
+        if value is None:
+            value = data.extra.get(key)
+        if value is None:
+            raise KeyError(f"the batch has no tensor '{key}' (present: {', '.join(self)})")
+        return value
+
+    def __setitem__(self, key: str, value: torch.Tensor) -> None:
+        data = self._data
+        self._check_shape(key, value)
+        if key in ("prompts", "responses"):
+            self[key].copy_(value)  # slices of input_ids: write through to the rows
+        elif key in _VERL_ATTRIBUTES:
+            setattr(data, _VERL_ATTRIBUTES[key], value)
+        else:
+            data.extra[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        if key in _REQUIRED or key in ("prompts", "responses"):
+            raise KeyError(f"'{key}' is part of every batch and cannot be removed")
+        if key in _VERL_ATTRIBUTES and getattr(self._data, _VERL_ATTRIBUTES[key]) is not None:
+            setattr(self._data, _VERL_ATTRIBUTES[key], None)
+        elif key in self._data.extra:
+            del self._data.extra[key]
+        else:
+            raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in set(self)  # without creating the derived tensors
+
+    def __iter__(self) -> Iterator[str]:
+        yield from ("prompts", "responses")
+        for name, attr in _VERL_ATTRIBUTES.items():
+            if name in ("token_level_rewards", "token_level_scores"):
+                continue  # always readable, listed below
+            if getattr(self._data, attr) is not None:
+                yield name
+        yield from ("token_level_scores", "token_level_rewards")
+        yield from (k for k in self._data.extra if k != "token_level_scores")
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def _check_shape(self, key: str, value: torch.Tensor) -> None:
+        data = self._data
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"batch['{key}'] must be a torch.Tensor, got {type(value).__name__}")
+        if key in _FULL_WIDTH or key in ("prompts", "responses"):
+            expected = tuple(self[key].shape)
+        elif key in _RESPONSE_SHAPED:
+            expected = tuple(data.action_mask.shape)
+        else:
+            expected = (len(data),) + tuple(value.shape[1:])
+        if tuple(value.shape) != expected:
+            raise ValueError(f"batch['{key}'] must have shape {expected}, got {tuple(value.shape)}")
+
+
+class DataProtoNonTensors(MutableMapping):
+    """``ExperienceBatch.non_tensor_batch``: ``"uid"`` reads the group ids as a numpy object
+    array and writing it sets them; other keys are per-row numpy arrays kept on the batch."""
+
+    def __init__(self, data: ExperienceBatch) -> None:
+        self._data = data
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key == "uid":
+            return np.array(self._data.group_ids, dtype=object)
+        return self._data.non_tensor[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        value = np.asarray(value, dtype=object)
+        if value.shape[:1] != (len(self._data),):
+            raise ValueError(
+                f"non_tensor_batch['{key}'] needs one entry per row ({len(self._data)}), "
+                f"got shape {value.shape}"
+            )
+        if key == "uid":
+            self._data.group_ids = [str(v) for v in value]
+        else:
+            self._data.non_tensor[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        if key == "uid":
+            raise KeyError("'uid' (the group ids) is part of every batch and cannot be removed")
+        del self._data.non_tensor[key]
+
+    def __iter__(self) -> Iterator[str]:
+        yield "uid"
+        yield from self._data.non_tensor
+
+    def __len__(self) -> int:
+        return 1 + len(self._data.non_tensor)

@@ -18,7 +18,14 @@ class AdvantageFn(ABC):
 
     Constructor arguments come from ``algorithm.advantage_fn_args`` in the config,
     with ``default_args()`` filling the ones the user did not set.
+
+    Class attributes:
+        needs_groups: the advantage compares the rollouts of one task, so it needs
+            ``repeat_times > 1`` and whole groups in a batch (default False). The config
+            check and the trainer read it; a group-based plugin sets it to True.
     """
+
+    needs_groups: bool = False
 
     @abstractmethod
     def __call__(self, exps: ExperienceBatch, **kwargs) -> Tuple[ExperienceBatch, Dict]:

@@ -57,6 +57,8 @@ class GRPOAdvantageFn(AdvantageFn):
     Returns equal advantages, as in veRL (GRPO has no critic to regress on them).
     """
 
+    needs_groups: bool = True
+
     def __init__(self, epsilon: float = 1e-6, norm_adv_by_std_in_grpo: bool = True) -> None:
         self.epsilon = epsilon
         self.norm_adv_by_std_in_grpo = norm_adv_by_std_in_grpo

@@ -54,6 +54,8 @@ class OPMDAdvantageFn(AdvantageFn):
             loss has its own ``tau``; set both alike, as the guide's config does.
     """
 
+    needs_groups: bool = True
+
     def __init__(self, opmd_baseline: str = "mean", tau: float = 1.0) -> None:
         if opmd_baseline not in OPMD_BASELINES:
             raise ValueError(

@@ -32,6 +32,8 @@ class REINFORCEPlusPlusBaselineAdvantageFn(AdvantageFn):
     formula, as this project's GRPO and RLOO); veRL instead leaves its raw score there.
     """
 
+    needs_groups: bool = True
+
     def __call__(self, exps: ExperienceBatch, **kwargs) -> Tuple[ExperienceBatch, Dict]:
         require_group_ids(exps, "reinforceplusplus_baseline")
         scores = score_of(exps)

@@ -38,6 +38,8 @@ class RLOOAdvantageFn(AdvantageFn):
     tokens and ``returns`` equal the advantages (no critic).
     """
 
+    needs_groups: bool = True
+
     def __call__(self, exps: ExperienceBatch, **kwargs) -> Tuple[ExperienceBatch, Dict]:
         require_group_ids(exps, "rloo")
         seq_adv = leave_one_out_scores(score_of(exps), exps.group_ids)

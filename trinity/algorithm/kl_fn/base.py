@@ -15,20 +15,9 @@ KL_FN: Registry = Registry("kl_fn")
 
 
 def last_token_rewards(exps: ExperienceBatch) -> torch.Tensor:
-    """``(B, R)`` zeros with each row's scalar reward on its last valid response token.
-
-    "Valid" is the last action token; a row without any (e.g. all tokens came from an
-    environment) falls back to its last response token, and an empty response to column 0,
-    so no reward is ever lost from the sequence score.
-    """
-    B, R = exps.action_mask.shape
-    response_attn = exps.attention_mask[:, exps.prompt_len :].to(exps.action_mask.dtype)
-    mask = torch.where(exps.action_mask.sum(-1, keepdim=True) > 0, exps.action_mask, response_attn)
-    columns = torch.arange(R, device=mask.device).expand(B, R)
-    last = torch.where(mask > 0, columns, torch.zeros_like(columns)).max(dim=-1).values
-    rewards = torch.zeros(B, R, device=mask.device)
-    rewards[torch.arange(B, device=mask.device), last] = exps.rewards.float()
-    return rewards
+    """``(B, R)`` zeros with each row's scalar reward on its last valid response token
+    (see ``ExperienceBatch.last_token_rewards``)."""
+    return exps.last_token_rewards()
 
 
 class KLFn(ABC):
@@ -41,6 +30,10 @@ class KLFn(ABC):
         kl_coef: weight of the KL term (veRL ``kl_loss_coef`` / ``kl_ctrl.kl_coef``); fixed
             for the whole run.
     """
+
+    # Class-level fallback, so a subclass whose ``__init__`` skips ``super().__init__`` still
+    # has a coefficient for ``calculate_kl_loss`` and the in-reward penalty.
+    kl_coef: float = 0.001
 
     def __init__(self, kl_coef: float = 0.001) -> None:
         self.kl_coef = kl_coef
