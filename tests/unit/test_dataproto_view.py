@@ -1,6 +1,7 @@
 """ExperienceBatch read and written as veRL's DataProto, and a veRL-style advantage fn
 run through the trainer's advantage path."""
 
+import json
 import textwrap
 from collections import defaultdict
 from typing import Dict, Tuple
@@ -138,10 +139,10 @@ class VerlGRPOAdvantage(AdvantageFn):
 
 CONFIG = """
 project: tests
-name: dataproto
+name: plugin
 checkpoint_root_dir: {root}
 model: {{model_path: {model}, max_prompt_tokens: 40, max_response_tokens: 4}}
-algorithm: {{algorithm_type: grpo, repeat_times: 4, advantage_fn: verl_grpo}}
+algorithm: {algorithm}
 buffer:
   batch_size: 2
   total_steps: 1
@@ -152,19 +153,31 @@ buffer:
 """
 
 
-@pytest.fixture
-def trainer(tmp_path, micro_model, arithmetic_data, monkeypatch):
+def make_trainer(tmp_path, micro_model, arithmetic_data, algorithm: Dict):
+    """A prepared ``Trainer`` on the micro model whose config's ``algorithm`` is
+    ``algorithm`` (it reads no experiences: call ``train_step`` or its parts)."""
     from trinity.trainer.trainer import Trainer
 
-    monkeypatch.setattr(ADVANTAGE_FN, "_modules", dict(ADVANTAGE_FN._modules))
-    ADVANTAGE_FN.register_module("verl_grpo", VerlGRPOAdvantage)
     path = tmp_path / "config.yaml"
-    text = CONFIG.format(root=tmp_path, model=micro_model, data=arithmetic_data["rl"])
+    text = CONFIG.format(
+        root=tmp_path,
+        model=micro_model,
+        data=arithmetic_data["rl"],
+        algorithm=json.dumps(algorithm),
+    )
     path.write_text(textwrap.dedent(text))
     config = load_config(str(path)).check_and_update()
     trainer = Trainer(config, planned_steps=1, log=lambda metrics, step: None)
     trainer.prepare_model()
     return trainer
+
+
+@pytest.fixture
+def trainer(tmp_path, micro_model, arithmetic_data, monkeypatch):
+    monkeypatch.setattr(ADVANTAGE_FN, "_modules", dict(ADVANTAGE_FN._modules))
+    ADVANTAGE_FN.register_module("verl_grpo", VerlGRPOAdvantage)
+    algorithm = {"algorithm_type": "grpo", "repeat_times": 4, "advantage_fn": "verl_grpo"}
+    return make_trainer(tmp_path, micro_model, arithmetic_data, algorithm)
 
 
 # Two groups of four in an irregular order (so a wrong grouping cannot look right), with

@@ -1,0 +1,102 @@
+"""Plugins that omit what the developer guide lists still run: the base classes' defaults,
+and the group declaration of advantage functions."""
+
+from typing import Dict
+
+import pytest
+import torch
+
+from tests.unit.test_dataproto_view import group_experiences, make_trainer
+from trinity.algorithm import (
+    ADVANTAGE_FN,
+    ALGORITHM_TYPE,
+    KL_FN,
+    POLICY_LOSS_FN,
+    AdvantageFn,
+    AlgorithmType,
+    ExperienceModel,
+    KLFn,
+    needs_reference,
+)
+
+
+@pytest.fixture
+def algorithm_registry(monkeypatch):
+    """ALGORITHM_TYPE with the test's registrations dropped afterwards."""
+    monkeypatch.setattr(ALGORITHM_TYPE, "_modules", dict(ALGORITHM_TYPE._modules))
+    return ALGORITHM_TYPE
+
+
+def test_algorithm_type_defaults_are_the_guide_opmd_flags():
+    class Bare(AlgorithmType):
+        pass
+
+    assert (Bare.use_critic, Bare.use_reference, Bare.use_advantage) == (False, True, True)
+    assert Bare.can_balance_batch is True and Bare.use_teacher is False
+    assert Bare.schema is ExperienceModel
+    # default_config names a complete, registered set of components (GRPO's)
+    config = Bare.default_config()
+    assert config == ALGORITHM_TYPE.get("grpo").default_config()
+    assert config["advantage_fn"] in ADVANTAGE_FN and config["policy_loss_fn"] in POLICY_LOSS_FN
+    assert config["kl_loss_fn"] in KL_FN
+    assert needs_reference(Bare, config["kl_loss_fn"], config["kl_penalty_fn"]) is True
+
+
+def test_guide_opmd_without_schema_trains_a_step(
+    tmp_path, micro_model, arithmetic_data, algorithm_registry
+):
+    """The issue's case: the guide's OPMD AlgorithmType with ``schema`` (and the other flags
+    it sets to their defaults) left out used to die with AttributeError in the trainer."""
+
+    @algorithm_registry.register_module("opmd_no_schema")
+    class OPMDAlgorithm(AlgorithmType):
+        use_critic: bool = False
+
+        @classmethod
+        def default_config(cls) -> Dict:
+            return {
+                "repeat_times": 4,
+                "sample_strategy": "warmup",
+                "policy_loss_fn": "opmd",
+                "advantage_fn": "opmd",
+                "kl_penalty_fn": "none",
+                "kl_loss_fn": "k2",
+                "entropy_loss_fn": "default",
+            }
+
+    trainer = make_trainer(
+        tmp_path, micro_model, arithmetic_data, {"algorithm_type": "opmd_no_schema"}
+    )
+    assert trainer.ref_model is not None and trainer.teacher is None
+    metrics = trainer.train_step(group_experiences(trainer.tokenizer))
+    assert torch.isfinite(torch.tensor(metrics["actor/grad_norm"]))
+    assert "actor/kl_loss" in metrics and "actor/opmd_loss" in metrics
+
+
+def test_needs_groups_is_declared_by_the_group_based_advantages():
+    grouped = {name for name in ADVANTAGE_FN if ADVANTAGE_FN.get(name).needs_groups}
+    assert grouped == {"grpo", "opmd", "rloo", "reinforceplusplus_baseline"}
+
+
+def test_needs_groups_defaults_to_false_for_a_plugin():
+    class MyAdvantage(AdvantageFn):
+        def __call__(self, exps, **kwargs):
+            return exps, {}
+
+    assert MyAdvantage.needs_groups is False
+
+
+def test_kl_fn_without_super_init_has_a_coefficient():
+    class L1(KLFn):
+        def __init__(self, scale: float = 1.0) -> None:
+            self.scale = scale  # no super().__init__: kl_coef falls back to 0.001
+
+        def calculate_kl(self, logprob, ref_logprob):
+            return self.scale * (logprob - ref_logprob).abs()
+
+    loss, metrics = L1().calculate_kl_loss(
+        torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.5, -1.0]]), torch.ones(1, 2)
+    )
+    # token-mean of |0.5|, |-1| = 0.75, times 0.001
+    assert loss.item() == pytest.approx(0.00075)
+    assert metrics == {"kl_loss": pytest.approx(0.75), "kl_coef": 0.001}
