@@ -50,8 +50,10 @@ class GenerationConfig(ConfigModel):
 class TaskSelectorConfig(ConfigModel):
     """``task_selector``: the order in which tasks are read."""
 
-    selector_type: Literal["sequential", "shuffle"] = Field(
-        "sequential", description="sequential: file order; shuffle: reshuffled every epoch."
+    selector_type: str = Field(
+        "sequential",
+        description="sequential: file order; shuffle: reshuffled every epoch; or the name of "
+        "a TaskSelector registered by a plugin (docs/extending.md).",
     )
     seed: int = Field(42, description="Shuffle seed.")
 
