@@ -152,5 +152,5 @@ def test_missing_columns_and_bad_responses_are_reported(tmp_path, tokenizer):
     with pytest.raises(ValueError, match="rejected"):
         DPOReader(storage(tmp_path, [{"prompt": "hi", "chosen": "ok"}]), tokenizer, 1)
     data = storage(tmp_path, [{"prompt": "hi", "chosen": "ok", "rejected": 3}])
-    with pytest.raises(ValueError, match="row 0: 'rejected' must be a string"):
-        DPOReader(data, tokenizer, 2).read()
+    with pytest.raises(ValueError, match="line 1: 'rejected' must be a string, not a number"):
+        DPOReader(data, tokenizer, 2)

@@ -172,13 +172,11 @@ def test_missing_column_is_reported_at_load(data_dir):
         TaskReader(s)
 
 
-def test_row_without_the_key_names_the_row(tmp_path):
+def test_row_without_the_key_names_the_line_at_load(tmp_path):
     rows = ROWS[:2] + [{"question": "x"}] + ROWS[3:]
     path = write_jsonl(tmp_path / "tasks.jsonl", rows)
-    reader = TaskReader(storage(path))
-    reader.read(2)
-    with pytest.raises(ValueError, match=r"tasks.jsonl.*row 2 has no value for key 'answer'"):
-        reader.read(2)
+    with pytest.raises(ValueError, match=r"tasks.jsonl.*line 3: 'answer' is missing"):
+        TaskReader(storage(path))
 
 
 def test_only_keys_set_by_the_user_are_required_for_tasksets(tmp_path):

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, List, Optional, Tuple
 
-from trinity.buffer.file_reader import check_columns, check_row, describe, load_rows
+from trinity.buffer.file_reader import describe, load_checked
+from trinity.buffer.row_checks import response_text, row_schema
 from trinity.buffer.selector import BatchCursor, build_selector
 from trinity.buffer.sft import PromptTooLongError, SFTFormatter
 from trinity.common.experience import Experience
@@ -35,36 +36,14 @@ class _LastTurnOnly:
         return getattr(self._format, name)
 
 
-def dpo_columns(format_config: Any) -> List[str]:
-    """Columns every DPO row needs: the prompt (or messages), chosen and rejected."""
-    fmt = format_config
-    if fmt.prompt_type == "messages":
-        prompt = [fmt.messages_key]
-    else:
-        prompt = [fmt.prompt_key] + ([fmt.system_prompt_key] if fmt.system_prompt_key else [])
-    return prompt + [fmt.chosen_key, fmt.rejected_key]
-
-
-def response_text(value: Any, key: str, prompt_type: str) -> str:
-    """The response in column ``key``: a string, or (messages data) a message list whose last
-    assistant turn is the response; other turns in that list are ignored."""
-    if isinstance(value, str):
-        return value
-    if prompt_type == "messages" and isinstance(value, list):
-        turns = [m for m in value if isinstance(m, dict) and m.get("role") == "assistant"]
-        if turns and isinstance(turns[-1].get("content"), str):
-            return turns[-1]["content"]
-        raise ValueError(f"'{key}' is a message list without an assistant turn with text")
-    expected = "a string or a list of messages" if prompt_type == "messages" else "a string"
-    raise ValueError(f"'{key}' must be {expected}, got {type(value).__name__}")
-
-
 class DPOReader:
     """Reads a DPO dataset (``file`` storage) as interleaved [chosen, rejected] pairs, resumable.
 
     Every experience of a pair has ``group_id`` = the row index and ``info["is_chosen"]``.
     Rows whose prompt alone exceeds ``max_model_len`` are skipped (``num_dropped``) and the
     batch is refilled; truncated responses are counted in ``num_truncated`` (experiences).
+    Malformed rows are found at load: they fail it, or with ``skip_bad_rows`` are left out
+    (``num_skipped``, the first few in ``skipped``).
     """
 
     def __init__(
@@ -78,9 +57,9 @@ class DPOReader:
     ) -> None:
         self.storage = storage
         self.batch_size = batch_size
-        self.rows = load_rows(storage)
-        self.required = dpo_columns(storage.format)
-        check_columns(self.rows, self.required, storage)
+        self.loaded = load_checked(storage, columns=row_schema(storage.format, "dpo"))
+        self.rows, self.num_skipped = self.loaded.rows, self.loaded.num_skipped
+        self.skipped = self.loaded.skipped
         self.formatter = SFTFormatter(tokenizer, _LastTurnOnly(storage.format), max_model_len)
         self.cursor = BatchCursor(
             len(self.rows), build_selector(storage.task_selector), total_epochs, total_steps
@@ -111,21 +90,20 @@ class DPOReader:
         return self.cursor.num_steps(max(1, (n or self.batch_size) // 2))
 
     def _pair(self, index: int) -> Optional[Pair]:
-        row = self.rows[index]
-        check_row(row, index, self.required, self.storage)
+        row, where = self.rows[index], self.loaded.where(index)
         try:
             chosen = self._experience(row, self.storage.format.chosen_key)
             rejected = self._experience(row, self.storage.format.rejected_key)
         except PromptTooLongError as exc:
             self.num_dropped += 1
-            logger.warning("%s: skipping row %d: %s", describe(self.storage), index, exc)
+            logger.warning("%s: skipping %s: %s", describe(self.storage), where, exc)
             return None
         except ValueError as exc:
-            raise ValueError(f"{describe(self.storage)}: row {index}: {exc}") from exc
+            raise ValueError(f"{describe(self.storage)}: {where}: {exc}") from exc
         p = chosen.prompt_length
         if p != rejected.prompt_length or not chosen.tokens[:p].equal(rejected.tokens[:p]):
             raise ValueError(
-                f"{describe(self.storage)}: row {index}: chosen and rejected render different "
+                f"{describe(self.storage)}: {where}: chosen and rejected render different "
                 "prompt tokens; the chat template must not depend on the response"
             )
         for exp, is_chosen in ((chosen, True), (rejected, False)):
@@ -139,11 +117,8 @@ class DPOReader:
         fmt = self.storage.format
         response = response_text(row[key], key, fmt.prompt_type)
         if fmt.prompt_type == "messages":
-            prompt = row[fmt.messages_key]
-            if not isinstance(prompt, list):
-                raise ValueError(f"'{fmt.messages_key}' must be a list of {{role, content}} dicts")
             turn = {"role": "assistant", "content": response}
-            return self.formatter.format({**row, fmt.messages_key: [*prompt, turn]})
+            return self.formatter.format({**row, fmt.messages_key: [*row[fmt.messages_key], turn]})
         return self.formatter.format({**row, fmt.response_key: response})
 
     def state_dict(self) -> Dict[str, int]:

@@ -1,90 +1,281 @@
-"""Load the rows of a `file` storage (taskset, SFT data) with `datasets`, offline.
+"""Load the rows of a `file` storage (taskset, SFT/DPO data) offline, checking every row once.
 
 ``path`` is either a directory laid out the Hugging Face way (split files such as
 ``train.jsonl`` / ``test.jsonl`` or ``data/train-00000-of-00001.parquet``, subsets declared
 in the README's ``configs:``) or one ``.jsonl`` / ``.json`` / ``.parquet`` / ``.csv`` file.
 Only local paths are read: a path that does not exist is an error, never a Hub download.
+
+The files are parsed here (``file_parsers``), not by ``datasets``, so that a malformed line or
+row is named by file and 1-based line/row; every row is checked against the columns its reader
+needs (``row_checks``). Malformed rows fail the load, listing the first few, unless the
+storage sets ``skip_bad_rows``: then they are dropped, counted and logged. Loads are cached
+per process (keyed on the files' size and mtime), so checking before the run and reading in
+it parse each file once per process.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from typing import Any, Dict, List
+from bisect import bisect_right
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
 
 import datasets
+import pyarrow as pa
 
-# file extension -> the `datasets` packaged builder that reads it
-_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+from trinity.buffer.file_parsers import BadRow, DataFileError, FileRows, parser_for
+from trinity.buffer.row_checks import row_problems, row_schema
+
+logger = logging.getLogger("trinity.buffer")
+
+LISTED = 5  # bad rows named in an error or warning; the rest are counted
+_CACHE: OrderedDict[tuple, LoadedRows] = OrderedDict()
+_CACHE_SIZE = 8
 
 
-def describe(storage: Any) -> str:
-    """A short human label for error messages, e.g. ``buffer 'gsm8k' (path '/data/gsm8k')``."""
-    return f"buffer '{storage.name}' (path '{storage.path}')"
+class DataError(ValueError):
+    """Data that cannot be used as it is; the message names the storage, file and row."""
 
 
-def load_rows(storage: Any) -> datasets.Dataset:
-    """The rows of ``storage`` (``path``, ``subset_name``, ``split``) as a ``datasets.Dataset``.
+class BadRowsError(DataError):
+    """Malformed rows (not skipped); ``bad_rows`` holds the first few, ``num_bad`` counts all."""
 
-    A directory is resolved by ``datasets`` itself (HF-standard layout), then the ``split``
-    is picked; a single file is the whole dataset and ``split`` does not apply to it.
+    def __init__(self, message: str, bad_rows: List[BadRow], num_bad: int) -> None:
+        super().__init__(message)
+        self.bad_rows, self.num_bad = bad_rows, num_bad
+
+
+@dataclass
+class LoadedRows:
+    """A loaded storage: its usable ``rows``, the rows skipped (``skip_bad_rows``), and where
+    each kept row is in the files (``where``)."""
+
+    rows: datasets.Dataset
+    num_skipped: int = 0
+    skipped: List[BadRow] = field(default_factory=list)  # the first LISTED
+    _spans: List[Tuple[int, str, str]] = field(default_factory=list)  # (first index, file, unit)
+    _numbers: List[int] = field(default_factory=list)
+
+    def where(self, index: int) -> str:
+        """Where row ``index`` of ``rows`` is, e.g. ``data/train.jsonl line 17``."""
+        if not self._spans:
+            return f"row {index + 1}"
+        start, file, unit = self._spans[bisect_right([s[0] for s in self._spans], index) - 1]
+        return f"{file} {unit} {self._numbers[index]}"
+
+
+def describe(storage: Any, path_label: Optional[str] = None) -> str:
+    """A label for messages: the storage's YAML path (``path_label``) or its name, and the path,
+    e.g. ``buffer.explorer_input.tasksets[0] (path 'data/train.jsonl')``."""
+    return f"{path_label or f'buffer {storage.name!r}'} (path '{storage.path}')"
+
+
+def load_rows(
+    storage: Any,
+    *,
+    columns: Optional[Dict[str, str]] = None,
+    path_label: Optional[str] = None,
+) -> datasets.Dataset:
+    """The usable rows of ``storage`` (``path``, ``subset_name``, ``split``) as a Dataset.
+
+    ``columns`` maps each column every row must have to its kind (``row_checks.row_schema``);
+    unset: the columns the user named in ``format``, as a taskset reads them. ``path_label``
+    is the storage's YAML path, used in messages. Raises ``FileNotFoundError`` for a missing
+    path and ``DataError`` (a ``ValueError``) for anything malformed; see ``load_checked``.
     """
+    return load_checked(storage, columns=columns, path_label=path_label).rows
+
+
+def load_checked(
+    storage: Any,
+    *,
+    columns: Optional[Dict[str, str]] = None,
+    path_label: Optional[str] = None,
+) -> LoadedRows:
+    """``load_rows`` with what was skipped: a directory is resolved by ``datasets`` (HF
+    layout), then the ``split`` is picked; a single file is the whole dataset."""
+    path = _checked_path(storage, path_label)
+    schema = row_schema(getattr(storage, "format", None), "taskset") if columns is None else columns
+    skip = bool(getattr(storage, "skip_bad_rows", False))
+    key = (path, storage.subset_name, storage.split, tuple(schema.items()), skip, _stamp(path))
+    if key in _CACHE:
+        _CACHE.move_to_end(key)
+        return _CACHE[key]
+    loaded = _load(storage, path, dict(schema), skip, path_label)
+    _CACHE[key] = loaded
+    if len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return loaded
+
+
+def _checked_path(storage: Any, path_label: Optional[str]) -> str:
+    label = path_label or f"buffer '{storage.name}'"
     if storage.storage_type != "file":
-        raise ValueError(
-            f"{describe(storage)}: storage_type '{storage.storage_type}' cannot be read as rows; "
-            "only storage_type 'file' is supported for tasksets and SFT data"
+        raise DataError(
+            f"{describe(storage, path_label)}: storage_type '{storage.storage_type}' cannot be "
+            "read as rows; only storage_type 'file' is supported for tasksets and SFT data"
         )
     if not storage.path:
-        raise ValueError(
-            f"buffer '{storage.name}': `path` is not set; point it at a data directory "
-            "or a .jsonl/.json/.parquet file"
+        raise DataError(
+            f"{label}: `path` is not set; point it at a data directory "
+            "or a .jsonl/.json/.parquet/.csv file"
         )
     path = os.path.abspath(os.path.expanduser(storage.path))
     if not os.path.exists(path):
         raise FileNotFoundError(
-            f"buffer '{storage.name}': `path` '{storage.path}' does not exist (resolved to "
+            f"{label}: `path` '{storage.path}' does not exist (resolved to "
             f"'{path}'). Only local data is read; datasets are never downloaded from a hub."
         )
-    try:
-        rows = _load_directory(storage, path) if os.path.isdir(path) else _load_file(storage, path)
-    except StopIteration:  # how `datasets` reports a json file without any line
-        rows = None
-    if rows is None or len(rows) == 0:
-        raise ValueError(f"{describe(storage)}: the dataset is empty (split '{storage.split}')")
-    return rows
+    return path
 
 
-def _load_file(storage: Any, path: str) -> datasets.Dataset:
+def _stamp(path: str) -> tuple:
+    """Size and mtime of every file under ``path``: a cached load is stale once one changes."""
+    if not os.path.isdir(path):
+        st = os.stat(path)
+        return ((path, st.st_size, st.st_mtime_ns),)
+    stamps = []
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted(files):
+            st = os.stat(os.path.join(root, name))
+            stamps.append((os.path.join(root, name), st.st_size, st.st_mtime_ns))
+    return tuple(stamps)
+
+
+def _load(
+    storage: Any, path: str, schema: Dict[str, str], skip: bool, path_label: Optional[str]
+) -> LoadedRows:
+    label = describe(storage, path_label)
+    single = not os.path.isdir(path)
+    parts, features = (
+        ([_parse_file(storage, path, label)], None) if single else _parse_dir(storage, path, label)
+    )
+    if sum(len(p) + len(p.bad) for p in parts) == 0:
+        what = "the file" if single else f"split '{storage.split}'"
+        raise DataError(f"{label}: {what} is empty: it has no rows")
+    if any(len(p) for p in parts):
+        _require_columns(parts, list(schema), storage, path_label)
+    for part in parts:
+        part.mark_bad(row_problems({c: part.column(c) for c in schema}, schema))
+    tables = []
+    for part in parts:
+        try:
+            tables.append(part.to_table())
+        except DataFileError as exc:
+            raise DataError(f"{label}: {part.file}: {exc}") from exc
+    bad = [b for p in parts for b in sorted(p.bad, key=lambda b: b.number)]
+    kept = sum(len(p) for p in parts)
+    if bad and (not skip or kept == 0):
+        raise BadRowsError(_bad_rows_message(storage, path_label, bad, kept, skip), bad, len(bad))
+    rows = datasets.Dataset(_concat(tables, storage, label))
+    if features is not None:
+        rows = rows.cast(features)
+    if bad:
+        logger.warning(
+            "%s: skipped %d malformed row(s) of %d (skip_bad_rows): %s",
+            label,
+            len(bad),
+            len(bad) + kept,
+            _listing(bad, with_file=not single),
+        )
+    return LoadedRows(rows, len(bad), bad[:LISTED], *_locations(parts))
+
+
+def _parse_file(storage: Any, path: str, label: str) -> FileRows:
     ext = os.path.splitext(path)[1].lower()
-    if ext not in _BUILDERS:
-        raise ValueError(
-            f"{describe(storage)}: cannot read '{ext}' files; supported: {', '.join(_BUILDERS)}"
+    parse = parser_for(path)
+    if parse is None:
+        raise DataError(
+            f"{label}: cannot read '{ext}' files; supported: .jsonl, .json, "
+            ".parquet, .csv, or a dataset directory"
         )
     if storage.subset_name:
-        raise ValueError(
-            f"{describe(storage)}: `subset_name` '{storage.subset_name}' needs `path` to be a "
+        raise DataError(
+            f"{label}: `subset_name` '{storage.subset_name}' needs `path` to be a "
             "dataset directory, not a single file"
         )
-    return datasets.load_dataset(_BUILDERS[ext], data_files=path, split="train")
+    try:
+        return parse(path, storage.path)
+    except DataFileError as exc:
+        raise DataError(f"{label}: {exc}") from exc
 
 
-def _load_directory(storage: Any, path: str) -> datasets.Dataset:
+def _parse_dir(storage: Any, path: str, label: str) -> Tuple[List[FileRows], Any]:
+    """The split's files, parsed one by one (named relative to ``storage.path``), and the
+    features the README declares; formats without a parser here are read by ``datasets``."""
     try:
         builder = datasets.load_dataset_builder(path, name=storage.subset_name)
     except ValueError as exc:  # an unknown or a missing subset (BuilderConfig) name
-        raise ValueError(
-            f"{describe(storage)}: `subset_name` is {storage.subset_name!r}, which does not "
+        raise DataError(
+            f"{label}: `subset_name` is {storage.subset_name!r}, which does not "
             f"select a subset: {exc}"
         ) from exc
     except FileNotFoundError as exc:  # a directory without any data file
-        raise FileNotFoundError(f"{describe(storage)}: no data files found: {exc}") from exc
+        raise FileNotFoundError(f"{label}: no data files found: {exc}") from exc
     splits = [str(s) for s in (builder.config.data_files or {})]
     if storage.split not in splits:
-        raise ValueError(
-            f"{describe(storage)}: `split` '{storage.split}' does not exist; splits found: "
+        raise DataError(
+            f"{label}: `split` '{storage.split}' does not exist; splits found: "
             f"{', '.join(splits) or '(none)'}"
         )
-    builder.download_and_prepare()
-    return builder.as_dataset(split=storage.split)
+    files = [str(f) for f in builder.config.data_files[storage.split]]
+    if not all(parser_for(f) for f in files):  # e.g. arrow or text files
+        builder.download_and_prepare()
+        table = builder.as_dataset(split=storage.split).data.table
+        numbers = list(range(1, table.num_rows + 1))
+        return [FileRows(f"split '{storage.split}'", "row", numbers, table=table)], None
+    parts = []
+    for file in files:
+        shown = os.path.join(storage.path, os.path.relpath(file, path))
+        try:
+            parts.append(parser_for(file)(file, shown))
+        except DataFileError as exc:
+            raise DataError(f"{label}: {shown}: {exc}") from exc
+    return parts, builder.info.features
+
+
+def _concat(tables: List[pa.Table], storage: Any, label: str) -> pa.Table:
+    if len(tables) == 1:
+        return tables[0]
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise DataError(
+            f"{label}: the files of split '{storage.split}' disagree on a column's type ({exc})"
+        ) from exc
+
+
+def _locations(parts: List[FileRows]) -> Tuple[List[Tuple[int, str, str]], List[int]]:
+    spans, numbers = [], []
+    for part in parts:
+        spans.append((len(numbers), part.file, part.unit))
+        numbers += part.numbers
+    return spans, numbers
+
+
+def _listing(bad: List[BadRow], with_file: bool) -> str:
+    shown = "; ".join(f"{b.where(with_file)}: {b.reason}" for b in bad[:LISTED])
+    return shown + (f" (and {len(bad) - LISTED} more)" if len(bad) > LISTED else "")
+
+
+def _bad_rows_message(
+    storage: Any, path_label: Optional[str], bad: List[BadRow], kept: int, skip: bool
+) -> str:
+    label = describe(storage, path_label)
+    with_file = len({b.file for b in bad}) > 1 or bad[0].file != storage.path
+    listing = _listing(bad, with_file)
+    if kept == 0:
+        note = "skip_bad_rows is set, but " if skip else ""
+        return f"{label}: {note}every row is malformed ({len(bad)} rows): {listing}"
+    target = (
+        f"{path_label}.skip_bad_rows" if path_label else f"skip_bad_rows of buffer '{storage.name}'"
+    )
+    them = "it" if len(bad) == 1 else "them"
+    count = "" if len(bad) == 1 else f"{len(bad)} malformed rows of {len(bad) + kept}: "
+    return f"{label}: {count}{listing}; set {target}: true to skip {them}"
 
 
 def required_columns(format_config: Any, explicit_only: bool) -> List[str]:
@@ -95,35 +286,31 @@ def required_columns(format_config: Any, explicit_only: bool) -> List[str]:
     directly and their data need not have the default ``prompt``/``response`` columns.
     SFT readers pass ``False``: formatting needs the keys whether defaulted or not.
     """
-    if format_config is None:
-        return []
-    if getattr(format_config, "prompt_type", "plaintext") == "messages":
-        keys = ["messages_key"]
-    else:
-        keys = ["prompt_key", "response_key"]
-    explicit = getattr(format_config, "model_fields_set", None)
-    if explicit_only and explicit is not None:
-        keys = [k for k in keys if k in explicit]
-    system_key = getattr(format_config, "system_prompt_key", None)
-    columns = [getattr(format_config, k) for k in keys] + ([system_key] if system_key else [])
-    return [c for c in columns if c]
+    return list(row_schema(format_config, "taskset" if explicit_only else "sft"))
 
 
-def check_columns(rows: datasets.Dataset, columns: List[str], storage: Any) -> None:
-    """Raise once at load when a column the format names is absent from the whole dataset."""
+def _missing_message(
+    storage: Any, path_label: Optional[str], missing: List[str], present: List[str]
+) -> str:
+    return (
+        f"{describe(storage, path_label)} (split '{storage.split}'): column(s) {missing} named "
+        f"in `format` are missing; the data has columns {present}"
+    )
+
+
+def _require_columns(
+    parts: List[FileRows], columns: List[str], storage: Any, path_label: Optional[str]
+) -> None:
+    present = list(dict.fromkeys(c for p in parts if len(p) for c in p.column_names()))
+    missing = [c for c in columns if c not in present]
+    if missing:
+        raise DataError(_missing_message(storage, path_label, missing, present))
+
+
+def check_columns(
+    rows: datasets.Dataset, columns: List[str], storage: Any, path_label: Optional[str] = None
+) -> None:
+    """Raise ``DataError`` when a column in ``columns`` is absent from the whole dataset."""
     missing = [c for c in columns if c not in rows.column_names]
     if missing:
-        raise ValueError(
-            f"{describe(storage)} (split '{storage.split}'): column(s) {missing} named in `format` "
-            f"are missing; the data has columns {rows.column_names}"
-        )
-
-
-def check_row(row: Dict[str, Any], index: int, columns: List[str], storage: Any) -> None:
-    """Raise when row ``index`` has no value for a required column (absent in that row)."""
-    for column in columns:
-        if row.get(column) is None:
-            raise ValueError(
-                f"{describe(storage)} (split '{storage.split}'): row {index} has no value for "
-                f"key '{column}' that `format` names"
-            )
+        raise DataError(_missing_message(storage, path_label, missing, rows.column_names))

@@ -11,13 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, List, Optional, Tuple
 
-from trinity.buffer.file_reader import (
-    check_columns,
-    check_row,
-    describe,
-    load_rows,
-    required_columns,
-)
+from trinity.buffer.file_reader import describe, load_checked
+from trinity.buffer.row_checks import row_schema
 from trinity.buffer.selector import BatchCursor, build_selector
 from trinity.common.experience import Experience
 
@@ -147,7 +142,8 @@ class SFTReader:
 
     Rows whose prompt alone exceeds ``max_model_len`` are skipped (counted in
     ``num_dropped``) and the batch is refilled; truncated responses are counted in
-    ``num_truncated``.
+    ``num_truncated``. Malformed rows are found at load: they fail it, or with
+    ``skip_bad_rows`` are left out (``num_skipped``, the first few in ``skipped``).
     """
 
     def __init__(
@@ -161,9 +157,9 @@ class SFTReader:
     ) -> None:
         self.storage = storage
         self.batch_size = batch_size
-        self.rows = load_rows(storage)
-        self.required = required_columns(storage.format, explicit_only=False)
-        check_columns(self.rows, self.required, storage)
+        self.loaded = load_checked(storage, columns=row_schema(storage.format, "sft"))
+        self.rows, self.num_skipped = self.loaded.rows, self.loaded.num_skipped
+        self.skipped = self.loaded.skipped
         self.formatter = SFTFormatter(tokenizer, storage.format, max_model_len)
         self.cursor = BatchCursor(
             len(self.rows), build_selector(storage.task_selector), total_epochs, total_steps
@@ -197,16 +193,16 @@ class SFTReader:
         return self.cursor.num_steps(batch_size or self.batch_size)
 
     def _experience(self, index: int) -> Optional[Experience]:
-        row = self.rows[index]
-        check_row(row, index, self.required, self.storage)
         try:
-            exp = self.formatter.format(row)
+            exp = self.formatter.format(self.rows[index])
         except PromptTooLongError as exc:
             self.num_dropped += 1
-            logger.warning("%s: skipping row %d: %s", describe(self.storage), index, exc)
+            where = self.loaded.where(index)
+            logger.warning("%s: skipping %s: %s", describe(self.storage), where, exc)
             return None
         except ValueError as exc:
-            raise ValueError(f"{describe(self.storage)}: row {index}: {exc}") from exc
+            where = self.loaded.where(index)
+            raise ValueError(f"{describe(self.storage)}: {where}: {exc}") from exc
         self.num_truncated += int(exp.info["truncated"])
         return exp
 

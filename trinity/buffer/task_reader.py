@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from trinity.buffer.file_reader import check_columns, check_row, load_rows, required_columns
+from trinity.buffer.file_reader import load_checked
+from trinity.buffer.row_checks import row_schema
 from trinity.buffer.selector import BatchCursor, build_selector
 from trinity.common.workflows.workflow import Task
 
@@ -13,16 +14,17 @@ class TaskReader:
     """Reads a taskset (``StorageConfig`` with storage_type ``file``) as ``Task`` batches.
 
     Order follows ``storage.task_selector``; ``state_dict()`` records the position (epoch,
-    index in the epoch, steps read) so a resumed run continues where it stopped.
+    index in the epoch, steps read) so a resumed run continues where it stopped. Every row is
+    checked at load; with ``skip_bad_rows`` malformed rows are left out and counted in
+    ``num_skipped`` (the first few, with file and line, in ``skipped``).
     """
 
     def __init__(
         self, storage: Any, total_epochs: int = 1, total_steps: Optional[int] = None
     ) -> None:
         self.storage = storage
-        self.rows = load_rows(storage)
-        self.required = required_columns(storage.format, explicit_only=True)
-        check_columns(self.rows, self.required, storage)
+        loaded = load_checked(storage, columns=row_schema(storage.format, "taskset"))
+        self.rows, self.num_skipped, self.skipped = loaded.rows, loaded.num_skipped, loaded.skipped
         self.cursor = BatchCursor(
             len(self.rows), build_selector(storage.task_selector), total_epochs, total_steps
         )
@@ -45,7 +47,6 @@ class TaskReader:
     def task(self, index: int) -> Task:
         """The ``Task`` for row ``index`` with this taskset's settings."""
         row = self.rows[index]
-        check_row(row, index, self.required, self.storage)
         s = self.storage
         return Task(
             workflow=s.default_workflow_type,

@@ -112,6 +112,9 @@ class StorageConfig(ConfigModel):
         default_factory=ReplayBufferConfig, description="Experience reuse (queue only)."
     )
     enable_progress_bar: bool = Field(False, description="Show a progress bar while loading.")
+    skip_bad_rows: bool = Field(
+        False, description="file: skip (count and log) malformed rows instead of failing."
+    )
     is_eval: bool = Field(False, description="Internal: set for eval tasksets.")
 
 
