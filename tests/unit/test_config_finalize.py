@@ -59,6 +59,8 @@ def fake_algorithms(monkeypatch):
         for name, args in entries.items():
             registry.register_module(name, _component(name, args))
         setattr(module, registry_name, registry)
+    # grpo compares the rollouts of a task: the group checks read this declaration.
+    module.ADVANTAGE_FN.get("grpo").needs_groups = True
     monkeypatch.setitem(sys.modules, "trinity.algorithm", module)
     monkeypatch.setattr(derive_module, "detect_gpu_count", lambda: 0)
 

@@ -57,3 +57,10 @@ class SampleStrategy(ABC):
     def default_args(cls) -> Dict:
         """Default constructor arguments, used where the config leaves them unset."""
         return {}
+
+    @classmethod
+    def buffer_rows(cls, batch_size: int, args: Dict) -> int:
+        """Experiences a step of ``batch_size`` takes from the experience buffer, given the
+        strategy's arguments (the rest come from auxiliary buffers); the config checks use
+        it to compare a train step with what one explore step produces."""
+        return batch_size

@@ -103,3 +103,7 @@ class MixSampleStrategy(SampleStrategy):
     @classmethod
     def default_args(cls) -> Dict:
         return {"expert_buffer": "sft_dataset", "expert_data_ratio": 0.5}
+
+    @classmethod
+    def buffer_rows(cls, batch_size: int, args: Dict) -> int:
+        return batch_size - expert_count(batch_size, float(args.get("expert_data_ratio", 0.5)))

@@ -8,11 +8,21 @@ why in the field's metadata; :func:`explicit_inert_values` later lists the ones 
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import typing
-from typing import Any, ClassVar, Dict, List, Optional, Tuple
+from typing import Annotated, Any, ClassVar, Dict, List, Optional, Tuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 
 class ConfigError(ValueError):
@@ -45,6 +55,37 @@ class ConfigModel(BaseModel):
             k: None if v == "None" and k in fields and _allows_none(fields[k].annotation) else v
             for k, v in data.items()
         }
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bools_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic reads YAML's true/false as 1/0 for number fields (`save_interval: true`
+        # would save every step); a bool where a number is expected is always a mistake.
+        field = cls.model_fields.get(info.field_name or "")
+        kind = _number_kind(field.annotation) if field is not None else None
+        items = value if isinstance(value, (list, tuple)) else [value]
+        if kind and any(isinstance(item, bool) for item in items):
+            shown = str(value).lower() if isinstance(value, bool) else str(value)
+            raise ValueError(f"expected {kind}, got {shown} (true/false is not a number)")
+        return value
+
+
+# Names that become folder, file or Ray actor names: no path separators, no leading dot.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+
+
+def check_name(value: str) -> str:
+    """``value`` if it is safe as a folder or file name, else ``ValueError`` saying why."""
+    if not _SAFE_NAME.fullmatch(value):
+        raise ValueError(
+            f"'{value}' is not a valid name: use only letters, digits, '.', '_' and '-', not "
+            "starting with '.' (it becomes a folder or file name)"
+        )
+    return value
+
+
+# A str field checked by :func:`check_name` (project, name, stage_name, actor and buffer names).
+Name = Annotated[str, AfterValidator(check_name)]
 
 
 def inert(default: Any = None, *, description: str, reason: str, **kwargs: Any) -> Any:
@@ -173,6 +214,18 @@ def _optional_args(tp: Any) -> Tuple[Any, ...]:
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         return typing.get_args(tp)
     return ()
+
+
+def _number_kind(tp: Any) -> Optional[str]:
+    """What ``tp`` holds in words ("an integer", "a number", ...) when only numbers, else None."""
+    tp = _unwrap(tp)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (list, tuple) and args:
+        kinds = {_number_kind(a) for a in args if a is not Ellipsis}
+        return "a list of numbers" if None not in kinds else None
+    if tp is int:
+        return "an integer"
+    return "a number" if tp is float else None
 
 
 def _allows_none(tp: Any) -> bool:

@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Literal, Optional
 
 from pydantic import Field, field_validator
 
-from trinity.common.config.base import ConfigError, ConfigModel, validate_model
+from trinity.common.config.base import ConfigError, ConfigModel, Name, validate_model
 from trinity.common.config.schema_algorithm import AlgorithmConfig
 from trinity.common.config.schema_buffer import BufferConfig
 from trinity.common.config.schema_explorer import ExplorerConfig, SynchronizerConfig
@@ -27,7 +27,7 @@ Mode = Literal["both", "train", "explore", "bench", "colocate", "serve"]
 class StageConfig(ConfigModel):
     """One entry of ``stages``: sections given here override the global ones key by key."""
 
-    stage_name: str = Field(description="Unique stage name; the run is named <name>_<stage_name>.")
+    stage_name: Name = Field(description="Unique stage name; the run is named <name>_<stage_name>.")
     mode: Optional[Mode] = Field(None, description="Mode of this stage; unset: the global mode.")
     algorithm: Optional[AlgorithmConfig] = Field(None, description="Algorithm overrides.")
     buffer: Optional[BufferConfig] = Field(None, description="Buffer overrides.")
@@ -38,8 +38,8 @@ class StageConfig(ConfigModel):
 class Config(ConfigModel):
     """A whole run. Attribute names are the YAML keys of the configuration guide."""
 
-    project: str = Field("Trinity-RFT", description="Project name.")
-    name: str = Field("rft", description="Experiment name.")
+    project: Name = Field("Trinity-RFT", description="Project name.")
+    name: Name = Field("rft", description="Experiment name.")
     mode: Mode = Field("both", description="Which components run.")
     checkpoint_root_dir: str = Field(
         "./checkpoints", description="Everything lands in <checkpoint_root_dir>/<project>/<name>."

@@ -6,7 +6,7 @@ from typing import Any, ClassVar, Dict, List, Literal, Optional
 
 from pydantic import Field, model_validator
 
-from trinity.common.config.base import ConfigModel
+from trinity.common.config.base import ConfigModel, Name
 
 
 class FormatConfig(ConfigModel):
@@ -74,7 +74,7 @@ class ReplayBufferConfig(ConfigModel):
 class StorageConfig(ConfigModel):
     """One dataset or buffer: a (eval) taskset, the experience buffer or an auxiliary buffer."""
 
-    name: str = Field("", description="Unique name (also the Ray actor name); unset: derived.")
+    name: Name = Field("", description="Unique name (also the Ray actor name); unset: derived.")
     storage_type: Literal["file", "queue", "sql"] = Field(
         "file", description="file: jsonl/parquet; queue: in-memory queue; sql: SQLite database."
     )

@@ -6,7 +6,7 @@ from typing import Dict, List, Literal, Optional
 
 from pydantic import Field
 
-from trinity.common.config.base import ConfigModel, inert
+from trinity.common.config.base import ConfigModel, Name, inert
 
 _VLLM_ONLY = "only used by the vllm engine"
 
@@ -76,7 +76,7 @@ class DynamicTimeoutConfig(ConfigModel):
 class ExplorerConfig(ConfigModel):
     """``explorer``: rollout models and the workflow runners that use them."""
 
-    name: str = Field("explorer", description="Ray actor name of the explorer.")
+    name: Name = Field("explorer", description="Ray actor name of the explorer.")
     runner_per_model: int = Field(8, description="Workflow runners per rollout engine.")
     concurrent_mode: Literal["sequential", "asynchronous", "multi-threading"] = Field(
         "sequential",

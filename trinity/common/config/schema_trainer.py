@@ -6,14 +6,14 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from trinity.common.config.base import ConfigModel
+from trinity.common.config.base import ConfigModel, Name
 from trinity.common.config.verl import VerlTrainerConfig
 
 
 class TrainerConfig(ConfigModel):
     """``trainer``: how experiences become weight updates."""
 
-    name: str = Field("trainer", description="Ray actor name of the trainer.")
+    name: Name = Field("trainer", description="Ray actor name of the trainer.")
     trainer_type: Literal["verl"] = Field(
         "verl", description="Backend; verl (the guide's only value) runs the native trainer."
     )

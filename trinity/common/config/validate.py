@@ -1,14 +1,17 @@
 """Checks that need the whole config: what this build supports, and what can possibly run.
 
 Both are tables: ``SUPPORTED`` maps a key path to the values this build can run, and
-``MINIMUMS`` maps a key path to its smallest sensible value. ``*`` in a path matches every
-item of a list or mapping. Growing a feature means widening its row, nothing else.
+``MINIMUMS`` (``ABOVE``, ``AT_MOST_ONE``) maps a key path to its smallest sensible value
+(a strict lower bound, an upper bound of 1). ``*`` in a path matches every item of a list or
+mapping. Growing a feature means widening its row, nothing else. ``SAMPLING`` holds the
+ranges of sampling parameters, checked on ``model`` and on every taskset's ``rollout_args``.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import re
 from typing import Any, Callable, Dict, Iterator, List, Tuple, Union
 
 from pydantic import BaseModel
@@ -18,10 +21,6 @@ from trinity.common.config.config import Config
 from trinity.common.config.schema_buffer import StorageConfig
 
 logger = logging.getLogger("trinity.config")
-
-# Algorithms whose advantages compare the rollouts of one task (the guide: GRPO and OPMD
-# require repeat_times > 1).
-GROUP_ALGORITHMS = ("grpo", "opmd")
 
 
 def algorithm_module() -> Any:
@@ -95,6 +94,7 @@ MINIMUMS: Dict[str, float] = {
     "algorithm.optimizer.lr": 0.0,
     "algorithm.optimizer.lr_warmup_steps_ratio": 0.0,
     "algorithm.optimizer.min_lr_ratio": 0.0,
+    "algorithm.optimizer.weight_decay": 0.0,
     "model.min_response_tokens": 0,
     "model.max_model_len": 1,
     "model.max_prompt_tokens": 1,
@@ -107,6 +107,8 @@ MINIMUMS: Dict[str, float] = {
     "buffer.explorer_input.eval_tasksets.*.repeat_times": 1,
     "buffer.trainer_input.experience_buffer.max_read_timeout": 0.0,
     "explorer.runner_per_model": 1,
+    "explorer.max_repeat_times_per_runner": 1,
+    "explorer.runner_state_report_interval": 0,
     "explorer.max_timeout": 1,
     "explorer.max_retry_times": 0,
     "explorer.eval_interval": 1,
@@ -114,7 +116,10 @@ MINIMUMS: Dict[str, float] = {
     "synchronizer.sync_interval": 1,
     "synchronizer.sync_offset": 0,
     "synchronizer.sync_timeout": 1,
+    "trainer.total_steps": 1,
     "trainer.save_interval": 0,
+    # -1 used to delete the checkpoint just written; null keeps every checkpoint
+    "trainer.max_checkpoints_to_keep": 1,
     "trainer.max_token_len_per_gpu": 1,
     "trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 1,
     "trainer.trainer_config.actor_rollout_ref.actor.ppo_epochs": 1,
@@ -128,8 +133,26 @@ STORAGE_PATHS = (
     "buffer.trainer_input.auxiliary_buffers.*",
 )
 
+# Values that must be strictly greater than the given bound.
+ABOVE: Dict[str, float] = {
+    "model.repetition_penalty": 0.0,
+    "trainer.grad_clip": 0.0,  # clipping the gradient norm to 0 zeroes every update
+}
+
 # Fractions that must lie in [0, 1].
 AT_MOST_ONE = ("algorithm.optimizer.lr_warmup_steps_ratio", "algorithm.optimizer.min_lr_ratio")
+
+# Sampling parameter -> (whether a value is allowed, the allowed range in words).
+# top_k: the engine (trinity/common/models/sampling.py), transformers and vLLM read 0 and -1
+# as "no top-k limit", so both are allowed; anything below -1 is a typo.
+SAMPLING: Dict[str, Tuple[Callable[[Any], bool], str]] = {
+    "temperature": (lambda v: v >= 0, ">= 0 (0 is greedy)"),
+    "top_p": (lambda v: 0 < v <= 1, "in (0, 1] (1 is off)"),
+    "top_k": (lambda v: v >= -1, ">= 1, or -1 (or 0) for no limit"),
+    "n": (lambda v: v >= 1, ">= 1"),
+    "max_tokens": (lambda v: v >= 1, ">= 1"),
+    "logprobs": (lambda v: v >= 0, ">= 0"),
+}
 
 
 def values_at(obj: Any, path: str, prefix: str = "") -> Iterator[Tuple[str, Any]]:
@@ -188,13 +211,42 @@ def check_consistency(config: Config) -> List[str]:
         for path, value in values_at(config, pattern):
             if value is not None and value < minimum:
                 problems.append(f"{path} = {value} must be >= {minimum}")
+    for pattern, bound in ABOVE.items():
+        for path, value in values_at(config, pattern):
+            if value is not None and value <= bound:
+                problems.append(f"{path} = {value} must be > {bound}")
     for pattern in AT_MOST_ONE:
         for path, value in values_at(config, pattern):
             if value > 1:
                 problems.append(f"{path} = {value} must be <= 1")
+    problems += _check_sampling(config)
     problems += _check_model(config)
     problems += _check_run(config)
+    problems += _check_batches(config)
     problems += _check_datasets(config)
+    problems += _check_buffer_path(config)
+    return problems
+
+
+def _check_sampling(config: Config) -> List[str]:
+    """``SAMPLING`` ranges on ``model`` and on each taskset's ``rollout_args``.
+
+    A taskset's value that the user did not set was copied from ``model`` (or derived from
+    checked keys), so only user-set ``rollout_args`` keys are checked: one mistake, one line.
+    """
+    sections: List[Tuple[str, Any]] = [("model", config.model)]
+    for pattern in STORAGE_PATHS[:2]:  # tasksets and eval tasksets
+        sections += [(f"{p}.rollout_args", s.rollout_args) for p, s in values_at(config, pattern)]
+    problems = []
+    for prefix, section in sections:
+        for key, (allowed, text) in SAMPLING.items():
+            if key not in type(section).model_fields:
+                continue
+            if section is not config.model and not is_set(section, key):
+                continue
+            value = getattr(section, key)
+            if value is not None and not allowed(value):
+                problems.append(f"{prefix}.{key} = {value} must be {text}")
     return problems
 
 
@@ -235,11 +287,6 @@ def _check_model(config: Config) -> List[str]:
 def _check_run(config: Config) -> List[str]:
     problems = []
     algorithm = config.algorithm
-    if algorithm.algorithm_type in GROUP_ALGORITHMS and algorithm.repeat_times <= 1:
-        problems.append(
-            f"algorithm.repeat_times = {algorithm.repeat_times}: {algorithm.algorithm_type} "
-            "compares several rollouts of each task, so it needs repeat_times > 1"
-        )
     teachers = config.explorer.auxiliary_models
     if _auxiliary_models(config) != ([],) and (len(teachers) != 1 or not teachers[0].model_path):
         problems.append(
@@ -252,6 +299,87 @@ def _check_run(config: Config) -> List[str]:
             f"run); with mode {config.mode} use checkpoint"
         )
     return problems
+
+
+def needs_groups(config: Config) -> bool:
+    """Whether the algorithm's advantage fn compares the rollouts of one task (it declares
+    ``needs_groups``), so batches must hold whole groups of ``repeat_times`` experiences."""
+    registries, algorithm = algorithm_module(), config.algorithm
+    if algorithm.advantage_fn is None or algorithm.algorithm_type not in registries.ALGORITHM_TYPE:
+        return False
+    if not getattr(registries.ALGORITHM_TYPE.get(algorithm.algorithm_type), "use_advantage", True):
+        return False  # the advantage fn is never built
+    try:
+        advantage_fn = registries.ADVANTAGE_FN.get(algorithm.advantage_fn)
+    except KeyError:  # reported by derive.py
+        return False
+    return bool(getattr(advantage_fn, "needs_groups", False))
+
+
+def _buffer_rows(config: Config) -> Tuple[int, str]:
+    """Experiences a train step takes from the experience buffer, and a note when that is
+    fewer than ``train_batch_size`` (a sample strategy that mixes in auxiliary data)."""
+    algorithm, batch = config.algorithm, config.buffer.train_batch_size
+    try:
+        strategy = algorithm_module().SAMPLE_STRATEGY.get(algorithm.sample_strategy or "default")
+        rows_of = getattr(strategy, "buffer_rows", None)
+        rows = rows_of(batch, dict(algorithm.sample_strategy_args)) if rows_of else batch
+    except (KeyError, TypeError, ValueError):  # a bad name or argument is reported elsewhere
+        rows = batch
+    note = "" if rows == batch else f" (of which {rows} from the experience buffer)"
+    return rows, note
+
+
+def _check_batches(config: Config) -> List[str]:
+    """Group sizes and what one explore step can feed one train step."""
+    algorithm, buffer, problems = config.algorithm, config.buffer, []
+    groups, repeat = needs_groups(config), algorithm.repeat_times
+    if groups and repeat <= 1:
+        problems.append(
+            f"algorithm.repeat_times = {repeat}: {algorithm.algorithm_type} "
+            "compares several rollouts of each task, so it needs repeat_times > 1"
+        )
+    if config.mode != "both" or min(buffer.batch_size, repeat, buffer.train_batch_size) < 1:
+        return problems
+    rows, note = _buffer_rows(config)
+    if groups and repeat > 1 and rows % repeat:
+        problems.append(
+            f"buffer.train_batch_size = {buffer.train_batch_size}{note} is not a multiple of "
+            f"algorithm.repeat_times = {repeat}: {algorithm.algorithm_type} trains on whole "
+            f"groups of {repeat} rollouts, so a step would split a group"
+        )
+    tasksets = config.buffer.explorer_input.tasksets
+    fewest = min(tasksets, key=lambda t: t.repeat_times or repeat, default=None)
+    per_task, source = repeat, "algorithm.repeat_times"
+    if fewest is not None and fewest.repeat_times and fewest.repeat_times < repeat:
+        per_task, source = fewest.repeat_times, f"taskset '{fewest.name}' repeat_times"
+    output = buffer.batch_size * per_task
+    if rows > output:
+        problems.append(
+            f"buffer.train_batch_size = {buffer.train_batch_size}{note} exceeds one explore "
+            f"step's output, buffer.batch_size * {source} = {buffer.batch_size} * {per_task} = "
+            f"{output}: the trainer would wait for experiences of a step that needs its own "
+            f"update first; use at most {output}"
+        )
+    return problems
+
+
+def masked_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (``postgresql://u:***@host/db``)."""
+    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
+def _check_buffer_path(config: Config) -> List[str]:
+    """A queue's backup ``path`` is a SQLite file; other database URLs are not built yet."""
+    storage = config.buffer.trainer_input.experience_buffer
+    if storage is None or storage.storage_type != "queue" or "://" not in (storage.path or ""):
+        return []
+    if storage.path.startswith("sqlite:///") and len(storage.path) > len("sqlite:///"):
+        return []
+    return [
+        f"buffer.trainer_input.experience_buffer.path = {masked_url(storage.path)} is not "
+        "supported yet (supported: a SQLite file path, or sqlite:///<file>)"
+    ]
 
 
 def storages_of(config: Config) -> List[Tuple[str, StorageConfig]]:
