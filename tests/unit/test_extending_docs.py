@@ -1,0 +1,265 @@
+"""docs/extending.md runs as written: every ``# plugins/<file>.py`` block is loaded from a
+plugin folder the way ``trinity run --plugin-dir`` loads it and exercised, and every YAML
+block passes the config check with those plugins registered."""
+
+import json
+import re
+import textwrap
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from tests.unit.test_dataproto_view import CONFIG, group_experiences, make_trainer
+from trinity.algorithm import (
+    ADVANTAGE_FN,
+    ALGORITHM_TYPE,
+    ENTROPY_LOSS_FN,
+    KL_FN,
+    POLICY_LOSS_FN,
+    SAMPLE_STRATEGY,
+)
+from trinity.buffer import TASK_SELECTORS, build_selector
+from trinity.common.config import FormatConfig, GenerationConfig, load_config
+from trinity.common.config.schema_buffer import TaskSelectorConfig
+from trinity.common.experience import Experience, ExperienceBatch
+from trinity.common.rewards import REWARD_FUNCTIONS
+from trinity.common.workflows import WORKFLOWS, Task
+from trinity.explorer.runner import WorkflowRunner
+from trinity.monitor import MONITORS
+from trinity.utils.plugin_loader import load_plugins
+
+DOC = (Path(__file__).parents[2] / "docs" / "extending.md").read_text()
+PLUGIN_BLOCKS = re.findall(r"```python\n# plugins/(\w+\.py)\n(.*?)```", DOC, re.S)
+YAML_BLOCKS = re.findall(r"```yaml\n(.*?)```", DOC, re.S)
+REGISTRIES = [
+    WORKFLOWS,
+    REWARD_FUNCTIONS,
+    ALGORITHM_TYPE,
+    ADVANTAGE_FN,
+    POLICY_LOSS_FN,
+    KL_FN,
+    ENTROPY_LOSS_FN,
+    SAMPLE_STRATEGY,
+    TASK_SELECTORS,
+    MONITORS,
+]
+
+
+@pytest.fixture(scope="module")
+def plugins(tmp_path_factory):
+    """The page's plugin files in one folder, loaded; the registries restored afterwards.
+
+    Yields what each registry gained, by registry name."""
+    folder = tmp_path_factory.mktemp("plugins")
+    for name, code in PLUGIN_BLOCKS:
+        (folder / name).write_text(code)
+    with pytest.MonkeyPatch.context() as patch:
+        before = {}
+        for registry in REGISTRIES:
+            patch.setattr(registry, "_modules", dict(registry._modules))
+            before[registry.name] = set(registry.names())
+        load_plugins([str(folder)])
+        yield {r.name: set(r.names()) - before[r.name] for r in REGISTRIES}
+
+
+def test_every_extensible_registry_has_one_example(plugins):
+    assert len(PLUGIN_BLOCKS) == 9
+    assert plugins == {
+        "workflows": {"exact_match_workflow"},
+        "reward_functions": {"keyword_reward"},
+        "algorithm_type": {"rloo_no_reference"},
+        "advantage_fn": {"group_mean"},
+        "policy_loss_fn": {"reinforce"},
+        "kl_fn": {"squared"},
+        "entropy_loss_fn": {"capped_entropy"},
+        "sample_strategy": {"clip_reward"},
+        "task_selectors": {"fixed_shuffle"},
+        "monitors": set(),
+    }
+
+
+class FakeEngine:
+    """A rollout engine answering every chat with fixed texts (prompt: 2 tokens)."""
+
+    def __init__(self, texts: List[str]) -> None:
+        self.texts = texts
+        self.prompts: List[List[Dict]] = []
+
+    def chat(self, messages, params) -> List[Experience]:
+        self.prompts.append(messages)
+        return [
+            Experience(tokens=[1, 2, 3], prompt_length=2, logprobs=[-0.5], response_text=text)
+            for text in self.texts[: params.n]
+        ]
+
+    def model_version(self) -> int:
+        return 0
+
+
+def task(workflow: str, row: Dict, task_id: str, **kwargs: Any) -> Task:
+    return Task(
+        workflow=workflow,
+        raw_task=row,
+        format_args=FormatConfig(prompt_key="question", response_key="answer"),
+        rollout_args=GenerationConfig(n=3),
+        task_id=task_id,
+        **kwargs,
+    )
+
+
+def test_workflow_example_scores_and_is_reused(plugins):
+    engine = FakeEngine([" 4", "5", "4 "])
+    runner = WorkflowRunner(engine, default_params={}, max_retry_times=0)
+    first = runner.run_task(task("exact_match_workflow", {"question": "2+2=", "answer": 4}, "t0"))
+    assert first.error is None
+    assert [e.reward for e in first.experiences] == [1.0, 0.0, 1.0]
+    assert {e.group_id for e in first.experiences} == {"t0"}
+    assert engine.prompts[0] == [{"role": "user", "content": "2+2="}]
+    # resettable: the next task goes to the same instance through reset()
+    second = runner.run_task(task("exact_match_workflow", {"question": "1+4=", "answer": 5}, "t1"))
+    assert [e.reward for e in second.experiences] == [0.0, 1.0, 0.0]
+    assert engine.prompts[1] == [{"role": "user", "content": "1+4="}]
+
+
+def test_reward_example_through_the_builtin_workflow(plugins):
+    engine = FakeEngine(["the answer is 4", "4", "5"])
+    runner = WorkflowRunner(engine, default_params={}, max_retry_times=0)
+    row = {"question": "2+2=", "answer": "4"}
+    result = runner.run_task(
+        task(
+            "simple_workflow", row, "t0", reward_fn="keyword_reward", reward_fn_args={"bonus": 0.5}
+        )
+    )
+    assert result.error is None
+    assert [e.reward for e in result.experiences] == [1.5, 1.0, 0.0]
+    assert [e.metrics["accuracy"] for e in result.experiences] == [1.0, 1.0, 0.0]
+
+
+def test_algorithm_example_trains_without_a_reference(
+    tmp_path, micro_model, arithmetic_data, plugins
+):
+    trainer = make_trainer(
+        tmp_path, micro_model, arithmetic_data, {"algorithm_type": "rloo_no_reference"}
+    )
+    algo = trainer.config.algorithm
+    assert (algo.repeat_times, algo.advantage_fn, algo.kl_loss_fn) == (4, "rloo", "none")
+    assert algo.policy_loss_fn == "ppo" and trainer.ref_model is None
+    metrics = trainer.train_step(group_experiences(trainer.tokenizer))
+    assert np.isfinite(metrics["actor/grad_norm"]) and "actor/kl_loss" not in metrics
+
+
+def batch(rewards: List[float], groups: List[str]) -> ExperienceBatch:
+    exps = [
+        Experience(tokens=[1, 2, 3, 4], prompt_length=2, reward=r, group_id=g)
+        for r, g in zip(rewards, groups, strict=True)
+    ]
+    return ExperienceBatch.from_experiences(exps, pad_token_id=0)
+
+
+def test_advantage_example_on_hand_made_groups(plugins):
+    cls = ADVANTAGE_FN.get("group_mean")
+    assert cls.needs_groups is True and cls.default_args() == {"scale": 1.0}
+    # group a: 1, 3 (mean 2); group b: 0, 2, 4 (mean 2); scale 0.5
+    exps, metrics = cls(scale=0.5)(batch([1.0, 0.0, 3.0, 2.0, 4.0], ["a", "b", "a", "b", "b"]))
+    expected = torch.tensor([-0.5, -1.0, 0.5, 0.0, 1.0]).unsqueeze(-1).expand(5, 2)
+    assert torch.allclose(exps.advantages, expected) and exps.returns is exps.advantages
+    assert metrics == {"group_mean/abs_advantage": pytest.approx(0.6)}
+
+
+def test_policy_loss_example_value(plugins):
+    cls = POLICY_LOSS_FN.get("reinforce")
+    assert cls.select_keys == ("logprob", "action_mask", "advantages")
+    loss, metrics = cls(scale=2.0)(
+        logprob=torch.tensor([[-1.0, -2.0, -3.0]]),
+        action_mask=torch.tensor([[1.0, 1.0, 0.0]]),
+        advantages=torch.tensor([[1.0, 2.0, 5.0]]),
+    )
+    # per token 1, 4 (the third is masked): token-mean 2.5, times 2
+    assert loss.item() == pytest.approx(5.0) and metrics == {"reinforce_loss": pytest.approx(5.0)}
+
+
+def test_kl_example_as_loss_and_reward_penalty(plugins):
+    kl = KL_FN.get("squared")(kl_coef=0.01)
+    logprob, ref = torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.5, -1.0]])
+    loss, metrics = kl.calculate_kl_loss(logprob, ref, torch.ones(1, 2))
+    # squares 0.25 and 1: mean 0.625, times 0.01
+    assert loss.item() == pytest.approx(0.00625) and metrics["kl_loss"] == pytest.approx(0.625)
+    exps = batch([1.0], ["a"])
+    exps.old_logprob, exps.ref_logprob = logprob, ref
+    exps, _ = kl.apply_kl_penalty_to_reward(exps)
+    assert torch.allclose(exps.token_level_rewards, torch.tensor([[-0.0025, 1.0 - 0.01]]))
+
+
+def test_entropy_example_value(plugins):
+    fn = ENTROPY_LOSS_FN.get("capped_entropy")(entropy_coef=0.1, cap=2.0)
+    loss, metrics = fn(torch.tensor([[1.0, 3.0]]), torch.ones(1, 2), expert_mask=None)
+    # capped entropies 1, 2: mean 1.5, times -0.1; the metric is the uncapped mean
+    assert loss.item() == pytest.approx(-0.15) and metrics == {"entropy": pytest.approx(2.0)}
+
+
+class ListReader:
+    def __init__(self, experiences: List[Experience]) -> None:
+        self.experiences = experiences
+
+    def read(self, batch_size: int, timeout: Optional[float] = None) -> List[Experience]:
+        taken, self.experiences = (
+            self.experiences[:batch_size],
+            self.experiences[batch_size:],
+        )
+        return taken
+
+
+def test_sample_strategy_example_clips_and_counts(plugins):
+    rewards = [0.5, 3.0, -2.0, None, 9.0]
+    reader = ListReader([Experience(tokens=[1, 2], prompt_length=1, reward=r) for r in rewards])
+    context = {"auxiliary_readers": {}, "group_size": 4, "max_response_tokens": 8}
+    strategy = SAMPLE_STRATEGY.get("clip_reward")(reader, bound=1.0, **context)
+    exps, metrics = strategy.sample(step=1, batch_size=4)
+    assert [e.reward for e in exps] == [0.5, 1.0, -1.0, None]
+    assert metrics == {"sample/clipped_rewards": 2.0}
+    assert strategy.state_dict() == {}
+
+
+def test_task_selector_example_order(plugins):
+    selector = build_selector(TaskSelectorConfig(selector_type="fixed_shuffle", seed=7))
+    first = selector.order(10, epoch=0)
+    assert sorted(first) == list(range(10)) and first != list(range(10))
+    assert selector.order(10, epoch=1) == first
+
+
+def deep_merge(base: Dict, over: Dict) -> Dict:
+    merged = dict(base)
+    for key, value in over.items():
+        both = isinstance(value, dict) and isinstance(base.get(key), dict)
+        merged[key] = deep_merge(base[key], value) if both else value
+    return merged
+
+
+def assert_contains(final: Any, snippet: Any, path: str) -> None:
+    """Every value the snippet sets is in the checked config (``taskset`` is ``tasksets[0]``)."""
+    if not isinstance(snippet, dict):
+        assert final == snippet, path
+        return
+    for key, value in snippet.items():
+        inner = final["tasksets"][0] if key == "taskset" else final[key]
+        assert_contains(inner, value, f"{path}.{key}")
+
+
+@pytest.mark.parametrize("index", range(len(YAML_BLOCKS)))
+def test_yaml_examples_pass_the_config_check(
+    index, tmp_path, micro_model, arithmetic_data, plugins
+):
+    algorithm = json.dumps({"algorithm_type": "grpo", "repeat_times": 4})
+    text = CONFIG.format(
+        root=tmp_path, model=micro_model, data=arithmetic_data["rl"], algorithm=algorithm
+    )
+    snippet = yaml.safe_load(YAML_BLOCKS[index])
+    merged = deep_merge(yaml.safe_load(textwrap.dedent(text)), snippet)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(merged))
+    config = load_config(str(path)).check_and_update()
+    assert_contains(config.model_dump(), snippet, "")
