@@ -7,8 +7,8 @@ the attributes those methods read), a real ``Synchronizer`` actor between them a
 
 - ``memory``: detach-and-clone the state dict, ``ray.put`` it, publish the ref; the engine
   actor gets the dict from the object store and ``load_state_dict`` copies it in.
-- ``checkpoint``: ``save_checkpoint`` writes the weights (``actor/model.pt``; no optimizer
-  state, see below), the path is published; the engine ``torch.load``s it and copies it in.
+- ``checkpoint``: ``save_checkpoint`` writes the weights (``actor/model.safetensors``; no
+  optimizer state, see below), the path is published; the engine reads it and copies it in.
 
 ``publish_s`` is the trainer's share (until ``_publish`` returns), ``receive_s`` the
 explorer's (until every engine holds the new version), ``total_s`` their sum; each is the

@@ -1,27 +1,55 @@
 """Checkpoints in ``<job_dir>/global_step_N/`` and veRL's ``latest_checkpointed_iteration.txt``.
 
-A checkpoint holds ``actor/model.pt`` (weights), ``actor/optim.pt`` (optimizer and lr
-scheduler), ``extra.json`` (step, sample-strategy state) and, when asked, ``hf/`` (a folder
-``AutoModelForCausalLM.from_pretrained`` loads, written by the trainer). The "latest"
-marker is written last, by
-rename, so a run killed mid-save resumes from the previous complete checkpoint.
+A checkpoint holds ``actor/model.safetensors`` (weights), ``actor/optim.pt`` (optimizer and
+lr scheduler), ``<name>.pt`` for further states (e.g. ``critic.pt``), ``extra.json`` (step,
+sample-strategy state) and, when asked, ``hf/`` (a folder ``AutoModelForCausalLM
+.from_pretrained`` loads, written by the trainer).
+
+Durability: a checkpoint is written into ``global_step_N.tmp-<pid>``, every file fsynced,
+then renamed to ``global_step_N``; the "latest" marker is written last, by rename. A run
+killed mid-save therefore resumes from the previous complete checkpoint, and the next save
+removes the leftover temporary folder. A disk error while saving raises ``CheckpointError``
+saying what happened, after removing the partial folder; the previous checkpoint and the
+marker are untouched.
+
+Safety: ``.pt`` files are read with ``torch.load(weights_only=True)`` (tensors and plain
+data only), weights with safetensors, small state as JSON, so a crafted checkpoint cannot
+run code when it is loaded.
 """
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import os
+import pickle
 import re
 import shutil
 from typing import Any, Dict, List, Optional
 
 import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
+WEIGHTS_FILE = os.path.join("actor", "model.safetensors")
+OPTIM_FILE = os.path.join("actor", "optim.pt")
+EXTRA_FILE = "extra.json"
+_LEFTOVER = re.compile(r"global_step_\d+\.(tmp|old)-\d+|" + re.escape(LATEST_FILE) + r"\.tmp")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written or read; the message says why and what to do."""
 
 
 def step_dir(job_dir: str, step: int) -> str:
     return os.path.join(job_dir, f"global_step_{step}")
+
+
+def weights_path(job_dir: str, step: int) -> str:
+    """The weights file of checkpoint ``step`` (what the ``checkpoint`` weight sync sends)."""
+    return os.path.join(step_dir(job_dir, step), WEIGHTS_FILE)
 
 
 def latest_step(job_dir: str) -> Optional[int]:
@@ -41,6 +69,198 @@ def _saved_steps(job_dir: str) -> List[int]:
     return sorted(int(m.group(1)) for m in found if m)
 
 
+# ---- writing files durably --------------------------------------------------------------
+
+
+class _FdWriter(io.RawIOBase):
+    """Writes everything it is given to ``fd`` or raises ``OSError``.
+
+    ``torch.save`` to a path reports a full disk as "unexpected pos 10184128 vs 10184080";
+    through this writer it surfaces as ``OSError(ENOSPC)``.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        total = len(view)
+        while view:
+            written = os.write(self._fd, view)
+            if written == 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            view = view[written:]
+        return total
+
+
+def _fsync_path(path: str) -> None:
+    """Flush a file's (or a folder's entries') data to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def as_os_error(exc: SafetensorError) -> OSError:
+    """The ``OSError`` behind a safetensors write error (its Rust writer reports I/O failures
+    as text: "... No space left on device (os error 28)")."""
+    found = re.search(r"os error (\d+)", str(exc))
+    return OSError(int(found.group(1)) if found else errno.EIO, str(exc))
+
+
+def fsync_tree(path: str) -> None:
+    """fsync every file and folder under ``path`` (so a rename after it publishes data)."""
+    for root, _, files in os.walk(path):
+        for name in files:
+            _fsync_path(os.path.join(root, name))
+        _fsync_path(root)
+
+
+def _save_torch(obj: Any, path: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        with io.BufferedWriter(_FdWriter(fd), buffer_size=1 << 20) as f:
+            torch.save(obj, f)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _save_json(obj: Any, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def save_weights(state_dict: Dict[str, torch.Tensor], path: str) -> None:
+    """Write a state dict as safetensors; tied weights are stored once and re-tied on load.
+
+    safetensors refuses two names for one tensor (a causal LM's tied embeddings and
+    ``lm_head``): the later name is kept in the file's metadata as an alias.
+    """
+    tensors: Dict[str, torch.Tensor] = {}
+    aliases: Dict[str, str] = {}
+    first: Dict[tuple, str] = {}
+    for name, tensor in state_dict.items():
+        t = tensor.detach().cpu()
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride(), t.dtype)
+        if t.numel() and key in first:
+            aliases[name] = first[key]
+            continue
+        first[key] = name
+        tensors[name] = t.contiguous()
+    try:
+        save_file(tensors, path, metadata={"format": "pt", "aliases": json.dumps(aliases)})
+    except SafetensorError as exc:
+        raise as_os_error(exc) from exc
+    _fsync_path(path)
+
+
+def load_weights(path: str) -> Dict[str, torch.Tensor]:
+    """The state dict ``save_weights`` wrote to ``path`` (tied names point at one tensor)."""
+    try:
+        tensors = load_file(path, device="cpu")
+        with safe_open(path, framework="pt") as f:
+            aliases = json.loads((f.metadata() or {}).get("aliases", "{}"))
+    except (SafetensorError, ValueError) as exc:
+        raise CheckpointError(f"{path} is not a readable safetensors weights file: {exc}") from exc
+    for name, target in aliases.items():
+        tensors[name] = tensors[target]
+    return tensors
+
+
+# ---- saving a checkpoint ----------------------------------------------------------------
+
+
+_DISK_ERRORS = {
+    errno.ENOSPC: ("disk full", "free space and resume"),
+    errno.EDQUOT: ("disk quota exceeded", "free space or raise the quota and resume"),
+    errno.EROFS: ("read-only file system", "make checkpoint_root_dir writable and resume"),
+    errno.EACCES: ("permission denied", "make checkpoint_root_dir writable and resume"),
+    errno.EPERM: ("permission denied", "make checkpoint_root_dir writable and resume"),
+    errno.EIO: ("disk I/O error", "check the disk and resume"),
+}
+
+
+def disk_error_message(exc: OSError, what: str, path: str, kept: str) -> str:
+    """One line: which disk error stopped writing ``what`` to ``path``, what to do, and
+    what is still intact (``kept``)."""
+    cause, advice = _DISK_ERRORS.get(
+        exc.errno or 0, (exc.strerror or str(exc), "fix the file system and resume")
+    )
+    return f"{cause} while writing {what} to {path}: {advice}; {kept}"
+
+
+def _remove_leftovers(job_dir: str) -> None:
+    """Temporary folders and markers of a save that was killed before it finished."""
+    for name in os.listdir(job_dir):
+        if _LEFTOVER.fullmatch(name):
+            path = os.path.join(job_dir, name)
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.remove(path)
+
+
+def _write_files(
+    tmp: str,
+    step: int,
+    model: torch.nn.Module,
+    optim_state: Dict[str, Any],
+    extra: Dict[str, Any],
+    states: Optional[Dict[str, Any]],
+) -> None:
+    os.makedirs(os.path.join(tmp, "actor"))
+    save_weights(model.state_dict(), os.path.join(tmp, WEIGHTS_FILE))
+    _save_torch(optim_state, os.path.join(tmp, OPTIM_FILE))
+    for name, state in (states or {}).items():
+        _save_torch(state, os.path.join(tmp, f"{name}.pt"))
+    _save_json({"step": step, **extra}, os.path.join(tmp, EXTRA_FILE))
+    _fsync_path(os.path.join(tmp, "actor"))
+    _fsync_path(tmp)
+
+
+def _install(tmp: str, out: str) -> None:
+    """Rename the finished ``tmp`` folder to ``out``, replacing a stale ``out``."""
+    old = None
+    if os.path.exists(out):  # an unmarked folder of an earlier run past this step
+        old = f"{out}.old-{os.getpid()}"
+        os.replace(out, old)
+    os.replace(tmp, out)
+    _fsync_path(os.path.dirname(out))
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_marker(job_dir: str, step: int) -> None:
+    tmp = os.path.join(job_dir, LATEST_FILE + ".tmp")
+    _save_json(step, tmp)
+    os.replace(tmp, os.path.join(job_dir, LATEST_FILE))
+    _fsync_path(job_dir)
+
+
+def apply_retention(job_dir: str, step: int, max_to_keep: Optional[int]) -> List[int]:
+    """Delete checkpoints older than ``step`` beyond the newest ``max_to_keep``; the deleted.
+
+    ``step`` (just written) and the marker's step are always kept, whatever ``max_to_keep``
+    says (None keeps everything). Folders of later steps are left for the run to overwrite.
+    """
+    if max_to_keep is None:
+        return []
+    protected = {step, latest_step(job_dir)}
+    older = [s for s in _saved_steps(job_dir) if s < step and s not in protected]
+    keep_older = max(int(max_to_keep) - 1, 0)
+    doomed = older[: max(len(older) - keep_older, 0)]
+    for old in doomed:
+        shutil.rmtree(step_dir(job_dir, old), ignore_errors=True)
+    return doomed
+
+
 def save_checkpoint(
     job_dir: str,
     step: int,
@@ -50,51 +270,76 @@ def save_checkpoint(
     max_to_keep: Optional[int] = None,
     states: Optional[Dict[str, Any]] = None,
 ) -> str:
-    """Write checkpoint ``step`` and mark it the latest; keep the newest ``max_to_keep``.
+    """Write checkpoint ``step`` whole, mark it the latest, keep the newest ``max_to_keep``.
 
-    ``states`` holds further named states (e.g. ``critic``), each saved as ``<name>.pt``.
+    ``optim_state`` and ``states`` (further named states, e.g. ``critic``, each saved as
+    ``<name>.pt``) must hold only tensors and plain data, since they are loaded with
+    ``weights_only=True``; ``extra`` must be JSON. Raises ``CheckpointError`` on a disk
+    error, leaving the previous checkpoint and marker as they were.
     """
+    os.makedirs(job_dir, exist_ok=True)
+    _remove_leftovers(job_dir)
+    previous = latest_step(job_dir)
     out = step_dir(job_dir, step)
-    os.makedirs(os.path.join(out, "actor"), exist_ok=True)
-    torch.save(model.state_dict(), os.path.join(out, "actor", "model.pt"))
-    torch.save(optim_state, os.path.join(out, "actor", "optim.pt"))
-    for name, state in (states or {}).items():
-        torch.save(state, os.path.join(out, f"{name}.pt"))
-    with open(os.path.join(out, "extra.json"), "w") as f:
-        json.dump({"step": step, **extra}, f)
-    tmp = os.path.join(job_dir, LATEST_FILE + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(str(step))
-    os.replace(tmp, os.path.join(job_dir, LATEST_FILE))
-    if max_to_keep:
-        for old in _saved_steps(job_dir)[:-max_to_keep]:
-            shutil.rmtree(step_dir(job_dir, old), ignore_errors=True)
+    tmp = f"{out}.tmp-{os.getpid()}"
+    installed = False
+    try:
+        _write_files(tmp, step, model, optim_state, extra, states)
+        _install(tmp, out)
+        installed = True
+        _write_marker(job_dir, step)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if installed and latest_step(job_dir) != step:  # complete but never marked
+            shutil.rmtree(out, ignore_errors=True)
+        kept = (
+            f"the previous checkpoint (step {previous}) is intact"
+            if previous is not None
+            else "no earlier checkpoint exists"
+        )
+        raise CheckpointError(
+            disk_error_message(exc, f"checkpoint step {step}", out, kept)
+        ) from exc
+    apply_retention(job_dir, step, max_to_keep)
     return out
+
+
+# ---- loading a checkpoint ---------------------------------------------------------------
+
+
+def _load_torch(path: str) -> Any:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(
+            f"{path} holds objects other than tensors and plain data, which could run code "
+            f"when loaded; refusing to load it (was it written by this trainer?): {exc}"
+        ) from exc
+    except (RuntimeError, EOFError) as exc:  # torch's zip reader on a truncated file
+        raise CheckpointError(f"{path} is damaged (truncated or not a torch file): {exc}") from exc
 
 
 def load_checkpoint(job_dir: str, step: int) -> Dict[str, Any]:
     """``{"model", "optim", "extra", "states"}`` of checkpoint ``step``."""
     src = step_dir(job_dir, step)
-    with open(os.path.join(src, "extra.json")) as f:
+    required = (WEIGHTS_FILE, OPTIM_FILE, EXTRA_FILE)
+    missing = [f for f in required if not os.path.isfile(os.path.join(src, f))]
+    if missing:
+        raise CheckpointError(
+            f"checkpoint {src} is incomplete: {', '.join(missing)} missing (damaged, or written "
+            f"by an older version); point {os.path.join(job_dir, LATEST_FILE)} at a complete "
+            "step or set continue_from_checkpoint: false to start over"
+        )
+    with open(os.path.join(src, EXTRA_FILE)) as f:
         extra = json.load(f)
     states = {
-        name[: -len(".pt")]: torch.load(
-            os.path.join(src, name), map_location="cpu", weights_only=False
-        )
-        for name in os.listdir(src)
+        name[: -len(".pt")]: _load_torch(os.path.join(src, name))
+        for name in sorted(os.listdir(src))
         if name.endswith(".pt")
     }
     return {
         "states": states,
-        "model": torch.load(
-            os.path.join(src, "actor", "model.pt"), map_location="cpu", weights_only=True
-        ),
-        "optim": torch.load(
-            os.path.join(src, "actor", "optim.pt"), map_location="cpu", weights_only=False
-        ),
+        "model": load_weights(os.path.join(src, WEIGHTS_FILE)),
+        "optim": _load_torch(os.path.join(src, OPTIM_FILE)),
         "extra": extra,
     }
-
-
-def weights_path(job_dir: str, step: int) -> str:
-    return os.path.join(step_dir(job_dir, step), "actor", "model.pt")

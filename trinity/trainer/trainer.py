@@ -151,6 +151,11 @@ class Trainer:
         self._sampler_state = state["extra"].get("sample_strategy", {})
         self.kl_ctrl.load_state_dict(state["extra"].get("kl_ctrl", self.kl_ctrl.state_dict()))
         if self.critic is not None:
+            if "critic" not in state["states"]:
+                raise ckpt.CheckpointError(
+                    f"{ckpt.step_dir(self.job_dir, step)} has no critic.pt, but this algorithm "
+                    "trains a critic: resume with the algorithm that wrote it or start over"
+                )
             self.critic.load_state_dict(state["states"]["critic"])
         self.step = step
         logger.info("resumed the trainer from %s", ckpt.step_dir(self.job_dir, step))
@@ -309,9 +314,24 @@ class Trainer:
             self.export_hf(hf_dir)
 
     def export_hf(self, out_dir: str) -> None:
-        """Write a folder ``AutoModelForCausalLM.from_pretrained`` loads, whole or not at all."""
+        """Write a folder ``AutoModelForCausalLM.from_pretrained`` loads, whole or not at all.
+
+        A disk error raises ``CheckpointError`` naming it, with the partial folder removed.
+        """
+        from safetensors import SafetensorError
+
         tmp = out_dir + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(tmp)
-        self.tokenizer.save_pretrained(tmp)
-        os.replace(tmp, out_dir)
+        try:
+            try:
+                self.model.save_pretrained(tmp)
+            except SafetensorError as exc:  # how transformers' weight writer reports I/O
+                raise ckpt.as_os_error(exc) from exc
+            self.tokenizer.save_pretrained(tmp)
+            ckpt.fsync_tree(tmp)
+            os.replace(tmp, out_dir)
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            kept = f"the checkpoint of step {self.step} itself is intact"
+            message = ckpt.disk_error_message(exc, "the Hugging Face export", out_dir, kept)
+            raise ckpt.CheckpointError(message) from exc

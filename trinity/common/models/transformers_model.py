@@ -155,8 +155,10 @@ class TransformersInferenceModel(InferenceModel):
         return self._to_experiences(*await self._submit(prompt_ids, params))
 
     async def load_weights(self, weights: Any, version: int) -> None:
-        if isinstance(weights, str):  # a checkpoint path: read here, off the trainer's path
-            weights = torch.load(weights, map_location="cpu", weights_only=True)
+        if isinstance(weights, str):  # a checkpoint's weights file: read here, off the trainer
+            from trinity.trainer.checkpoint import load_weights
+
+            weights = load_weights(weights)
         elif weights and isinstance(next(iter(weights.values())), tuple):  # memory sync
             from trinity.runtime.synchronizer import unpack_state
 
