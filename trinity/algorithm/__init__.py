@@ -12,11 +12,12 @@ their registered name (``algorithm.advantage_fn: grpo``) or by a dotted class pa
 | ``kl_loss_fn`` / ``kl_penalty_fn`` | ``KL_FN`` | ``KLFn`` |
 | ``entropy_loss_fn`` | ``ENTROPY_LOSS_FN`` | ``EntropyLossFn`` |
 
-To add a component: write one short file in the matching subpackage, subclass the base,
-register it with ``@REGISTRY.register_module("name")``, give ``default_args()`` (its
-constructor defaults, which ``<key>_args`` in the config override), and import the file
-in the subpackage's ``__init__``. To add an algorithm, register an ``AlgorithmType`` whose
-``default_config()`` names its components (see spec/developer-guide.txt, OPMD example).
+To add a component: subclass the base, register it with ``@REGISTRY.register_module("name")``
+and give ``default_args()`` (its constructor defaults, which ``<key>_args`` in the config
+override). A built-in is one short file in the matching subpackage, imported by its
+``__init__``; a plugin is the same code in a ``--plugin-dir`` file. To add an algorithm,
+register an ``AlgorithmType`` (every attribute has a default) whose ``default_config()``
+names its components. Interfaces and a tested example of each: docs/extending.md.
 """
 
 from trinity.algorithm.advantage_fn import ADVANTAGE_FN, AdvantageFn

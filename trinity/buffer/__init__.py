@@ -10,8 +10,9 @@ Plain classes, no Ray (the launcher wraps them in actors):
 Extending:
 
 - A new task order: subclass ``TaskSelector``, implement ``order(num_rows, epoch)``, and
-  decorate it with ``@TASK_SELECTORS.register_module("name")``; users select it with
-  ``task_selector.selector_type: name``.
+  decorate it with ``@TASK_SELECTORS.register_module("name")`` (in a ``--plugin-dir`` file
+  for a plugin); users select it with ``task_selector.selector_type: name``. Example:
+  docs/extending.md.
 - A new storage type for rows (e.g. ``sql`` tasksets): write a loader returning a
   ``datasets.Dataset`` next to ``load_rows`` in ``file_reader.py`` and dispatch on
   ``storage.storage_type`` there; ``TaskReader``/``SFTReader`` then work unchanged.

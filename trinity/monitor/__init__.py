@@ -1,7 +1,8 @@
 """Metrics sinks. Every run writes JSON lines; ``monitor.monitor_type`` adds one more sink.
 
-To add a sink: subclass ``MetricSink`` (``log(metrics, step)`` and ``close()``), register it in
-``MONITORS`` under the ``monitor_type`` name users will write.
+A sink subclasses ``MetricSink`` (``log(metrics, step)`` and ``close()``) and is registered in
+``MONITORS`` under its ``monitor_type`` name. In this version ``monitor.monitor_type`` accepts
+only ``tensorboard``, so a plugin's sink cannot be selected yet (docs/extending.md).
 """
 
 from trinity.monitor.monitor import MONITORS, JsonlSink, MetricSink, Monitor, read_metrics

@@ -2,9 +2,11 @@
 
 To add one: subclass ``AdvantageFn`` in a new file of this package, implement
 ``__call__(exps, **kwargs) -> (exps, metrics)`` setting ``exps.advantages`` and
-``exps.returns``, give ``default_args()``, decorate the class with
-``@ADVANTAGE_FN.register_module("name")`` and import the file below. A class defined
-elsewhere (a plugin) registers the same way, or is named by its dotted path.
+``exps.returns``, give ``default_args()``, set ``needs_groups = True`` if it compares the
+rollouts of one task, decorate the class with ``@ADVANTAGE_FN.register_module("name")`` and
+import the file below. ``exps`` also reads as veRL's ``DataProto`` (``exps.batch[...]``,
+``exps.non_tensor_batch["uid"]``). A plugin (a ``--plugin-dir`` file) registers the same way;
+see docs/extending.md.
 """
 
 from trinity.algorithm.advantage_fn.base import ADVANTAGE_FN, AdvantageFn

@@ -2,7 +2,8 @@
 
 To add an estimator: subclass ``KLFn``, implement ``calculate_kl(logprob, ref_logprob)``
 returning the ``(B, R)`` per-token estimate (the loss and reward-penalty methods build on
-it), decorate it with ``@KL_FN.register_module("name")`` and import the file below.
+it), decorate it with ``@KL_FN.register_module("name")`` and import the file below. A plugin
+(a ``--plugin-dir`` file) registers the same way; see docs/extending.md.
 """
 
 from trinity.algorithm.kl_fn.base import KL_FN, KLFn

@@ -3,7 +3,8 @@
 To add one: subclass ``PolicyLossFn`` in a new file of this package, write
 ``__call__`` with one parameter per tensor it needs (they become ``select_keys``; keep
 ``**kwargs``) returning ``(loss, metrics)``, give ``default_args()``, decorate it with
-``@POLICY_LOSS_FN.register_module("name")`` and import the file below.
+``@POLICY_LOSS_FN.register_module("name")`` and import the file below. A plugin (a
+``--plugin-dir`` file) registers the same way; see docs/extending.md.
 """
 
 from trinity.algorithm.policy_loss_fn.base import POLICY_LOSS_FN, PolicyLossFn

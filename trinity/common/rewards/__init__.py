@@ -3,7 +3,8 @@
 To add one: subclass ``RewardFn``, implement ``__call__(response, truth, **kwargs) -> dict``
 returning named components (their sum is the reward; an ``accuracy`` component feeds
 the accuracy metrics), and register it with ``@REWARD_FUNCTIONS.register_module("name")``
-in a module under this package or a plugin directory.
+in a module under this package or a plugin directory (``--plugin-dir``); its constructor
+takes ``reward_fn_args``. Interface and a tested example: docs/extending.md.
 """
 
 from trinity.common.rewards.base import REWARD_FUNCTIONS, RewardFn, total_reward

@@ -3,7 +3,8 @@
 To add one: subclass ``Workflow``, implement ``run() -> List[Experience]`` (and optionally
 ``resettable``/``reset``), decorate it with ``@WORKFLOWS.register_module("my_workflow")``, and
 put the module in ``trinity/plugins/`` or a directory passed with ``--plugin-dir``. Name it
-in ``buffer.explorer_input.taskset.default_workflow_type``.
+in ``buffer.explorer_input.taskset.default_workflow_type``. Interface and a tested example:
+docs/extending.md.
 """
 
 from trinity.common.workflows.simple import MathWorkflow, SimpleWorkflow
