@@ -115,9 +115,11 @@ def test_resume_round_trip_restores_weights_optimizer_and_scheduler_exactly(tmp_
     # The next steps of the resumed copy are bit-identical to the uninterrupted run.
     _train(model, optimizer, scheduler, steps=2, seed=2)
     _train(model2, optimizer2, scheduler2, steps=2, seed=2)
-    for (name, a), (_, b) in zip(model.state_dict().items(), model2.state_dict().items()):
+    for (name, a), (_, b) in zip(
+        model.state_dict().items(), model2.state_dict().items(), strict=True
+    ):
         assert torch.equal(a, b), name
-    for a, b in zip(optimizer.state.values(), optimizer2.state.values()):
+    for a, b in zip(optimizer.state.values(), optimizer2.state.values(), strict=True):
         assert all(torch.equal(a[k], b[k]) for k in ("exp_avg", "exp_avg_sq", "step"))
 
 
@@ -343,7 +345,7 @@ def test_trainer_save_and_resume(tmp_path, micro_model, arithmetic_data):
     resumed = _trainer(tmp_path, micro_model, arithmetic_data)
     assert resumed.step == 1
     for (name, a), (_, b) in zip(
-        trainer.model.state_dict().items(), resumed.model.state_dict().items()
+        trainer.model.state_dict().items(), resumed.model.state_dict().items(), strict=True
     ):
         assert torch.equal(a, b), name
     assert resumed.scheduler.state_dict() == trainer.scheduler.state_dict()
