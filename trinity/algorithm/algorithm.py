@@ -8,7 +8,7 @@ from trinity.algorithm.policy_loss_fn import POLICY_LOSS_FN
 from trinity.common.experience import Experience
 from trinity.common.registry import Registry
 
-ALGORITHM_TYPE: Registry = Registry("algorithm_type")
+ALGORITHM_TYPE: Registry = Registry("algorithm_type", base=lambda: AlgorithmType)
 
 # The data format algorithms declare as their ``schema`` (the developer guide's name).
 ExperienceModel = Experience

@@ -17,7 +17,7 @@ from trinity.common.registry import Registry
 
 logger = logging.getLogger("trinity.buffer")
 
-TASK_SELECTORS: Registry = Registry("task_selectors")
+TASK_SELECTORS: Registry = Registry("task_selectors", base=lambda: TaskSelector)
 
 
 class TaskSelector(ABC):

@@ -2,6 +2,12 @@
 
 Register with the decorator, look up by the registered name or by a dotted
 ``module.Class`` path (so a config can name a class that was never registered).
+
+A dotted path comes from a config file, so it may only name a subclass of the registry's
+base type (``Workflow`` for workflows, ``RewardFn`` for rewards, ...): otherwise a config
+line such as ``default_reward_fn_type: subprocess.Popen`` would call any importable object.
+Registered names are code the user chose to import (built-ins or ``--plugin-dir`` modules)
+and are returned as registered.
 """
 
 from __future__ import annotations
@@ -9,7 +15,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import logging
-from typing import Any, Dict, Generic, Iterator, Optional, TypeVar
+from typing import Any, Callable, Dict, Generic, Iterator, Optional, TypeVar
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -20,10 +26,17 @@ def _builtin(obj: object) -> bool:
 
 
 class Registry(Generic[T]):
-    """A named mapping from string keys to classes (or functions)."""
+    """A named mapping from string keys to classes (or functions).
 
-    def __init__(self, name: str) -> None:
+    ``base`` returns the class a dotted path must subclass; it is a function, called at the
+    first dotted lookup, so a registry can be created above its base class in a module
+    (``Registry("workflows", base=lambda: Workflow)``). Without it, only registered names
+    resolve.
+    """
+
+    def __init__(self, name: str, base: Optional[Callable[[], type]] = None) -> None:
         self.name = name
+        self._base = base
         self._modules: Dict[str, T] = {}
 
     def register_module(self, name: str, module: Optional[T] = None, force: bool = False) -> Any:
@@ -57,15 +70,31 @@ class Registry(Generic[T]):
         if name in self._modules:
             return self._modules[name]
         if "." in name:
-            module_path, _, attr = name.rpartition(".")
-            try:
-                return getattr(importlib.import_module(module_path), attr)
-            except (ImportError, AttributeError) as exc:
-                raise KeyError(f"{self.name}: cannot import '{name}': {exc}") from exc
+            return self._import(name)
         close = difflib.get_close_matches(name, list(self._modules), n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         known = ", ".join(sorted(self._modules)) or "(none)"
         raise KeyError(f"{self.name} has no module named '{name}'{hint} Known: {known}")
+
+    def _import(self, name: str) -> T:
+        """The class at dotted path ``name``, if it subclasses the registry's base."""
+        if self._base is None:
+            raise KeyError(
+                f"{self.name}: '{name}' is not a registered name, and this registry takes "
+                "no dotted paths; register the class in a --plugin-dir module"
+            )
+        base = self._base()
+        module_path, _, attr = name.rpartition(".")
+        try:
+            obj = getattr(importlib.import_module(module_path), attr)
+        except (ImportError, AttributeError) as exc:
+            raise KeyError(f"{self.name}: cannot import '{name}': {exc}") from exc
+        if not (isinstance(obj, type) and issubclass(obj, base)):
+            raise KeyError(
+                f"{self.name}: '{name}' is not a {base.__name__} subclass; register plugins "
+                f"in a --plugin-dir module or name a {base.__name__} subclass"
+            )
+        return obj
 
     def __contains__(self, name: object) -> bool:
         return name in self._modules

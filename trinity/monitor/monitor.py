@@ -14,7 +14,7 @@ from typing import Any, Dict, List
 
 from trinity.common.registry import Registry
 
-MONITORS: Registry = Registry("monitors")
+MONITORS: Registry = Registry("monitors", base=lambda: MetricSink)
 
 
 class MetricSink:

@@ -10,7 +10,7 @@ import torch
 from trinity.common.experience import ExperienceBatch
 from trinity.common.registry import Registry
 
-ADVANTAGE_FN: Registry = Registry("advantage_fn")
+ADVANTAGE_FN: Registry = Registry("advantage_fn", base=lambda: AdvantageFn)
 
 
 class AdvantageFn(ABC):

@@ -9,7 +9,7 @@ import torch
 
 from trinity.common.registry import Registry
 
-ENTROPY_LOSS_FN: Registry = Registry("entropy_loss_fn")
+ENTROPY_LOSS_FN: Registry = Registry("entropy_loss_fn", base=lambda: EntropyLossFn)
 
 
 class EntropyLossFn(ABC):

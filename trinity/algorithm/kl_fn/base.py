@@ -11,7 +11,7 @@ from trinity.algorithm.utils import aggregate_loss, masked_mean
 from trinity.common.experience import ExperienceBatch
 from trinity.common.registry import Registry
 
-KL_FN: Registry = Registry("kl_fn")
+KL_FN: Registry = Registry("kl_fn", base=lambda: KLFn)
 
 
 def last_token_rewards(exps: ExperienceBatch) -> torch.Tensor:

@@ -11,7 +11,7 @@ import torch
 from trinity.algorithm.utils import check_loss_agg_mode
 from trinity.common.registry import Registry
 
-POLICY_LOSS_FN: Registry = Registry("policy_loss_fn")
+POLICY_LOSS_FN: Registry = Registry("policy_loss_fn", base=lambda: PolicyLossFn)
 
 
 def call_parameter_names(fn) -> Tuple[str, ...]:

@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Protocol, Tuple
 from trinity.common.experience import Experience
 from trinity.common.registry import Registry
 
-SAMPLE_STRATEGY: Registry = Registry("sample_strategy")
+SAMPLE_STRATEGY: Registry = Registry("sample_strategy", base=lambda: SampleStrategy)
 
 
 class ExperienceReader(Protocol):

@@ -7,7 +7,7 @@ from typing import Any, Dict, Optional
 
 from trinity.common.registry import Registry
 
-REWARD_FUNCTIONS: Registry = Registry("reward_functions")
+REWARD_FUNCTIONS: Registry = Registry("reward_functions", base=lambda: RewardFn)
 
 
 class RewardFn(ABC):

@@ -17,7 +17,7 @@ from trinity.common.registry import Registry
 if TYPE_CHECKING:
     from trinity.common.models.model import ModelWrapper
 
-WORKFLOWS: Registry = Registry("workflows")
+WORKFLOWS: Registry = Registry("workflows", base=lambda: Workflow)
 
 
 @dataclass
