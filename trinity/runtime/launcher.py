@@ -138,19 +138,15 @@ def _raise_failure(ray: Any, ref: Any, role: str, config: Any) -> None:
 
 def run(config_path: str, overrides: List[str], plugin_dirs: List[str]) -> List[StageResult]:
     """Everything ``trinity run`` does; config errors surface before Ray starts."""
-    from trinity.common.config import ConfigError, apply_run_name, load_config
+    from trinity.common.config import apply_run_name, load_config
+    from trinity.common.config.preflight import check_before_start
     from trinity.utils.plugin_loader import load_plugins
 
     load_plugins(plugin_dirs)
     root = apply_run_name(load_config(config_path, overrides))
-    stages = [stage.check_and_update() for stage in root.stage_configs()]
-    for stage in stages[:-1]:
-        if stage.mode != "explore" and stage.trainer.save_hf_checkpoint == "never":
-            raise ConfigError(
-                f"stage '{stage.name}': trainer.save_hf_checkpoint=never, but the next "
-                "stage starts "
-                "from this stage's final HF checkpoint; use 'last'"
-            )
+    # Every stage finalized and checked (models, data, names, arguments) in one pass: all
+    # problems in one ConfigError before anything starts.
+    stages = check_before_start(root)
     init_ray(stages[0].ray_namespace)
     printer = ProgressPrinter()
     results: List[StageResult] = []

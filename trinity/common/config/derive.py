@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import List
+from typing import List, Tuple
 
 from trinity.common.config.base import ConfigError, assign, set_default
 from trinity.common.config.config import Config
@@ -50,6 +50,20 @@ def finalize(config: Config) -> Config:
     Raises ``ConfigError`` listing every problem of a stage at once: first everything this
     build does not support, then everything that cannot be derived or cannot run.
     """
+    config, problems = derive(config)
+    if problems:
+        raise ConfigError(problems)
+    warn_inert(config)
+    return config
+
+
+def derive(config: Config) -> Tuple[Config, List[str]]:
+    """``finalize`` without raising for what cannot run: the derived copy and its problems.
+
+    The pre-start checks (``preflight.py``) go on with the copy so that one run of
+    ``trinity run`` reports every problem. Unsupported features still raise ``ConfigError``:
+    nothing is derived for a config this build cannot run.
+    """
     config = config.model_copy(deep=True)
     unsupported = check_supported(config)
     if unsupported:
@@ -62,10 +76,7 @@ def finalize(config: Config) -> Config:
     problems += _derive_model(config)
     problems += _derive_buffer(config)
     problems += check_consistency(config)
-    if problems:
-        raise ConfigError(problems)
-    warn_inert(config)
-    return config
+    return config, problems
 
 
 def _derive_run(config: Config) -> None:

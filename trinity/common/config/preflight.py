@@ -1,0 +1,332 @@
+"""Everything ``trinity run`` can check before Ray starts, in one pass over every stage.
+
+``check_before_start(root)`` finalizes each stage (``derive.py``: support, derived values,
+ranges), then checks what needs the filesystem or the registries: model folders (read
+locally, never from a hub), datasets (paths, splits, columns, enough rows for a step),
+workflow, reward and algorithm component names and arguments, chat templates, and the
+folders a run writes to. It raises one ``ConfigError`` listing every problem of every stage
+(each prefixed with its stage when there are several), or returns the finalized stages.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from typing import Dict, List, Tuple
+
+from trinity.common.config.base import ConfigError, is_set
+from trinity.common.config.config import Config
+from trinity.common.config.derive import derive
+from trinity.common.config.preflight_components import (
+    component_problems,
+    is_builtin,
+    resolve_workflow,
+)
+from trinity.common.config.schema_buffer import StorageConfig
+from trinity.common.config.validate import algorithm_module, warn_inert
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
+
+# Built-in workflow -> the row parts it reads ("prompt": prompt_key, or messages_key for
+# messages data, plus system_prompt_key when set; "response": response_key, the answer
+# its reward compares with). trinity/common/workflows/simple.py.
+WORKFLOW_COLUMNS = {"simple_workflow": ("prompt",), "math_workflow": ("prompt", "response")}
+
+
+def check_before_start(root: Config) -> List[Config]:
+    """Finalize every stage of ``root`` and check everything checkable without Ray.
+
+    Returns the finalized stages; raises one ``ConfigError`` naming every problem found.
+    """
+    raw = root.stage_configs()
+    labels = [stage.stage_name for stage in root.stages] or ["main"]
+    found: List[Tuple[str, str]] = []  # (problem, stage label)
+    stages: List[Config] = []
+    for index, (config, label) in enumerate(zip(raw, labels, strict=True)):
+        try:
+            stage, problems = derive(config)
+        except ConfigError as exc:  # features not built yet: nothing else to check
+            found += [(p, label) for p in exc.problems]
+            continue
+        chained = index > 0 and raw[index - 1].mode != "explore"
+        problems += stage_problems(stage, model_from_previous=chained, construct=not problems)
+        if index < len(raw) - 1 and stage.mode != "explore":
+            problems += _handover_problems(stage)
+        found += [(p, label) for p in problems]
+        stages.append(stage)
+    if found:
+        raise ConfigError(_merge_stage_labels(found, several=len(raw) > 1))
+    for stage in stages:
+        warn_inert(stage)
+    return stages
+
+
+def _merge_stage_labels(found: List[Tuple[str, str]], several: bool) -> List[str]:
+    """Each distinct problem once, prefixed with the stages that have it (if several)."""
+    stages_of: Dict[str, List[str]] = {}
+    for problem, label in found:
+        stages_of.setdefault(problem, []).append(label)
+    if not several:
+        return list(stages_of)
+    lines = []
+    for problem, labels in stages_of.items():
+        names = ", ".join(f"'{label}'" for label in labels)
+        lines.append(f"stage{'s' if len(labels) > 1 else ''} {names}: {problem}")
+    return lines
+
+
+def _handover_problems(stage: Config) -> List[str]:
+    if stage.trainer.save_hf_checkpoint != "never":
+        return []
+    return [
+        "trainer.save_hf_checkpoint = never, but the next stage starts from this stage's "
+        "final HF checkpoint; use last"
+    ]
+
+
+def stage_problems(config: Config, model_from_previous: bool, construct: bool) -> List[str]:
+    """Every problem of one derived stage that needs the filesystem or the registries.
+
+    ``model_from_previous``: the stage trains the previous stage's final weights, so its
+    ``model.model_path`` is not read now. ``construct``: see ``component_problems``.
+    """
+    problems = component_problems(config, construct)
+    problems += _model_problems(config, model_from_previous)
+    problems += _data_problems(config)
+    problems += _output_problems(config)
+    return problems
+
+
+# ---- models ------------------------------------------------------------------------------
+def _model_problems(config: Config, model_from_previous: bool) -> List[str]:
+    model, explorer = config.model, config.explorer
+    paths: List[Tuple[str, str]] = []
+    if not model_from_previous:
+        paths.append(("model.model_path", model.model_path))
+    rollout = explorer.rollout_model
+    if config.mode in ("both", "explore") and is_set(rollout, "model_path"):
+        paths.append(("explorer.rollout_model.model_path", rollout.model_path))
+    registries = algorithm_module()
+    algorithm_cls = registries.ALGORITHM_TYPE.get(config.algorithm.algorithm_type)
+    uses_critic = getattr(algorithm_cls, "use_critic", False) and config.mode != "explore"
+    if uses_critic and (not model_from_previous or is_set(model, "critic_model_path")):
+        paths.append(("model.critic_model_path", model.critic_model_path))
+    for index, aux in enumerate(explorer.auxiliary_models):
+        paths.append((f"explorer.auxiliary_models[{index}].model_path", aux.model_path))
+    problems, seen = [], set()
+    for key, path in paths:
+        if path and path not in seen:
+            seen.add(path)
+            problems += model_folder_problems(key, path)
+    if not problems and not model_from_previous:
+        problems += _chat_template_problems(config)
+    return problems
+
+
+def model_folder_problems(key: str, path: str) -> List[str]:
+    """Whether ``path`` is a local HF model folder: config.json, tokenizer and weights."""
+    if not os.path.exists(path):
+        return [
+            f"{key} = {path}: no such folder (models are read from local folders; nothing "
+            "is downloaded)"
+        ]
+    if not os.path.isdir(path):
+        return [f"{key} = {path}: not a folder (expected a Hugging Face model folder)"]
+    missing = []
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        missing.append("config.json")
+    if not any(os.path.isfile(os.path.join(path, name)) for name in TOKENIZER_FILES):
+        missing.append(f"tokenizer files ({', '.join(TOKENIZER_FILES)})")
+    if not any(glob.glob(os.path.join(path, pattern)) for pattern in WEIGHT_PATTERNS):
+        missing.append(f"weights ({' or '.join(WEIGHT_PATTERNS)})")
+    if missing:
+        return [f"{key} = {path}: not a model folder, it has no {', no '.join(missing)}"]
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(path, local_files_only=True)
+    except Exception as exc:  # any reason transformers cannot read it ends the run later
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return [f"{key} = {path}: config.json cannot be read by transformers: {reason}"]
+    return []
+
+
+def has_chat_template(model_dir: str) -> bool:
+    """Whether the tokenizer in ``model_dir`` ships a chat template."""
+    for name in ("chat_template.jinja", "chat_template.json"):
+        if os.path.isfile(os.path.join(model_dir, name)):
+            return True
+    try:
+        with open(os.path.join(model_dir, "tokenizer_config.json"), encoding="utf-8") as f:
+            return bool(json.load(f).get("chat_template"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _chat_template_problems(config: Config) -> List[str]:
+    """Built-in workflows chat with the model; SFT/DPO data is rendered with a template."""
+    model = config.model
+    if model.custom_chat_template is not None or has_chat_template(model.model_path):
+        return []
+    users = []
+    if config.mode in ("both", "explore"):
+        for path, storage in _storages(config, ("tasksets", "eval_tasksets")):
+            workflow, _ = resolve_workflow(config, path, storage)
+            if workflow is not None and is_builtin(workflow):
+                users.append(f"{path} ({storage.default_workflow_type})")
+    for path, storage in _storages(config, ("experience_buffer", "auxiliary_buffers")):
+        if storage.storage_type == "file" and storage.format.chat_template is None:
+            users.append(f"{path} (SFT/DPO data)")
+    if not users:
+        return []
+    return [
+        f"model.model_path = {model.model_path}: the tokenizer has no chat template, which "
+        f"{users[0]} needs; set model.chat_template_path or model.custom_chat_template"
+    ]
+
+
+# ---- data --------------------------------------------------------------------------------
+def _storages(config: Config, kinds: Tuple[str, ...]) -> List[Tuple[str, StorageConfig]]:
+    """(YAML path, storage) of the named kinds of storage that the stage's mode reads."""
+    found: List[Tuple[str, StorageConfig]] = []
+    explorer_input, trainer_input = config.buffer.explorer_input, config.buffer.trainer_input
+    if config.mode in ("both", "explore"):
+        for kind in ("tasksets", "eval_tasksets"):
+            if kind in kinds:
+                storages = getattr(explorer_input, kind)
+                found += [(f"buffer.explorer_input.{kind}[{i}]", s) for i, s in enumerate(storages)]
+    buffer = trainer_input.experience_buffer
+    if "experience_buffer" in kinds and buffer is not None and config.mode == "train":
+        found.append(("buffer.trainer_input.experience_buffer", buffer))
+    if "auxiliary_buffers" in kinds and config.mode in ("both", "train"):
+        auxiliary = trainer_input.auxiliary_buffers.items()
+        found += [(f"buffer.trainer_input.auxiliary_buffers.{k}", s) for k, s in auxiliary]
+    return found
+
+
+def _data_problems(config: Config) -> List[str]:
+    """Each file dataset the stage reads loads with the row checks of its reader, has the
+    columns its workflow reads, and can fill a step."""
+    from trinity.buffer.file_reader import load_rows
+    from trinity.buffer.row_checks import row_schema
+
+    problems, rows = [], {}
+    kinds = ("tasksets", "eval_tasksets", "experience_buffer", "auxiliary_buffers")
+    for path, storage in _storages(config, kinds):
+        if storage.storage_type != "file" or not storage.path:
+            continue  # other storages hold no data yet; a missing path is reported already
+        # The reader's own row checks, so skip_bad_rows skips here what it skips in the run.
+        schema = row_schema(storage.format, _reader_of(config, path))
+        try:
+            data = load_rows(storage, columns=schema, path_label=path)
+        except Exception as exc:  # whatever `datasets` raises: name the storage, not a trace
+            text = _first_lines(exc)
+            problems.append(text if text.startswith(path) else f"{path}: {text}")
+            continue
+        rows[path] = len(data)
+        problems += _workflow_column_problems(config, path, storage, data.column_names)
+    return problems + _row_count_problems(config, rows)
+
+
+def _first_lines(exc: BaseException, limit: int = 8) -> str:
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    return "\n    ".join(lines[:limit])
+
+
+def _reader_of(config: Config, path: str) -> str:
+    """Which reader consumes a storage (``row_checks.row_schema``'s names)."""
+    if path.startswith("buffer.explorer_input"):
+        return "taskset"
+    return "dpo" if _paired(config) and path.endswith("experience_buffer") else "sft"
+
+
+def _workflow_column_problems(
+    config: Config, path: str, storage: StorageConfig, present: List[str]
+) -> List[str]:
+    """Columns a built-in workflow reads though ``format`` leaves them at their defaults."""
+    workflow, _ = resolve_workflow(config, path, storage)
+    name = storage.default_workflow_type or ""
+    parts = WORKFLOW_COLUMNS.get(name, ())
+    if workflow is None or not is_builtin(workflow) or not parts:
+        return []
+    fmt, keys = storage.format, []
+    if "prompt" in parts:
+        keys += ["messages_key"] if fmt.prompt_type == "messages" else ["prompt_key"]
+    keys += ["response_key"] if "response" in parts else []
+    missing = [k for k in keys if getattr(fmt, k) not in present]
+    if not missing:
+        return []
+    named = ", ".join(f"format.{k} = {getattr(fmt, k)}" for k in missing)
+    return [
+        f"{path}: {name} reads column(s) {named}, missing from {storage.path} (split "
+        f"'{storage.split}', columns: {', '.join(present)}); set {path}.format.{missing[0]} "
+        "to the data's column"
+    ]
+
+
+def _row_count_problems(config: Config, rows: Dict[str, int]) -> List[str]:
+    """A step needs ``batch_size`` tasks (``train_batch_size`` rows when training on files)."""
+    buffer, problems = config.buffer, []
+    taskset_rows = {p: n for p, n in rows.items() if p.startswith("buffer.explorer_input.tasksets")}
+    total = sum(taskset_rows.values())
+    if taskset_rows and len(taskset_rows) == len(buffer.explorer_input.tasksets):
+        if buffer.batch_size > total:
+            where = next(iter(taskset_rows)) if len(taskset_rows) == 1 else "the training tasksets"
+            problems.append(
+                f"buffer.batch_size = {buffer.batch_size} exceeds the {total} rows of {where}: "
+                f"no explore step could be filled; use at most {total}"
+            )
+    data_rows = rows.get("buffer.trainer_input.experience_buffer")
+    if data_rows is not None and buffer.train_batch_size:
+        paired = _paired(config)
+        needed = buffer.train_batch_size // 2 if paired else buffer.train_batch_size
+        unit = "pairs (rows)" if paired else "rows"
+        if needed > data_rows:
+            problems.append(
+                f"buffer.train_batch_size = {buffer.train_batch_size} needs {needed} {unit} per "
+                f"step, more than the {data_rows} of buffer.trainer_input.experience_buffer: no "
+                "train step could be filled"
+            )
+    return problems
+
+
+def _paired(config: Config) -> bool:
+    from trinity.algorithm.algorithm import PairExperienceModel
+
+    algorithm_cls = algorithm_module().ALGORITHM_TYPE.get(config.algorithm.algorithm_type)
+    return getattr(algorithm_cls, "schema", None) is PairExperienceModel
+
+
+# ---- outputs -----------------------------------------------------------------------------
+def _output_problems(config: Config) -> List[str]:
+    """The job folder and a queue's SQLite backup must be writable where they will go."""
+    root = config.checkpoint_root_dir
+    problems = writable_problems("checkpoint_root_dir", root, config.checkpoint_job_dir, True)
+    storage = config.buffer.trainer_input.experience_buffer
+    if config.mode in ("both", "explore") and storage is not None and storage.path:
+        if storage.storage_type == "queue" and "://" not in storage.path.removeprefix("sqlite:"):
+            target = os.path.abspath(storage.path.removeprefix("sqlite:///"))
+            key = "buffer.trainer_input.experience_buffer.path"
+            problems += writable_problems(key, storage.path, target, False)
+    return problems
+
+
+def writable_problems(key: str, value: str, target: str, is_folder: bool) -> List[str]:
+    """Whether ``target`` (a folder or a file that ``key = value`` leads to) can be made or
+    written: what exists of it must have the right kind, and be writable."""
+    target = os.path.abspath(target)
+    if os.path.exists(target) and os.path.isdir(target) != is_folder:
+        wanted, found = ("a folder", "a file") if is_folder else ("a file", "a folder")
+        return [f"{key} = {value}: {target} is {found}; expected {wanted}"]
+    probe = target
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        return [f"{key} = {value}: {probe} is a file, so the folders below it cannot be made"]
+    if probe == target and not is_folder:
+        probe = os.path.dirname(target)
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return [f"{key} = {value}: cannot write in {probe} (permission denied)"]
+    return []

@@ -1,0 +1,227 @@
+"""Pre-start checks of named components: workflows, reward functions, algorithm parts.
+
+Each name must resolve in its registry, and each ``*_args`` mapping must bind to the named
+parameters of the component's constructor. A constructor's ``**kwargs`` does not make an
+unknown key acceptable: built-ins use it only to pass the trainer's shared values on, so a
+typo there would otherwise be ignored. Built-in components are then constructed once, so
+their own argument checks (ranges, choices) run before Ray starts too.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from typing import Any, Collection, Dict, Iterator, List, Tuple
+
+from trinity.common.config.base import is_set
+from trinity.common.config.config import Config
+from trinity.common.config.schema_buffer import StorageConfig
+from trinity.common.config.validate import algorithm_module
+
+# algorithm key -> name of its registry in trinity.algorithm (the keys derive.py resolves)
+ALGORITHM_COMPONENTS = {
+    "sample_strategy": "SAMPLE_STRATEGY",
+    "advantage_fn": "ADVANTAGE_FN",
+    "policy_loss_fn": "POLICY_LOSS_FN",
+    "kl_penalty_fn": "KL_FN",
+    "kl_loss_fn": "KL_FN",
+    "entropy_loss_fn": "ENTROPY_LOSS_FN",
+}
+
+# What the trainer passes every sample strategy besides sample_strategy_args
+# (trinity/trainer/trainer.py: Trainer.attach_reader).
+STRATEGY_CONTEXT = ("reader", "auxiliary_readers", "group_size", "max_response_tokens")
+
+# Keys of veRL's kl_ctrl, which the trainer pops from kl_penalty_fn_args
+# (trinity/algorithm/kl_fn/controller.py: build_kl_controller).
+KL_CTRL_KEYS = ("type", "kl_coef", "horizon", "target_kl")
+
+
+def is_builtin(obj: Any) -> bool:
+    """Whether ``obj`` is defined in the ``trinity`` package (not in a plugin)."""
+    return getattr(obj, "__module__", "").split(".")[0] == "trinity"
+
+
+def bind_problems(
+    cls: Any, args: Dict[str, Any], path: str, owner: str, supplied: Collection[str] = ()
+) -> List[str]:
+    """One line per key of ``args`` that is not a named parameter of ``cls``'s constructor,
+    and per required parameter that neither ``args`` nor the caller (``supplied``) gives."""
+    try:
+        parameters = inspect.signature(cls).parameters
+    except (TypeError, ValueError):  # no introspectable signature: nothing to hold it to
+        return []
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    named = [name for name, p in parameters.items() if p.kind not in variadic]
+    choices = [name for name in named if name not in supplied]
+    problems = []
+    for key in args:
+        if key in named:
+            continue
+        close = difflib.get_close_matches(str(key), choices, n=1, cutoff=0.6)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        takes = ", ".join(choices) or "no arguments"
+        problems.append(f"{path}.{key}: {owner} has no argument '{key}'{hint} (takes: {takes})")
+    for name in named:
+        if parameters[name].default is inspect.Parameter.empty:
+            if name not in args and name not in supplied:
+                problems.append(f"{path}: {owner} needs the argument '{name}'")
+    return problems
+
+
+def component_problems(config: Config, construct: bool) -> List[str]:
+    """Names and arguments of the workflows, rewards and algorithm components a stage runs.
+
+    ``construct``: also build the built-in algorithm components once (skipped when other
+    checks already failed, since their own errors would repeat those problems).
+    """
+    problems = []
+    if config.mode in ("both", "explore"):
+        problems += _taskset_problems(config)
+    if config.mode in ("both", "train"):
+        problems += _algorithm_problems(config, construct)
+    return list(dict.fromkeys(problems))  # a shared default is reported once
+
+
+def _tasksets(config: Config) -> Iterator[Tuple[str, StorageConfig, bool]]:
+    explorer_input = config.buffer.explorer_input
+    for index, storage in enumerate(explorer_input.tasksets):
+        yield f"buffer.explorer_input.tasksets[{index}]", storage, False
+    for index, storage in enumerate(explorer_input.eval_tasksets):
+        yield f"buffer.explorer_input.eval_tasksets[{index}]", storage, True
+
+
+def origin_of(config: Config, path: str, storage: StorageConfig, key: str) -> str:
+    """The YAML key a taskset's workflow or reward name came from (its own, or a default)."""
+    if is_set(storage, key):
+        return f"{path}.{key}"
+    explorer_input = config.buffer.explorer_input
+    if key == "default_workflow_type" and storage.is_eval:
+        if explorer_input.default_eval_workflow_type is not None:
+            return "buffer.explorer_input.default_eval_workflow_type"
+    return f"buffer.explorer_input.{key}"
+
+
+def resolve_workflow(config: Config, path: str, storage: StorageConfig) -> Tuple[Any, List[str]]:
+    """(workflow class or None, problems) of a taskset."""
+    from trinity.common.workflows import WORKFLOWS
+
+    key = origin_of(config, path, storage, "default_workflow_type")
+    name = storage.default_workflow_type
+    if not name:
+        return None, [f"{key} is not set: name the workflow that runs this taskset's tasks"]
+    try:
+        return WORKFLOWS.get(name), []
+    except KeyError as exc:
+        return None, [f"{key} = {name}: {exc.args[0]}"]
+
+
+def _taskset_problems(config: Config) -> List[str]:
+    from trinity.common.rewards import REWARD_FUNCTIONS
+
+    problems = []
+    for path, storage, _ in _tasksets(config):
+        workflow, found = resolve_workflow(config, path, storage)
+        problems += found
+        key = origin_of(config, path, storage, "default_reward_fn_type")
+        name = storage.default_reward_fn_type or getattr(workflow, "default_reward_fn", None)
+        if name is None:
+            if workflow is not None and hasattr(workflow, "default_reward_fn"):
+                problems.append(
+                    f"{key} is not set, and {storage.default_workflow_type} has no default "
+                    "reward function: name one (e.g. math_reward)"
+                )
+            continue
+        try:
+            reward = REWARD_FUNCTIONS.get(name)
+        except KeyError as exc:
+            problems.append(f"{key} = {name}: {exc.args[0]}")
+            continue
+        args = dict(storage.reward_fn_args or {})
+        problems += bind_problems(reward, args, f"{path}.reward_fn_args", f"reward '{name}'")
+    return problems
+
+
+def _algorithm_problems(config: Config, construct: bool) -> List[str]:
+    registries, algorithm = algorithm_module(), config.algorithm
+    if algorithm.algorithm_type not in registries.ALGORITHM_TYPE:
+        return []  # reported by the support check
+    algorithm_cls = registries.ALGORITHM_TYPE.get(algorithm.algorithm_type)
+    problems = []
+    for key, registry_name in ALGORITHM_COMPONENTS.items():
+        name = getattr(algorithm, key)
+        if name is None or (
+            key == "advantage_fn" and not getattr(algorithm_cls, "use_advantage", True)
+        ):
+            continue  # not built by the trainer
+        try:
+            cls = getattr(registries, registry_name).get(name)
+        except KeyError:
+            continue  # reported by derive.py
+        path, args = f"algorithm.{key}_args", dict(getattr(algorithm, f"{key}_args"))
+        if key == "kl_penalty_fn":
+            problems += _kl_ctrl_problems(args.pop("kl_ctrl", None), f"{path}.kl_ctrl")
+        supplied = STRATEGY_CONTEXT if key == "sample_strategy" else ()
+        found = bind_problems(cls, args, path, f"{key} '{name}'", supplied)
+        if construct and not found and is_builtin(cls):
+            found = _construct(config, key, cls, args, path)
+        problems += found
+    problems += _reference_problems(config, algorithm_cls)
+    return problems
+
+
+def _kl_ctrl_problems(kl_ctrl: Any, path: str) -> List[str]:
+    if kl_ctrl is None:
+        return []
+    if not isinstance(kl_ctrl, dict):
+        return [f"{path} = {kl_ctrl}: expected a mapping like {{type: adaptive, target_kl: 6}}"]
+    problems = []
+    for key in kl_ctrl:
+        if key not in KL_CTRL_KEYS:
+            close = difflib.get_close_matches(str(key), KL_CTRL_KEYS, n=1, cutoff=0.6)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            problems.append(f"{path}.{key}: unknown key{hint} (keys: {', '.join(KL_CTRL_KEYS)})")
+    if problems:
+        return problems
+    from trinity.algorithm.kl_fn.controller import build_kl_controller
+
+    try:
+        build_kl_controller(kl_ctrl, 0.001)
+    except (TypeError, ValueError) as exc:
+        return [f"{path}: {exc}"]
+    return []
+
+
+def _construct(config: Config, key: str, cls: Any, args: Dict[str, Any], path: str) -> List[str]:
+    """Build a built-in component once with the run's arguments; its own checks may fail."""
+    try:
+        if key == "sample_strategy":
+            buffers = config.buffer.trainer_input.auxiliary_buffers
+            context = {
+                "auxiliary_readers": {name: None for name in buffers},
+                "group_size": config.algorithm.repeat_times,
+                "max_response_tokens": config.model.max_response_tokens,
+            }
+            cls(None, **{**context, **args})
+        else:
+            cls(**args)
+    except (TypeError, ValueError) as exc:
+        return [f"{path}: {exc}"]
+    return []
+
+
+def _reference_problems(config: Config, algorithm_cls: Any) -> List[str]:
+    """A KL fn or loss that reads reference logprobs needs an algorithm that loads one."""
+    from trinity.algorithm import needs_reference
+
+    algorithm = config.algorithm
+    try:
+        needs_reference(
+            algorithm_cls,
+            algorithm.kl_loss_fn or "none",
+            algorithm.kl_penalty_fn or "none",
+            algorithm.policy_loss_fn,
+        )
+    except (KeyError, ValueError) as exc:
+        return [f"algorithm.algorithm_type = {algorithm.algorithm_type}: {exc.args[0]}"]
+    return []
