@@ -14,7 +14,6 @@ from trinity.buffer.file_reader import (
     DataError,
     load_checked,
     load_rows,
-    required_columns,
 )
 from trinity.buffer.row_checks import row_schema
 from trinity.common.config import FormatConfig, StorageConfig
@@ -250,7 +249,6 @@ def test_row_schema_per_reader():
     }
     multi = FormatConfig(prompt_type="messages", enable_concatenated_multi_turn=True)
     assert row_schema(multi, "sft") == {"message": "conversation_all_turns"}
-    assert required_columns(explicit, explicit_only=True) == ["q", "sys"]
     with pytest.raises(ValueError, match="reader 'rm'"):
         row_schema(explicit, "rm")
 

@@ -36,11 +36,6 @@ class _LastTurnOnly:
         return getattr(self._format, name)
 
 
-def dpo_columns(format_config: Any) -> List[str]:
-    """Columns every DPO row needs: the prompt (or messages), chosen and rejected."""
-    return list(row_schema(format_config, "dpo"))
-
-
 class DPOReader:
     """Reads a DPO dataset (``file`` storage) as interleaved [chosen, rejected] pairs, resumable.
 

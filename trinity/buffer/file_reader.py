@@ -278,39 +278,14 @@ def _bad_rows_message(
     return f"{label}: {count}{listing}; set {target}: true to skip {them}"
 
 
-def required_columns(format_config: Any, explicit_only: bool) -> List[str]:
-    """The columns ``format_config`` says every row must have.
-
-    Taskset readers pass ``explicit_only=True``: only keys the user actually set in the YAML
-    count (pydantic's ``model_fields_set``), because custom workflows read ``raw_task``
-    directly and their data need not have the default ``prompt``/``response`` columns.
-    SFT readers pass ``False``: formatting needs the keys whether defaulted or not.
-    """
-    return list(row_schema(format_config, "taskset" if explicit_only else "sft"))
-
-
-def _missing_message(
-    storage: Any, path_label: Optional[str], missing: List[str], present: List[str]
-) -> str:
-    return (
-        f"{describe(storage, path_label)} (split '{storage.split}'): column(s) {missing} named "
-        f"in `format` are missing; the data has columns {present}"
-    )
-
-
 def _require_columns(
     parts: List[FileRows], columns: List[str], storage: Any, path_label: Optional[str]
 ) -> None:
+    """One error (not one per row) when a required column is absent from every row."""
     present = list(dict.fromkeys(c for p in parts if len(p) for c in p.column_names()))
     missing = [c for c in columns if c not in present]
     if missing:
-        raise DataError(_missing_message(storage, path_label, missing, present))
-
-
-def check_columns(
-    rows: datasets.Dataset, columns: List[str], storage: Any, path_label: Optional[str] = None
-) -> None:
-    """Raise ``DataError`` when a column in ``columns`` is absent from the whole dataset."""
-    missing = [c for c in columns if c not in rows.column_names]
-    if missing:
-        raise DataError(_missing_message(storage, path_label, missing, rows.column_names))
+        raise DataError(
+            f"{describe(storage, path_label)} (split '{storage.split}'): column(s) {missing} "
+            f"named in `format` are missing; the data has columns {present}"
+        )
