@@ -62,7 +62,7 @@ class LoadedRows:
         """Where row ``index`` of ``rows`` is, e.g. ``data/train.jsonl line 17``."""
         if not self._spans:
             return f"row {index + 1}"
-        start, file, unit = self._spans[bisect_right([s[0] for s in self._spans], index) - 1]
+        _, file, unit = self._spans[bisect_right([s[0] for s in self._spans], index) - 1]
         return f"{file} {unit} {self._numbers[index]}"
 
 
