@@ -105,7 +105,8 @@ class ExperienceBatch:
     """A padded batch of experiences; tensor names are what loss functions ask for.
 
     Shapes: ``B`` rows, ``P`` prompt columns (left-padded), ``R`` response columns
-    (right-padded), ``T = P + R``.
+    (right-padded), ``T = P + R``. ``batch``, ``non_tensor_batch`` and ``meta_info`` present
+    it as veRL's ``DataProto`` (same tensors, veRL's names).
     """
 
     input_ids: torch.Tensor  # (B, T)
