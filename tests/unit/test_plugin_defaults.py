@@ -18,6 +18,8 @@ from trinity.algorithm import (
     KLFn,
     needs_reference,
 )
+from trinity.common.config import Config, ConfigError
+from trinity.common.config.base import validate_model
 
 
 @pytest.fixture
@@ -100,3 +102,12 @@ def test_kl_fn_without_super_init_has_a_coefficient():
     # token-mean of |0.5|, |-1| = 0.75, times 0.001
     assert loss.item() == pytest.approx(0.00075)
     assert metrics == {"kl_loss": pytest.approx(0.75), "kl_coef": 0.001}
+
+
+def test_unknown_task_selector_is_a_config_error_naming_the_key():
+    taskset = {"name": "a", "path": "/data", "task_selector": {"selector_type": "shufle"}}
+    with pytest.raises(ConfigError) as excinfo:
+        validate_model(Config, {"buffer": {"explorer_input": {"taskset": taskset}}})
+    (problem,) = excinfo.value.problems
+    assert problem.startswith("buffer.explorer_input.tasksets[0].task_selector.selector_type: ")
+    assert "did you mean 'shuffle'?" in problem

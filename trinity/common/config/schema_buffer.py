@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Dict, List, Literal, Optional
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from trinity.common.config.base import ConfigModel, Name
 
@@ -56,6 +56,20 @@ class TaskSelectorConfig(ConfigModel):
         "a TaskSelector registered by a plugin (docs/extending.md).",
     )
     seed: int = Field(42, description="Shuffle seed.")
+
+    @field_validator("selector_type")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        # Plugins are imported before the config is loaded, so their selectors are known here;
+        # imported late because the buffer package imports this config.
+        from trinity.buffer.selector import TASK_SELECTORS
+
+        try:
+            TASK_SELECTORS.get(value)
+        except KeyError as exc:
+            hint = "a plugin registers more (docs/extending.md)"
+            raise ValueError(f"{exc.args[0]}; {hint}") from None
+        return value
 
 
 class ReplayBufferConfig(ConfigModel):
