@@ -81,6 +81,10 @@ def test_empty_response_and_missing_optional_tensors():
     _assert_same(exp, copy)
     assert copy.response_length == 0 and copy.logprobs is None
     assert copy.action_mask.shape == (0,) and copy.action_mask.dtype == torch.bool
+    # several empty tensors at once (empty storages must not count as shared memory)
+    exp = Experience(tokens=[4, 5], prompt_length=2, logprobs=[])
+    exp.advantages, exp.returns = torch.zeros(0), torch.zeros(0, dtype=torch.bfloat16)
+    _assert_same(exp, decode_experience(encode_experience(exp)))
 
 
 def test_views_store_their_values_only_and_shared_tensors_are_split():
