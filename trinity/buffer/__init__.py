@@ -17,19 +17,16 @@ Extending:
   ``datasets.Dataset`` next to ``load_rows`` in ``file_reader.py`` and dispatch on
   ``storage.storage_type`` there; ``TaskReader``/``SFTReader`` then work unchanged.
 - A new durable backend for the queue: subclass ``ExperienceStore`` (``add``,
-  ``mark_consumed``, ``unconsumed``) and pass an instance as ``ExperienceQueue(store=...)``.
+  ``mark_consumed``, ``unconsume_after``, ``unconsumed``, ``finished_steps``) and pass an
+  instance as ``ExperienceQueue(store=...)``.
 """
 
+from trinity.buffer.codec import decode_experience, encode_experience
 from trinity.buffer.file_reader import load_rows
 from trinity.buffer.queue import ExperienceQueue
 from trinity.buffer.selector import TASK_SELECTORS, BatchCursor, TaskSelector, build_selector
 from trinity.buffer.sft import PromptTooLongError, SFTFormatter, SFTReader
-from trinity.buffer.store import (
-    ExperienceStore,
-    SQLiteExperienceStore,
-    deserialize_experience,
-    serialize_experience,
-)
+from trinity.buffer.store import ExperienceStore, SQLiteExperienceStore
 from trinity.buffer.task_reader import MixedTaskReader, TaskReader
 
 __all__ = [
@@ -44,8 +41,8 @@ __all__ = [
     "TaskReader",
     "TaskSelector",
     "build_selector",
-    "deserialize_experience",
+    "decode_experience",
+    "encode_experience",
     "load_rows",
     "MixedTaskReader",
-    "serialize_experience",
 ]

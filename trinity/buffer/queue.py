@@ -1,105 +1,173 @@
-"""ExperienceQueue: the thread-safe FIFO between explorer (writer) and trainer (reader).
+"""ExperienceQueue: the accounted FIFO between explorer (writer) and trainer (reader).
 
-With a store, every put is written durably before readers can see it, and every get marks
-its rows consumed, so a queue rebuilt on the same store after a crash resumes with exactly
-the experiences that were written but not yet read.
+The explorer writes each explore step once, whole (``put(exps, step)``), even when the step
+produced nothing: that closes the step. A reader asks for up to ``n`` experiences of the steps
+it may read (``max_step``) and waits only while one of those steps is still being explored, so
+it never waits for experiences that will not come (DESIGN.md decision 10). Group algorithms
+read whole groups only.
+
+With a store, every put is written durably before readers can see it, and every get records
+which train step consumed the rows; ``rewind_to`` puts back what train steps after a
+checkpoint consumed, so a resumed run trains on each experience exactly once.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import deque
-from typing import Deque, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
 
 from trinity.buffer.store import ExperienceStore
 from trinity.common.experience import Experience
 
+# Why a read returned: enough experiences ("full"), every readable step finished ("steps_done"),
+# the writer closed the queue ("ended"), or the wait ran out ("timeout": see ``take_partial``).
+READ_STATES = ("full", "steps_done", "ended", "timeout")
+
+
+@dataclass
+class Entry:
+    id: Optional[int]  # store row id (None without a store)
+    step: int  # the explore step that produced it
+    exp: Experience
+
+
+@dataclass
+class ReadResult:
+    experiences: List[Experience]
+    state: str  # one of READ_STATES
+    waiting_for: Optional[int] = None  # first readable step not finished yet, if any
+
 
 class ExperienceQueue:
-    """FIFO of experiences with blocking, time-limited reads and an explicit end of input."""
+    """FIFO of experiences tagged with their explore step; reads wait only for what will come."""
 
-    def __init__(self, capacity: Optional[int] = None, store: Optional[ExperienceStore] = None):
-        if capacity is not None and capacity <= 0:
-            raise ValueError(f"queue capacity must be positive or None, got {capacity}")
-        self.capacity = capacity
+    def __init__(self, store: Optional[ExperienceStore] = None, rewind_to: Optional[int] = None):
+        """``rewind_to``: un-consume what train steps after it consumed (resume from there)."""
         self.store = store
-        self._items: Deque[Tuple[Optional[int], Experience]] = deque()  # (store id, exp)
+        self._items: List[Entry] = []
+        self._finished: set = set()  # explore steps written
         self._cond = threading.Condition()
-        self._closed = False
+        self._ended = False
         if store is not None:
-            self._items.extend(store.unconsumed())
+            if rewind_to is not None:
+                store.unconsume_after(rewind_to)
+            self._items = [Entry(i, s, e) for i, s, e in store.unconsumed()]
+            self._finished = set(store.finished_steps())
 
-    def put(self, exps: Sequence[Experience], timeout: Optional[float] = None) -> None:
-        """Append ``exps`` (durably first, when there is a store).
-
-        With a ``capacity``, waits until the batch fits (a batch larger than the whole
-        capacity goes in once the queue is empty); raises ``TimeoutError`` after ``timeout``.
-        """
+    # ---- writer --------------------------------------------------------------------------
+    def put(self, exps: Sequence[Experience], step: int) -> None:
+        """Append explore step ``step``'s experiences (durably first) and mark it finished."""
         exps = list(exps)
         with self._cond:
-            ready = self._cond.wait_for(lambda: self._closed or self._fits(len(exps)), timeout)
-            if self._closed:
+            if self._ended:
                 raise RuntimeError("cannot put into a closed ExperienceQueue")
-            if not ready:
-                raise TimeoutError(f"queue stayed full ({len(self._items)} items) for {timeout}s")
+            if step in self._finished:
+                raise ValueError(f"explore step {step} was already written to the queue")
             # the write happens under the lock so store order equals queue order
-            ids = self.store.add(exps) if self.store is not None else [None] * len(exps)
-            self._items.extend(zip(ids, exps, strict=True))
+            ids = self.store.add(exps, step) if self.store is not None else [None] * len(exps)
+            self._items.extend(Entry(i, step, e) for i, e in zip(ids, exps, strict=True))
+            self._finished.add(step)
             self._cond.notify_all()
 
-    def get(self, n: int, timeout: Optional[float] = None) -> List[Experience]:
-        """The next ``n`` experiences, oldest first.
+    def close(self) -> None:
+        """The writer is done: readers get what is left, then ``ended`` with nothing."""
+        with self._cond:
+            self._ended = True
+            self._cond.notify_all()
 
-        Blocks until ``n`` are available. When ``timeout`` seconds pass first, or the queue
-        is closed, returns what is there (possibly fewer than ``n``, possibly none after a
-        timeout). Raises ``StopIteration`` once the queue is closed and empty. An ``n``
-        above ``capacity`` can only be served by the timeout or ``close``.
+    # ---- reader --------------------------------------------------------------------------
+    def get(
+        self,
+        n: int,
+        max_step: Optional[int] = None,
+        timeout: Optional[float] = None,
+        whole_groups: bool = False,
+        consumer: int = 0,
+        take_partial: bool = True,
+    ) -> ReadResult:
+        """Up to ``n`` experiences of explore steps ``<= max_step`` (None: any), oldest first.
+
+        Waits while fewer than ``n`` are there and some step ``<= max_step`` is unfinished.
+        With ``whole_groups`` a group (experiences sharing ``group_id`` within a step) is
+        taken whole or not at all; a single group larger than ``n`` is taken alone rather
+        than split. When ``timeout`` passes first, what is there is taken if
+        ``take_partial``, else nothing is (state ``timeout`` either way). ``consumer`` (the
+        train step) is recorded in the store for ``rewind_to``.
         """
         if n <= 0:
             raise ValueError(f"get needs a positive n, got {n}")
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while len(self._items) < n and not self._closed:
+            while True:
+                ready = self._readable(max_step)
+                waiting = self._unfinished(max_step)
+                if len(ready) >= n or waiting is None or self._ended:
+                    break
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
+                    if not take_partial:
+                        return ReadResult([], "timeout", waiting)
                     break
                 self._cond.wait(left)
-            if self._closed and not self._items:
-                raise StopIteration("the experience queue is closed and empty")
-            taken = [self._items.popleft() for _ in range(min(n, len(self._items)))]
+            taken = _take(ready, n, whole_groups)
+            state = (
+                "full"
+                if len(ready) >= n
+                else "ended"
+                if self._ended
+                else "steps_done"
+                if waiting is None
+                else "timeout"
+            )
+            chosen = {id(e) for e in taken}
+            self._items = [e for e in self._items if id(e) not in chosen]
             if self.store is not None:
-                self.store.mark_consumed([i for i, _ in taken])
-            self._cond.notify_all()  # room for writers waiting on capacity
-        return [exp for _, exp in taken]
+                self.store.mark_consumed([e.id for e in taken], consumer)
+            return ReadResult([e.exp for e in taken], state, waiting)
 
-    def drop_all(self) -> int:
-        """Mark every waiting experience consumed without reading it; returns how many.
+    def _readable(self, max_step: Optional[int]) -> List[Entry]:
+        return [e for e in self._items if max_step is None or e.step <= max_step]
 
-        Used when a resumed run re-explores from the trainer's checkpoint, so experiences
-        explored past it would otherwise be trained on twice.
-        """
-        with self._cond:
-            taken = list(self._items)
-            self._items.clear()
-            if self.store is not None:
-                self.store.mark_consumed([i for i, _ in taken])
-        return len(taken)
+    def _unfinished(self, max_step: Optional[int]) -> Optional[int]:
+        """The first step ``<= max_step`` not written yet (None: all written, or no bound)."""
+        if max_step is None:
+            return None if self._ended else self.last_step() + 1
+        missing = [s for s in range(1, max_step + 1) if s not in self._finished]
+        return missing[0] if missing else None
 
-    def close(self) -> None:
-        """The writer is done: pending and later gets return what is left, then stop."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
+    # ---- state ---------------------------------------------------------------------------
+    def last_step(self) -> int:
+        """The highest explore step written so far (0 if none)."""
+        return max(self._finished, default=0)
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._ended
 
     def size(self) -> int:
         """Number of experiences waiting to be read."""
         with self._cond:
             return len(self._items)
 
-    def _fits(self, n: int) -> bool:
-        return self.capacity is None or not self._items or len(self._items) + n <= self.capacity
+
+def _take(entries: List[Entry], n: int, whole_groups: bool) -> List[Entry]:
+    """The first ``n`` entries, or the longest run of whole groups that fits in ``n``."""
+    if not whole_groups:
+        return entries[:n]
+    groups: List[List[Entry]] = []
+    for entry in entries:
+        last = groups[-1] if groups else None
+        if last and last[0].step == entry.step and last[0].exp.group_id == entry.exp.group_id:
+            last.append(entry)
+        else:
+            groups.append([entry])
+    taken: List[Entry] = []
+    for group in groups:
+        if taken and len(taken) + len(group) > n:
+            break
+        taken.extend(group)
+        if len(taken) >= n:
+            break
+    return taken

@@ -1,53 +1,50 @@
 """Persistent experience stores: what makes the experience queue survive a crash.
 
-A store keeps every experience put into the queue together with a ``consumed`` flag; on
-restart the queue reloads the unconsumed ones, in the order they were written.
+A store keeps every experience put into the queue with its explore step and the train step
+that consumed it; on restart the queue reloads the unconsumed ones, in the order they were
+written. Rows hold data only (``codec``): reading a store never runs code from it.
 """
 
 from __future__ import annotations
 
-import io
 import os
-import pickle
 import time
 from abc import ABC, abstractmethod
 from typing import List, Sequence, Tuple
 
 import sqlalchemy as sa
-import torch
 
+from trinity.buffer.codec import decode_experience, encode_experience
 from trinity.common.experience import Experience
 
 
-def serialize_experience(exp: Experience) -> bytes:
-    """Bytes of every ``Experience`` field (tensors bit-exact, dtype included; a view's
-    values only, never its whole underlying storage)."""
-    return pickle.dumps(exp, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def deserialize_experience(data: bytes) -> Experience:
-    """Inverse of ``serialize_experience``; also reads rows written with ``torch.save``."""
-    # Both formats may hold arbitrary Python objects in ``info``: the database is written
-    # by this run itself, trusted like its checkpoints.
-    if data[:2] == b"PK":  # a torch.save zip archive (stores written before pickling)
-        return Experience(**torch.load(io.BytesIO(data), weights_only=False))
-    return pickle.loads(data)
-
-
 class ExperienceStore(ABC):
-    """Durable log of experiences with a consumed flag; ids increase in write order."""
+    """Durable log of experiences tagged with their explore step, and who consumed them.
+
+    Ids increase in write order. A row is unconsumed until a train step reads it; the
+    finished explore steps are recorded even when they produced nothing.
+    """
 
     @abstractmethod
-    def add(self, exps: Sequence[Experience]) -> List[int]:
-        """Write ``exps`` durably and return their ids, in order."""
+    def add(self, exps: Sequence[Experience], step: int) -> List[int]:
+        """Write explore step ``step`` (its experiences, and that it finished) durably and
+        atomically; return the rows' ids, in order."""
 
     @abstractmethod
-    def mark_consumed(self, ids: Sequence[int]) -> None:
-        """Flag rows ``ids`` as read, so they are not reloaded after a restart."""
+    def mark_consumed(self, ids: Sequence[int], by_step: int) -> None:
+        """Record that train step ``by_step`` read rows ``ids``."""
 
     @abstractmethod
-    def unconsumed(self) -> List[Tuple[int, Experience]]:
-        """All (id, experience) rows not yet consumed, oldest first."""
+    def unconsume_after(self, step: int) -> int:
+        """Make rows consumed by train steps after ``step`` unconsumed again; how many."""
+
+    @abstractmethod
+    def unconsumed(self) -> List[Tuple[int, int, Experience]]:
+        """All (id, explore step, experience) rows not consumed, oldest first."""
+
+    @abstractmethod
+    def finished_steps(self) -> List[int]:
+        """Every explore step written so far."""
 
     @abstractmethod
     def close(self) -> None:
@@ -73,63 +70,101 @@ def sqlite_url(path: str) -> str:
 
 
 class SQLiteExperienceStore(ExperienceStore):
-    """Experiences in one SQLite table (via SQLAlchemy), one row per experience."""
+    """Experiences in one SQLite table (via SQLAlchemy), one row per experience, and the
+    finished explore steps in a second table."""
 
     def __init__(self, path: str, table_name: str = "experiences") -> None:
         self.url = sqlite_url(path)
         self.engine = sa.create_engine(self.url, connect_args={"check_same_thread": False})
+        _refuse_old_layout(self.engine, table_name, path)
+        metadata = sa.MetaData()
         self.table = sa.Table(
             table_name,
-            sa.MetaData(),
+            metadata,
             sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
             sa.Column("eid", sa.String(64), index=True),
             sa.Column("group_id", sa.String(256)),
+            sa.Column("step", sa.Integer, index=True),  # the explore step that produced it
             sa.Column("model_version", sa.Integer),
             sa.Column("reward", sa.Float, nullable=True),
             sa.Column("created_at", sa.Float),  # unix time of the write
-            sa.Column("consumed", sa.Boolean, default=False, index=True),
-            sa.Column("data", sa.LargeBinary),  # serialize_experience(...)
+            sa.Column("consumed_by", sa.Integer, nullable=True, index=True),  # train step
+            sa.Column("data", sa.LargeBinary),  # codec.encode_experience: data, never code
             sqlite_autoincrement=True,  # never reuse ids, so order = write order
         )
-        self.table.metadata.create_all(self.engine)
+        self.steps = sa.Table(
+            f"{table_name}_steps",
+            metadata,
+            sa.Column("step", sa.Integer, primary_key=True),
+            sa.Column("count", sa.Integer),
+            sa.Column("created_at", sa.Float),
+        )
+        metadata.create_all(self.engine)
 
-    def add(self, exps: Sequence[Experience]) -> List[int]:
-        if not exps:
-            return []
+    def add(self, exps: Sequence[Experience], step: int) -> List[int]:
         now = time.time()
         rows = [
             dict(
                 eid=exp.eid,
                 group_id=exp.group_id,
+                step=step,
                 model_version=exp.model_version,
                 reward=None if exp.reward is None else float(exp.reward),
                 created_at=now,
-                consumed=False,
-                data=serialize_experience(exp),
+                consumed_by=None,
+                data=encode_experience(exp),
             )
             for exp in exps
         ]
-        # One multi-row INSERT ... RETURNING in one transaction: all of the batch or none.
+        # One transaction: the step's rows and its "finished" record, all or none.
         insert = self.table.insert().returning(self.table.c.id, sort_by_parameter_order=True)
         with self.engine.begin() as conn:
-            return [row.id for row in conn.execute(insert, rows)]
+            ids = [row.id for row in conn.execute(insert, rows)] if rows else []
+            conn.execute(self.steps.insert().values(step=step, count=len(rows), created_at=now))
+        return ids
 
-    def mark_consumed(self, ids: Sequence[int]) -> None:
+    def mark_consumed(self, ids: Sequence[int], by_step: int) -> None:
         if not ids:
             return
         with self.engine.begin() as conn:
             conn.execute(
-                self.table.update().where(self.table.c.id.in_(list(ids))).values(consumed=True)
+                self.table.update()
+                .where(self.table.c.id.in_(list(ids)))
+                .values(consumed_by=by_step)
             )
 
-    def unconsumed(self) -> List[Tuple[int, Experience]]:
+    def unconsume_after(self, step: int) -> int:
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                self.table.update().where(self.table.c.consumed_by > step).values(consumed_by=None)
+            )
+        return result.rowcount
+
+    def unconsumed(self) -> List[Tuple[int, int, Experience]]:
         query = (
-            sa.select(self.table.c.id, self.table.c.data)
-            .where(self.table.c.consumed.is_(False))
+            sa.select(self.table.c.id, self.table.c.step, self.table.c.data)
+            .where(self.table.c.consumed_by.is_(None))
             .order_by(self.table.c.id)
         )
         with self.engine.connect() as conn:
-            return [(row.id, deserialize_experience(row.data)) for row in conn.execute(query)]
+            return [(row.id, row.step, decode_experience(row.data)) for row in conn.execute(query)]
+
+    def finished_steps(self) -> List[int]:
+        with self.engine.connect() as conn:
+            return [row.step for row in conn.execute(sa.select(self.steps.c.step))]
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _refuse_old_layout(engine: sa.Engine, table_name: str, path: str) -> None:
+    """Stores written before steps were accounted hold pickled rows without step tags."""
+    inspector = sa.inspect(engine)
+    if not inspector.has_table(table_name):
+        return
+    columns = {c["name"] for c in inspector.get_columns(table_name)}
+    if columns and "consumed_by" not in columns:
+        raise ValueError(
+            f"experience buffer {path} was written by an older Trinity version (rows without "
+            "explore steps); start a new run (continue_from_checkpoint: false) or move the file"
+        )

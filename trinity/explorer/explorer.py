@@ -16,13 +16,14 @@ from typing import Any, Callable, Dict, List, Optional, Protocol
 from trinity.common.experience import Experience
 from trinity.common.workflows.workflow import Task
 from trinity.explorer.runner import TaskResult
+from trinity.runtime.status import Reporter
 from trinity.runtime.synchronizer import required_version
 
 logger = logging.getLogger(__name__)
 
 
 class RunnerPool(Protocol):
-    def run(self, tasks: List[Task]) -> List[TaskResult]: ...
+    def run(self, tasks: List[Task], label: str = "") -> List[TaskResult]: ...
 
 
 class Explorer:
@@ -36,9 +37,12 @@ class Explorer:
         write: Optional[Callable[[List[Experience]], None]],
         log: Callable[[Dict[str, float], int], None],
         start_step: int = 0,
+        report: Optional[Reporter] = None,
     ) -> None:
         """``sync(version)`` makes the engines hold weights >= version and returns the version held;
-        ``write`` sends experiences to the trainer's buffer; ``log`` records metrics."""
+        ``write(experiences, step)`` sends a step's experiences to the trainer's buffer (once per
+        step, even when empty: that closes the step); ``log`` records metrics; ``report``
+        carries failures to the console."""
         self.config = config
         self.pool = pool
         self.task_reader = task_reader
@@ -48,6 +52,7 @@ class Explorer:
         self.log = log
         self.step = start_step
         self.version = start_step
+        self.report = report or Reporter(None, "explorer")
 
     def _expand(self, tasks: List[Task]) -> List[Task]:
         """Give each task its group id; split repeats per ``max_repeat_times_per_runner``."""
@@ -63,16 +68,27 @@ class Explorer:
                 out.append(replace(task, rollout_args=args))
         return out
 
-    def _run(self, tasks: List[Task]) -> List[TaskResult]:
-        results = self.pool.run(self._expand(tasks))
+    def _run(self, tasks: List[Task], label: str, is_eval: bool = False) -> List[TaskResult]:
+        """Run ``tasks``; report failures; fail the run as ``explorer.max_failed_ratio`` says."""
+        results = self.pool.run(self._expand(tasks), label)
         failed = [r for r in results if r.error]
-        for r in failed[:3]:
+        if not failed:
+            return results
+        for r in failed:
             logger.error(
-                "task %s failed after %d attempts:\n%s", r.task.task_id, r.attempts, r.error
+                "task %s failed after %d attempt(s):\n%s", r.task.task_id, r.attempts, r.error
             )
-        if results and len(failed) == len(results):
-            raise RuntimeError(
-                f"every task of step {self.step} failed; the first error was:\n{failed[0].error}"
+        first = failed[0]
+        self.report.event(
+            f"{label}: {len(failed)} of {len(results)} task(s) failed; e.g. {first.task.task_id} "
+            f"after {first.attempts} attempt(s): {last_line(first.error)}"
+        )
+        ratio, limit = len(failed) / len(results), self.config.explorer.max_failed_ratio
+        if len(failed) == len(results) or (not is_eval and ratio >= limit):
+            raise TaskFailures(
+                f"{label}: {len(failed)} of {len(results)} task(s) failed "
+                f"(explorer.max_failed_ratio = {limit:g}); {first.task.task_id} after "
+                f"{first.attempts} attempt(s): {last_line(first.error)}"
             )
         return results
 
@@ -92,10 +108,10 @@ class Explorer:
             required_version(self.step, sync_cfg.sync_interval, sync_cfg.sync_offset)
         )
         waited, start = time.monotonic() - start, time.monotonic()
-        results = self._run(tasks)
-        experiences = [e for r in results for e in r.experiences]
+        results = self._run(tasks, f"explore step {self.step}")
+        experiences = grouped([e for r in results for e in r.experiences])
         if self.write is not None:
-            self.write(experiences)
+            self.write(experiences, self.step)
         metrics = rollout_metrics(experiences, prefix="rollout")
         metrics.update(
             {
@@ -113,7 +129,8 @@ class Explorer:
         start = time.monotonic()
         for name, reader in self.eval_readers.items():
             tasks = reader.read_all()
-            experiences = [e for r in self._run(tasks) for e in r.experiences]
+            results = self._run(tasks, f"eval of {name} at step {step}", is_eval=True)
+            experiences = [e for r in results for e in r.experiences]
             metrics.update(rollout_metrics(experiences, prefix=f"eval/{name}"))
         if metrics:
             metrics["time/eval"] = time.monotonic() - start
@@ -137,6 +154,28 @@ class Explorer:
         if self.eval_readers and step > 0:
             self.version = self.sync(step)
             self.evaluate(step)
+
+
+class TaskFailures(RuntimeError):
+    """More of a step's tasks failed than ``explorer.max_failed_ratio`` allows."""
+
+
+def last_line(error: str) -> str:
+    """The last non-empty line of a traceback: the exception and its message."""
+    lines = [line for line in error.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else error
+
+
+def grouped(experiences: List[Experience]) -> List[Experience]:
+    """Experiences with each ``group_id``'s members next to each other (first-seen order).
+
+    A task split by ``max_repeat_times_per_runner`` finishes in pieces, in any order; the
+    buffer reads groups as contiguous runs.
+    """
+    order: Dict[str, int] = {}
+    for e in experiences:
+        order.setdefault(e.group_id, len(order))
+    return sorted(experiences, key=lambda e: order[e.group_id])
 
 
 def rollout_metrics(experiences: List[Experience], prefix: str) -> Dict[str, float]:

@@ -10,7 +10,7 @@ import json
 import math
 import os
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from trinity.common.registry import Registry
 
@@ -26,9 +26,12 @@ class MetricSink:
 
 
 class JsonlSink(MetricSink):
-    def __init__(self, path: str, run_name: str) -> None:
+    def __init__(self, path: str, run_name: str, keep_until: Optional[int] = None) -> None:
+        """``keep_until``: a resumed run drops the records of later steps, which it redoes."""
         os.makedirs(os.path.dirname(path), exist_ok=True)
         self.run_name = run_name
+        if keep_until is not None and os.path.exists(path):
+            _drop_after(path, keep_until)
         self._file = open(path, "a", encoding="utf-8")
 
     def log(self, metrics: Dict[str, float], step: int) -> None:
@@ -46,10 +49,15 @@ class JsonlSink(MetricSink):
 
 @MONITORS.register_module("tensorboard")
 class TensorboardSink(MetricSink):
-    def __init__(self, job_dir: str, run_name: str, **monitor_args: Any) -> None:
+    def __init__(
+        self, job_dir: str, run_name: str, keep_until: Optional[int] = None, **monitor_args: Any
+    ) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self._writer = SummaryWriter(os.path.join(job_dir, "monitor", "tensorboard", run_name))
+        # purge_step hides the events a killed run logged after the step it resumes from.
+        purge = None if keep_until is None else keep_until + 1
+        path = os.path.join(job_dir, "monitor", "tensorboard", run_name)
+        self._writer = SummaryWriter(path, purge_step=purge)
 
     def log(self, metrics: Dict[str, float], step: int) -> None:
         for key, value in metrics.items():
@@ -65,12 +73,21 @@ class Monitor:
     """Fans metrics out to the JSON-lines file and the configured sink."""
 
     def __init__(
-        self, job_dir: str, name: str, role: str, monitor_type: str, monitor_args: Dict
+        self,
+        job_dir: str,
+        name: str,
+        role: str,
+        monitor_type: str,
+        monitor_args: Dict,
+        keep_until: Optional[int] = None,
     ) -> None:
+        """``keep_until``: the step a resumed role continues after; later records are dropped,
+        so the metrics hold each step once."""
         run_name = f"{name}_{role}"
+        path = os.path.join(job_dir, "monitor", f"{role}.jsonl")
         self.sinks: List[MetricSink] = [
-            JsonlSink(os.path.join(job_dir, "monitor", f"{role}.jsonl"), run_name),
-            MONITORS.get(monitor_type)(job_dir, run_name, **(monitor_args or {})),
+            JsonlSink(path, run_name, keep_until),
+            MONITORS.get(monitor_type)(job_dir, run_name, keep_until, **(monitor_args or {})),
         ]
 
     def log(self, metrics: Dict[str, float], step: int) -> None:
@@ -80,6 +97,15 @@ class Monitor:
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()
+
+
+def _drop_after(path: str, step: int) -> None:
+    """Rewrite a metrics file without the records of steps after ``step`` (atomically)."""
+    kept = [r for r in read_metrics(path) if r.get("step", 0) <= step]
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in kept)
+    os.replace(tmp, path)
 
 
 def read_metrics(path: str) -> List[Dict[str, Any]]:

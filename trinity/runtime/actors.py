@@ -16,6 +16,9 @@ import ray
 
 from trinity.common.workflows.workflow import Task
 from trinity.explorer.runner import TaskResult, WorkflowRunner
+from trinity.runtime.status import Reporter, RunStatus
+
+logger = logging.getLogger(__name__)
 
 
 def setup_process(
@@ -50,7 +53,12 @@ class RunnerActor(WorkflowRunner):
         super().__init__(**kwargs)
 
 
-@ray.remote(num_cpus=0)
+# A rollout engine that dies is restarted this many times (with its initial weights: the
+# explorer reloads the current ones before the next step); calls in flight are retried.
+ENGINE_RESTARTS = 3
+
+
+@ray.remote(num_cpus=0, max_restarts=ENGINE_RESTARTS, max_task_retries=2)
 class EngineActor:
     """Hosts a ``TransformersInferenceModel`` (async methods: requests are batched)."""
 
@@ -79,28 +87,30 @@ class EngineActor:
 class QueueActor:
     """The experience queue shared by explorer (put) and trainer (get), persisted to SQLite."""
 
-    def __init__(self, store_path: Optional[str], drop_unconsumed: bool = False) -> None:
+    def __init__(self, store_path: Optional[str], rewind_to: Optional[int] = None) -> None:
         from trinity.buffer import ExperienceQueue, SQLiteExperienceStore
 
         store = SQLiteExperienceStore(store_path) if store_path else None
-        self.queue = ExperienceQueue(store=store)
-        self.dropped = self.queue.drop_all() if drop_unconsumed else 0
+        self.queue = ExperienceQueue(store=store, rewind_to=rewind_to)
 
-    def put(self, exps: List[Any]) -> None:
-        self.queue.put(exps)
+    def put(self, exps: List[Any], step: int) -> None:
+        self.queue.put(exps, step)
 
-    def get(self, n: int, timeout: Optional[float]) -> Optional[List[Any]]:
-        """Up to ``n`` experiences ([] if none came in time); None once closed and drained."""
-        try:
-            return self.queue.get(n, timeout)
-        except StopIteration:
-            return None
+    def get(self, n: int, **kwargs: Any) -> Any:
+        """``ExperienceQueue.get``: a ``ReadResult``."""
+        return self.queue.get(n, **kwargs)
+
+    def last_step(self) -> int:
+        return self.queue.last_step()
 
     def close(self) -> None:
         self.queue.close()
 
     def size(self) -> int:
         return self.queue.size()
+
+
+StatusActor = ray.remote(num_cpus=0)(RunStatus)
 
 
 def compute_threads(config: Any, role: str) -> int:
@@ -126,16 +136,30 @@ class RayRunnerPool:
     Each runner holds at most ``rows`` samples' worth of tasks at once (a task asks for
     ``rollout_args.n``; always at least one task, so ``rows=1`` is sequential): a training
     step's 8-sample tasks go a few at a time, one-sample eval tasks many at a time, so the
-    engine sees similar batches for both. A runner that times
-    out or dies is killed and replaced, so one stuck workflow never stalls the step; its
-    other in-flight tasks start again on the new runner.
+    engine sees similar batches for both. A runner that times out or dies is killed and
+    replaced, so one stuck workflow never stalls the step; the task that timed out (or was
+    running when its runner died) is retried up to ``max_retry_times`` times, the runner's
+    other in-flight tasks start again on the new runner without counting an attempt.
     """
 
-    def __init__(self, make_runner: Any, size: int, max_timeout: float, rows: int = 1) -> None:
+    # A task running longer than this is reported as what the explorer waits for.
+    REPORT_AFTER_S = 5.0
+
+    def __init__(
+        self,
+        make_runner: Any,
+        size: int,
+        max_timeout: float,
+        rows: int = 1,
+        max_retry_times: int = 0,
+        report: Optional[Reporter] = None,
+    ) -> None:
         self.make_runner = make_runner
         self.runners = [make_runner(i) for i in range(size)]
         self.max_timeout = max_timeout
         self.rows = rows
+        self.max_retry_times = max_retry_times
+        self.report = report
         # A task's time limit starts when it is sent, so runners must be up before that.
         ray.get([runner.__ray_ready__.remote() for runner in self.runners])
 
@@ -143,18 +167,19 @@ class RayRunnerPool:
         n = max((task.rollout_args.n for task in tasks), default=1)
         return max(1, self.rows // max(1, n))
 
-    def run(self, tasks: List[Task]) -> List[TaskResult]:
+    def run(self, tasks: List[Task], label: str = "") -> List[TaskResult]:
         todo, per_runner = deque(tasks), self._tasks_per_runner(tasks)
         free = [runner for runner in self.runners for _ in range(per_runner)]
-        pending: Dict[Any, tuple] = {}
+        pending: Dict[Any, tuple] = {}  # ref -> (task, runner, started: monotonic)
+        lost: Dict[int, int] = {}  # id(task) -> attempts lost to timeouts and dead runners
         results: List[TaskResult] = []
         while todo or pending:
             while todo and free:
                 runner, task = free.pop(), todo.popleft()
                 pending[runner.run_task.remote(task)] = (task, runner, time.monotonic())
             # Wake at the next deadline at the latest, so a timeout is noticed on time.
-            deadline = min(started for _, _, started in pending.values()) + self.max_timeout
-            wait = min(1.0, max(0.01, deadline - time.monotonic()))
+            oldest = min(started for _, _, started in pending.values())
+            wait = min(1.0, max(0.01, oldest + self.max_timeout - time.monotonic()))
             done, _ = ray.wait(list(pending), num_returns=1, timeout=wait)
             for ref in done:
                 task, runner, _ = pending.pop(ref)
@@ -162,16 +187,40 @@ class RayRunnerPool:
                     results.append(ray.get(ref))
                     free.append(runner)
                 except ray.exceptions.RayActorError as exc:
-                    results.append(TaskResult(task=task, error=f"workflow runner died: {exc}"))
+                    self._lost(task, f"its workflow runner died: {exc}", lost, todo, results)
                     self._restart(runner, pending, todo, free, per_runner)
             now = time.monotonic()
             for ref, (task, runner, started) in list(pending.items()):
                 if ref in pending and now - started > self.max_timeout:
                     pending.pop(ref)
-                    msg = f"timed out after explorer.max_timeout={self.max_timeout}s"
-                    results.append(TaskResult(task=task, error=msg))
+                    msg = f"timed out after explorer.max_timeout={self.max_timeout:g}s"
+                    self._lost(task, msg, lost, todo, results)
                     self._restart(runner, pending, todo, free, per_runner)
+            self._report(pending, label)
+        if self.report is not None:
+            self.report.done()
         return results
+
+    def _lost(self, task: Task, why: str, lost: Dict[int, int], todo: deque, results: List) -> None:
+        """Retry a task whose attempt was lost (timeout, dead runner), or give up on it."""
+        attempts = lost[id(task)] = lost.get(id(task), 0) + 1
+        if attempts <= self.max_retry_times:
+            logger.warning("task %s %s; retrying (attempt %d)", task.task_id, why, attempts + 1)
+            todo.appendleft(task)
+        else:
+            results.append(TaskResult(task=task, error=why, attempts=attempts))
+
+    def _report(self, pending: Dict[Any, tuple], label: str) -> None:
+        if self.report is None or not pending:
+            return
+        task, _, started = min(pending.values(), key=lambda item: item[2])
+        age = time.monotonic() - started
+        if age > self.REPORT_AFTER_S:
+            self.report.wait(
+                f"{len(pending)} task(s) of {label} to finish; the oldest, {task.task_id}, may "
+                f"run {self.max_timeout:g}s (explorer.max_timeout)",
+                since=time.time() - age,
+            )
 
     def _restart(
         self, runner: Any, pending: Dict[Any, tuple], todo: deque, free: List, per_runner: int

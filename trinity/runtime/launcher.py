@@ -40,20 +40,31 @@ def planned_steps(config: Any) -> int:
         paired = ALGORITHM_TYPE.get(config.algorithm.algorithm_type).schema is PairExperienceModel
         rows = len(load_rows(buf.trainer_input.experience_buffer))
         per_step = buf.train_batch_size // 2 if paired else buf.train_batch_size  # DPO: pairs
-    else:
-        rows = sum(len(load_rows(ts)) for ts in buf.explorer_input.tasksets)
-        per_step = buf.batch_size
-    return max(1, math.ceil(rows * buf.total_epochs / per_step))
+        return max(1, math.ceil(rows * buf.total_epochs / per_step))
+    rows = sum(len(load_rows(ts)) for ts in buf.explorer_input.tasksets)
+    explore_steps = math.ceil(rows * buf.total_epochs / buf.batch_size)
+    # A train step may take less than an explore step makes (train_batch_size below
+    # batch_size * repeat_times): then there are more train steps than explore steps.
+    made = buf.batch_size * config.algorithm.repeat_times
+    return max(1, math.ceil(explore_steps * made / (buf.train_batch_size or made)))
 
 
 def init_ray(namespace: str) -> None:
-    """Join ``RAY_ADDRESS`` if set, else start a local Ray (no ``ray start`` needed)."""
+    """Join ``RAY_ADDRESS`` if set, else start a local Ray (no ``ray start`` needed).
+
+    A local Ray listens on loopback only (DESIGN.md decision 13): Ray's single-node switch
+    makes every Ray process take 127.0.0.1 as the node address, which its servers bind to.
+    It must be set before ``ray`` is imported, and child processes inherit it.
+    """
+    address = os.environ.get("RAY_ADDRESS") or None
+    if address is None:
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 
     if ray.is_initialized():
         return
     ray.init(
-        address=os.environ.get("RAY_ADDRESS") or None,
+        address=address,
         namespace=namespace,
         include_dashboard=False,
         log_to_driver=False,  # actors log to <job_dir>/log/; the driver prints progress
@@ -62,78 +73,162 @@ def init_ray(namespace: str) -> None:
 
 
 def run_stage(config: Any, plugin_dirs: List[str], printer: ProgressPrinter) -> StageResult:
+    """Run one stage's roles to the end; any failure becomes one ``RunFailed`` message."""
     import ray
 
     from trinity.common.config import save_resolved_config
-    from trinity.runtime.actors import QueueActor
-    from trinity.runtime.roles import ExplorerActor, TrainerActor
-    from trinity.runtime.synchronizer import Synchronizer
-    from trinity.trainer.checkpoint import latest_step
 
-    job_dir, mode = config.checkpoint_job_dir, config.mode
+    job_dir = config.checkpoint_job_dir
     os.makedirs(job_dir, exist_ok=True)
     save_resolved_config(config, os.path.join(job_dir, "config.yaml"))
     steps = planned_steps(config)
-    resuming = config.continue_from_checkpoint and latest_step(job_dir) is not None
-    sync_cfg = config.synchronizer
-    sync = ray.remote(num_cpus=0)(Synchronizer).remote(
-        sync_cfg.sync_method, job_dir, sync_cfg.sync_timeout, has_trainer=mode == "both"
-    )
-    queue = None
-    if mode in ("both", "explore"):
-        experience_buffer = config.buffer.trainer_input.experience_buffer
-        # The user's backup path (sqlite:///x.db or a file) if given, else one in the job dir.
-        path = (experience_buffer.path or "").removeprefix("sqlite:///")
-        store = (
-            os.path.abspath(path)
-            if path
-            else os.path.join(job_dir, "buffer", f"{experience_buffer.name}.db")
-        )
-        # On resume in `both` mode the explorer restarts right after the trainer's checkpoint,
-        # so experiences explored past it would be trained on twice: drop them (logged).
-        queue = QueueActor.remote(store, drop_unconsumed=resuming and mode == "both")
-    actors = [a for a in (sync, queue) if a is not None]
+    stage = _Stage(config, plugin_dirs)
+    printer.new_board()
     try:
-        trainer = explorer = None
-        start = 0
-        if mode in ("both", "train"):
-            trainer = TrainerActor.remote(config, plugin_dirs, queue, sync, steps)
-            actors.append(trainer)
-            start = ray.get(trainer.prepare.remote())
-        if mode in ("both", "explore"):
-            explorer = ExplorerActor.remote(config, plugin_dirs, queue, sync)
-            actors.append(explorer)
-            ray.get(explorer.prepare.remote(start))
+        start = stage.start_roles(steps)
         printer.begin_stage(config, steps, start)
-        roles = {
-            a.run.remote(): role for role, a in (("trainer", trainer), ("explorer", explorer)) if a
-        }
-        running = list(roles)
+        running = list(stage.roles)
         while running:
             done, running = ray.wait(running, num_returns=1, timeout=1.0)
-            printer.poll()
+            printer.poll(stage.snapshot(printer.events_seen))
             for ref in done:
-                _raise_failure(ray, ref, roles[ref], config)
-        printer.poll()
-        final_hf = ray.get(trainer.final_hf_dir.remote()) if trainer is not None else None
+                stage.check(ref)
+        printer.poll(stage.snapshot(printer.events_seen))
+        final_hf = stage.final_hf()
+    except ray.exceptions.RayError as exc:
+        printer.poll(stage.snapshot(printer.events_seen))
+        raise RunFailed(_failure_message(exc, stage.failed_role(), config)) from None
     finally:
-        for actor in actors:
-            ray.kill(actor, no_restart=True)
+        stage.stop()
     return StageResult(config.name, job_dir, final_hf, eval_summary(job_dir))
 
 
-def _raise_failure(ray: Any, ref: Any, role: str, config: Any) -> None:
-    """Turn an actor failure into one readable message; nothing written so far is touched."""
-    try:
-        ray.get(ref)
-    except ray.exceptions.RayError as exc:
-        cause = getattr(exc, "cause", None) or exc
-        name = config.trainer.name if role == "trainer" else config.explorer.name
-        log = os.path.join(config.checkpoint_job_dir, "log", f"{name}.log")
-        raise RunFailed(
-            f"stage '{config.name}': the {role} failed: {type(cause).__name__}: {cause}\n"
-            f"full log: {log}\noutputs written so far are kept in {config.checkpoint_job_dir}"
-        ) from None
+class _Stage:
+    """The actors of one stage: status board, synchronizer, queue, trainer, explorer."""
+
+    def __init__(self, config: Any, plugin_dirs: List[str]) -> None:
+        import ray
+
+        from trinity.runtime.actors import StatusActor
+        from trinity.runtime.synchronizer import Synchronizer
+
+        self.config, self.plugin_dirs = config, plugin_dirs
+        sync_cfg = config.synchronizer
+        self.status = StatusActor.remote()
+        self.sync = ray.remote(num_cpus=0)(Synchronizer).remote(
+            sync_cfg.sync_method,
+            config.checkpoint_job_dir,
+            sync_cfg.sync_timeout,
+            has_trainer=config.mode == "both",
+        )
+        self.queue = _queue(config)
+        self.trainer = self.explorer = None
+        self.roles: Dict[Any, str] = {}  # run() ref -> role
+        self.preparing: Optional[str] = None  # the role whose prepare() is running
+        self.failing: Optional[str] = None  # the role whose run() raised
+
+    def start_roles(self, steps: int) -> int:
+        """Create and prepare the trainer, then the explorer; start both; the resume step."""
+        import ray
+
+        from trinity.runtime.roles import ExplorerActor, TrainerActor
+
+        cfg, start = self.config, 0
+        if cfg.mode in ("both", "train"):
+            self.preparing = "trainer"
+            self.trainer = TrainerActor.remote(
+                cfg, self.plugin_dirs, self.queue, self.sync, steps, self.status
+            )
+            start = ray.get(self.trainer.prepare.remote())
+        if cfg.mode in ("both", "explore"):
+            self.preparing = "explorer"
+            self.explorer = ExplorerActor.remote(
+                cfg, self.plugin_dirs, self.queue, self.sync, self.status
+            )
+            explored = ray.get(self.explorer.prepare.remote(start))
+            start = start if self.trainer is not None else explored
+        self.preparing = None
+        for role, actor in (("trainer", self.trainer), ("explorer", self.explorer)):
+            if actor is not None:
+                self.roles[actor.run.remote()] = role
+        return start
+
+    def snapshot(self, seen: int) -> Any:
+        import ray
+
+        return ray.get(self.status.snapshot.remote(seen))
+
+    def final_hf(self) -> Optional[str]:
+        import ray
+
+        return ray.get(self.trainer.final_hf_dir.remote()) if self.trainer is not None else None
+
+    def check(self, ref: Any) -> None:
+        """Raise the error of a finished role, remembering which role it was."""
+        import ray
+
+        try:
+            ray.get(ref)
+        except ray.exceptions.RayError:
+            self.failing = self.roles[ref]
+            raise
+
+    def failed_role(self) -> str:
+        """The role an error came from: the one being prepared, or whose run raised."""
+        return self.preparing or self.failing or "stage"
+
+    def stop(self) -> None:
+        import ray
+
+        for actor in (self.explorer, self.trainer, self.queue, self.sync, self.status):
+            if actor is not None:
+                ray.kill(actor, no_restart=True)
+
+
+def _queue(config: Any) -> Any:
+    """The experience queue actor of a stage the explorer writes to (None in train mode).
+
+    On resume (same job dir) it puts back what train steps after the trainer's checkpoint
+    consumed: their updates were lost with the process, so they are trained on again, once.
+    """
+    if config.mode not in ("both", "explore"):
+        return None
+    from trinity.runtime.actors import QueueActor
+    from trinity.trainer.checkpoint import latest_step
+
+    job_dir, storage = config.checkpoint_job_dir, config.buffer.trainer_input.experience_buffer
+    # The user's backup path (sqlite:///x.db or a file) if given, else one in the job dir.
+    path = (storage.path or "").removeprefix("sqlite:///")
+    store = os.path.abspath(path) if path else os.path.join(job_dir, "buffer", f"{storage.name}.db")
+    rewind_to = (latest_step(job_dir) or 0) if config.mode == "both" else None
+    return QueueActor.remote(store, rewind_to=rewind_to)
+
+
+def _failure_message(exc: Exception, role: str, config: Any) -> str:
+    """One readable message for a role's failure: its own error text, and where its log is."""
+    import ray
+
+    cause = exc
+    # A role's error may have crossed several actors; each hop wraps it once more.
+    while isinstance(cause, ray.exceptions.RayError) and getattr(cause, "cause", None):
+        if cause.cause is cause:
+            break
+        cause = cause.cause
+    if isinstance(cause, ray.exceptions.RayError):  # no Python error inside: an actor died
+        text = f"{type(cause).__name__}: {_last_line(str(cause))}"
+    else:
+        text = f"{type(cause).__name__}: {cause}"
+    name = config.trainer.name if role == "trainer" else config.explorer.name
+    log = os.path.join(config.checkpoint_job_dir, "log", f"{name}.log")
+    return (
+        f"stage '{config.name}': the {role} failed: {text}\n"
+        f"full log: {log}\noutputs written so far are kept in {config.checkpoint_job_dir}"
+    )
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else text
 
 
 def run(config_path: str, overrides: List[str], plugin_dirs: List[str]) -> List[StageResult]:

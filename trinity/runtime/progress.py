@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Tuple
+import time
+from typing import Any, Dict, List, Optional, Tuple
 
 from rich.console import Console
 
 from trinity.monitor import read_metrics
+
+# A wait is shown once it has lasted this long, then again every REPEAT_WAIT_S.
+SHOW_WAIT_AFTER_S = 5.0
+REPEAT_WAIT_S = 30.0
 
 # (metric, short label) shown per role when present.
 _SHOWN = {
@@ -38,6 +43,13 @@ class ProgressPrinter:
         self.console = Console(highlight=False)
         self.offsets: Dict[str, int] = {}  # bytes of each metrics file already shown
         self.job_dir = ""
+        self.events_seen = 0  # events of the status board already printed
+        self.waits_shown: Dict[str, Tuple[str, float]] = {}  # role -> (what, when printed)
+
+    def new_board(self) -> None:
+        """A stage starts with a new status board: nothing of it was printed yet."""
+        self.events_seen = 0
+        self.waits_shown = {}
 
     def begin_stage(self, config: Any, steps: int, start: int) -> None:
         self.job_dir = config.checkpoint_job_dir
@@ -56,8 +68,30 @@ class ProgressPrinter:
     def _path(self, role: str) -> str:
         return os.path.join(self.job_dir, "monitor", f"{role}.jsonl")
 
-    def poll(self) -> None:
-        """Print the records appended since the last poll (only new bytes are read)."""
+    def poll(self, status: Optional[Tuple[Dict, List]] = None) -> None:
+        """Print new metric records, new events, and waits that last (``RunStatus.snapshot``)."""
+        self._poll_metrics()
+        if status is not None:
+            waits, events = status
+            self.events_seen += len(events)
+            for role, text in events:
+                self.console.print(f"  [yellow]{role:<8}[/yellow] {text}")
+            self._print_waits(waits)
+
+    def _print_waits(self, waits: Dict[str, Tuple[str, float]]) -> None:
+        now = time.time()
+        for role, (what, since) in waits.items():
+            shown = self.waits_shown.get(role)
+            due = shown is None or shown[0] != what or now - shown[1] >= REPEAT_WAIT_S
+            if now - since >= SHOW_WAIT_AFTER_S and due:
+                self.console.print(f"  {role:<8} waiting {now - since:.0f}s for {what}")
+                self.waits_shown[role] = (what, now)
+        for role in set(self.waits_shown) - set(waits):
+            del self.waits_shown[role]
+
+    def _poll_metrics(self) -> None:
+        if not self.job_dir:
+            return
         for role in _SHOWN:
             path = self._path(role)
             if not os.path.exists(path):

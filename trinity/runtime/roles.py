@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 import traceback
 from typing import Any, Dict, List, Optional
 
@@ -17,9 +18,13 @@ from trinity.runtime.actors import (
     compute_threads,
     setup_process,
 )
-from trinity.runtime.synchronizer import pack_state
+from trinity.runtime.status import Reporter
+from trinity.runtime.synchronizer import SyncTimeoutError, last_readable_step, pack_state
 
 logger = logging.getLogger(__name__)
+
+# Waits happen in slices this long, so a waiting role can say what it waits for.
+WAIT_SLICE_S = 2.0
 
 
 def _chat_template(model_cfg: Any) -> Optional[str]:
@@ -54,16 +59,21 @@ def runner_slots(config: Any, runners: int) -> int:
     return max(1, math.ceil(rows / max(1, runners)))
 
 
-def _monitor(config: Any, role: str) -> Any:
+def _monitor(config: Any, role: str, resumes_after: int) -> Any:
+    """The role's metrics sinks; records a killed run wrote after ``resumes_after`` go."""
     from trinity.monitor import Monitor
 
-    mon = config.monitor
-    return Monitor(config.checkpoint_job_dir, config.name, role, mon.monitor_type, mon.monitor_args)
+    mon, job_dir = config.monitor, config.checkpoint_job_dir
+    return Monitor(
+        job_dir, config.name, role, mon.monitor_type, mon.monitor_args, keep_until=resumes_after
+    )
 
 
 @ray.remote(num_cpus=0)
 class ExplorerActor:
-    def __init__(self, config: Any, plugin_dirs: List[str], queue: Any, sync: Any) -> None:
+    def __init__(
+        self, config: Any, plugin_dirs: List[str], queue: Any, sync: Any, status: Any = None
+    ) -> None:
         setup_process(
             plugin_dirs, config.checkpoint_job_dir, config.explorer.name, config.log.level
         )
@@ -73,9 +83,15 @@ class ExplorerActor:
             queue,
             sync,
         )
+        self.report = Reporter(status, "explorer")
         self.loaded_version = 0
 
-    def prepare(self, start_step: int) -> None:
+    def prepare(self, start_step: int) -> int:
+        """Build engines, runners and readers; returns the step exploring resumes after.
+
+        With a queue that already holds explored steps (a resumed run), exploring continues
+        after the last step written: what was explored is trained on, not explored again.
+        """
         from trinity.buffer import MixedTaskReader, TaskReader
         from trinity.explorer.explorer import Explorer
 
@@ -92,7 +108,16 @@ class ExplorerActor:
         ]
         runners = cfg.explorer.runner_per_model * len(self.engines)
         self.slots = runner_slots(cfg, runners)
-        pool = RayRunnerPool(self._make_runner, runners, cfg.explorer.max_timeout, self.slots)
+        pool = RayRunnerPool(
+            self._make_runner,
+            runners,
+            cfg.explorer.max_timeout,
+            self.slots,
+            max_retry_times=cfg.explorer.max_retry_times,
+            report=self.report,
+        )
+        if self.queue is not None:
+            start_step = max(start_step, ray.get(self.queue.last_step.remote()))
         buf = cfg.buffer
         readers = [
             TaskReader(ts, buf.total_epochs, buf.total_steps) for ts in buf.explorer_input.tasksets
@@ -101,11 +126,14 @@ class ExplorerActor:
         for _ in range(start_step):  # resume: skip the batches already explored and trained on
             reader.read(cfg.buffer.batch_size)
         evals = {ts.name: TaskReader(ts) for ts in cfg.buffer.explorer_input.eval_tasksets}
-        self.monitor = _monitor(cfg, "explorer")
-        write = (lambda exps: ray.get(self.queue.put.remote(exps))) if self.queue else None
-        self.explorer = Explorer(
-            cfg, pool, reader, evals, self._sync, write, self.monitor.log, start_step
+        self.monitor = _monitor(cfg, "explorer", start_step)
+        write = (
+            (lambda exps, step: ray.get(self.queue.put.remote(exps, step))) if self.queue else None
         )
+        self.explorer = Explorer(
+            cfg, pool, reader, evals, self._sync, write, self.monitor.log, start_step, self.report
+        )
+        return start_step
 
     def _make_runner(self, index: int) -> Any:
         cfg = self.config
@@ -130,20 +158,44 @@ class ExplorerActor:
         )
 
     def _sync(self, version: int) -> int:
-        """Make every engine hold weights >= ``version`` (``explore`` mode: the newest on disk)."""
-        timeout = self.config.synchronizer.sync_timeout
+        """Make every engine hold weights >= ``version`` (``explore`` mode: the newest on disk).
+
+        Also reloads an engine that came back from a restart with its initial weights.
+        """
         if self.config.mode == "explore":
-            version, timeout = self.loaded_version + 1, 0.0
-        try:
-            got, weights = ray.get(self.sync_actor.wait_for.remote(version, timeout))
-        except Exception:
-            if self.config.mode == "explore":
-                return self.loaded_version  # nothing newer on disk yet: keep exploring
-            raise
-        if got > self.loaded_version and weights:
-            ray.get([e.load_weights.remote(weights[0], got) for e in self.engines])
-            self.loaded_version = got
+            found = ray.get(self.sync_actor.wait_for.remote(self.loaded_version + 1, 0.0))
+        else:
+            found = self._wait_for_trainer(version)
+        versions = ray.get([e.model_version.remote() for e in self.engines])
+        stale = [e for e, v in zip(self.engines, versions, strict=True) if v < self.loaded_version]
+        if found is not None and found[0] > self.loaded_version and found[1]:
+            stale, self.loaded_version = self.engines, found[0]
+        if stale:
+            found = found or ray.get(self.sync_actor.wait_for.remote(self.loaded_version, 0.0))
+            if found is not None and found[1]:
+                ray.get([e.load_weights.remote(found[1][0], found[0]) for e in stale])
         return self.loaded_version
+
+    def _wait_for_trainer(self, version: int) -> Any:
+        """(version, weights) from the synchronizer, waiting in slices and saying so."""
+        timeout = self.config.synchronizer.sync_timeout
+        start, since = time.monotonic(), time.time()
+        while (left := timeout - (time.monotonic() - start)) > 0:
+            found = ray.get(self.sync_actor.wait_for.remote(version, min(WAIT_SLICE_S, left)))
+            if found is not None:
+                self.report.done()
+                return found
+            self.report.wait(
+                f"the trainer to publish model version {version} "
+                f"(synchronizer.sync_timeout={timeout:g}s)",
+                since=since,
+            )
+        latest = ray.get(self.sync_actor.published.remote())
+        raise SyncTimeoutError(
+            f"the trainer did not publish model version {version} within "
+            f"synchronizer.sync_timeout={timeout:g}s (latest published: {latest}); "
+            "it is slow or stuck: see its log"
+        )
 
     def run(self) -> int:
         try:
@@ -160,7 +212,13 @@ class ExplorerActor:
 @ray.remote(num_cpus=0)
 class TrainerActor:
     def __init__(
-        self, config: Any, plugin_dirs: List[str], queue: Any, sync: Any, planned_steps: int
+        self,
+        config: Any,
+        plugin_dirs: List[str],
+        queue: Any,
+        sync: Any,
+        planned_steps: int,
+        status: Any = None,
     ):
         setup_process(
             plugin_dirs,
@@ -171,14 +229,19 @@ class TrainerActor:
         )
         self.config, self.queue, self.sync_actor = config, queue, sync
         self.planned_steps = planned_steps
+        self.report = Reporter(status, "trainer")
 
     def prepare(self) -> int:
+        from trinity.trainer.checkpoint import latest_step
         from trinity.trainer.trainer import Trainer
 
-        self.monitor = _monitor(self.config, "trainer")
+        resumes_after = latest_step(self.config.checkpoint_job_dir) or 0
+        self.monitor = _monitor(self.config, "trainer", resumes_after)
         # Only a `both` run has an explorer waiting for weights in this job.
         publish = self._publish if self.config.mode == "both" else None
-        self.trainer = Trainer(self.config, self.planned_steps, self.monitor.log, publish)
+        self.trainer = Trainer(
+            self.config, self.planned_steps, self.monitor.log, publish, self.report.event
+        )
         step = self.trainer.prepare_model()
         self.trainer.attach_reader(self._reader(), self._auxiliary_readers())
         if step and self.config.mode == "both":
@@ -191,7 +254,14 @@ class TrainerActor:
         cfg = self.config
         storage = cfg.buffer.trainer_input.experience_buffer
         if self.queue is not None:
-            return QueueReader(self.queue, storage.max_read_timeout)
+            sync = cfg.synchronizer
+            return QueueReader(
+                self.queue,
+                storage.max_read_timeout,
+                lambda t: last_readable_step(t, sync.sync_interval, sync.sync_offset),
+                whole_groups=self.trainer.needs_groups,
+                report=self.report,
+            )
         return self._file_reader(storage, cfg.buffer.total_epochs, cfg.buffer.total_steps)
 
     def _file_reader(self, storage: Any, total_epochs: int, total_steps: Optional[int]) -> Any:
@@ -258,14 +328,75 @@ class TrainerActor:
         return path if os.path.isdir(path) else None
 
 
-class QueueReader:
-    """``read(n, timeout)`` over the queue actor, the trainer's view of the experience buffer."""
+class ReadTimeoutError(TimeoutError):
+    """No experience of a step the trainer waits for arrived within ``max_read_timeout``."""
 
-    def __init__(self, queue: Any, max_read_timeout: float) -> None:
+
+class QueueReader:
+    """The trainer's view of the queue: ``begin_step(t)``, then ``read(n)`` for step ``t``.
+
+    A read takes experiences of the explore steps train step ``t`` may wait for
+    (``max_step_of(t)``) and waits only while one of them is still being explored. When
+    ``max_read_timeout`` passes, what arrived is trained on (the configuration guide's
+    "incomplete batch"), said on the console; if nothing arrived, the trainer fails naming
+    the step it waited for. A strategy's own shorter ``timeout`` just gets what is there.
+    """
+
+    def __init__(
+        self,
+        queue: Any,
+        max_read_timeout: float,
+        max_step_of: Any,
+        whole_groups: bool = False,
+        report: Optional[Reporter] = None,
+    ) -> None:
         self.queue, self.max_read_timeout = queue, max_read_timeout
+        self.max_step_of, self.whole_groups = max_step_of, whole_groups
+        self.report = report or Reporter(None, "trainer")
+        self.step = 1
+
+    def begin_step(self, step: int) -> None:
+        self.step = step
 
     def read(self, batch_size: int, timeout: Optional[float] = None) -> List[Any]:
-        exps = ray.get(self.queue.get.remote(batch_size, timeout or self.max_read_timeout))
-        if exps is None:
+        limit = self.max_read_timeout if timeout is None else timeout
+        start, since, max_step = time.monotonic(), time.time(), self.max_step_of(self.step)
+        while True:
+            left = max(0.0, limit - (time.monotonic() - start))
+            final = left <= WAIT_SLICE_S
+            result = ray.get(
+                self.queue.get.remote(
+                    batch_size,
+                    max_step=max_step,
+                    timeout=min(WAIT_SLICE_S, left),
+                    whole_groups=self.whole_groups,
+                    consumer=self.step,
+                    take_partial=final,
+                )
+            )
+            if result.state != "timeout" or final:
+                break
+            self.report.wait(
+                f"the explorer to finish step {result.waiting_for} "
+                f"(buffer.trainer_input.experience_buffer.max_read_timeout={limit:g}s)",
+                since=since,
+            )
+        self.report.done()
+        exps = result.experiences
+        if result.state == "ended" and not exps:
             raise StopIteration("the explorer has finished and the queue is drained")
+        if result.state == "timeout" and timeout is None:
+            self._timed_out(exps, batch_size, result.waiting_for)
         return exps
+
+    def _timed_out(self, exps: List[Any], batch_size: int, waiting_for: int) -> None:
+        where = (
+            f"explore step {waiting_for} did not finish within "
+            f"buffer.trainer_input.experience_buffer.max_read_timeout={self.max_read_timeout:g}s"
+        )
+        if not exps:
+            raise ReadTimeoutError(f"{where}: no experience to train on; see the explorer's log")
+        self.report.event(
+            f"train step {self.step}: {where}; training on the {len(exps)} of {batch_size} "
+            "experiences that arrived"
+        )

@@ -48,7 +48,7 @@ def unpack_state(packed: Dict[str, Tuple[np.ndarray, str]]) -> Dict[str, torch.T
 
 
 class SyncTimeoutError(TimeoutError):
-    pass
+    """A side of a sync did not arrive within ``synchronizer.sync_timeout``."""
 
 
 def required_version(step: int, sync_interval: int, sync_offset: int) -> int:
@@ -58,6 +58,17 @@ def required_version(step: int, sync_interval: int, sync_offset: int) -> int:
     interval 1, offset 0 is strictly on-policy (step s uses the weights after s-1 updates).
     """
     return max(0, ((step - 1 - sync_offset) // sync_interval) * sync_interval)
+
+
+def last_readable_step(train_step: int, sync_interval: int, sync_offset: int) -> int:
+    """The newest explore step whose experiences train step ``train_step`` may wait for.
+
+    Explore step ``s`` can be explored before the trainer publishes version ``train_step``
+    exactly when ``required_version(s) <= train_step - 1``; waiting for any later step would
+    wait for an explorer that waits for this very update. Solving ``required_version`` for
+    ``s``: ``floor((s - 1 - offset) / I) <= floor((t - 1) / I)``.
+    """
+    return ((train_step - 1) // sync_interval + 1) * sync_interval + sync_offset
 
 
 class Synchronizer:
@@ -97,11 +108,12 @@ class Synchronizer:
             return step, [weights_path(self.job_dir, step)]
         return None
 
-    async def wait_for(
-        self, version: int, timeout: Optional[float] = None
-    ) -> Tuple[int, List[Any]]:
-        """Explorer side: wait for weights of at least ``version``; returns (version, weights)."""
-        timeout = self.timeout if timeout is None else timeout
+    async def wait_for(self, version: int, timeout: float) -> Optional[Tuple[int, List[Any]]]:
+        """Explorer side: (version, weights) of at least ``version``; None after ``timeout``.
+
+        The caller waits in short slices so it can say what it waits for, and builds the
+        error when its whole ``sync_timeout`` has passed. Raises if the trainer failed.
+        """
         if not self.has_trainer:
             return await self._poll_disk(version, timeout)
         async with self._cond():
@@ -109,27 +121,24 @@ class Synchronizer:
             try:
                 await asyncio.wait_for(self._cond().wait_for(ready), timeout)
             except asyncio.TimeoutError:
-                raise SyncTimeoutError(
-                    f"the trainer did not publish model version {version} within "
-                    f"synchronizer.sync_timeout={timeout}s (latest published: {self.version}); "
-                    "the trainer is slow or stuck: see its log under <job_dir>/log/"
-                ) from None
-            if self._trainer_state.startswith("failed"):
+                return None
+            if self._trainer_state.startswith("failed") and self.version < version:
                 raise RuntimeError(
                     f"the trainer stopped before version {version}: {self._trainer_state}"
                 )
             return self.version, self._weights or []
 
-    async def _poll_disk(self, version: int, timeout: float) -> Tuple[int, List[Any]]:
+    async def _poll_disk(self, version: int, timeout: float) -> Optional[Tuple[int, List[Any]]]:
         deadline = time.monotonic() + timeout
         while (found := self._from_disk(version)) is None:
-            if time.monotonic() > deadline:
-                raise SyncTimeoutError(
-                    f"no checkpoint of version >= {version} appeared in {self.job_dir} within "
-                    f"synchronizer.sync_timeout={timeout}s: is a `train` mode run writing there?"
-                )
-            await asyncio.sleep(1.0)
+            if time.monotonic() >= deadline:
+                return None
+            await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
         return found
+
+    async def published(self) -> int:
+        """The newest version the trainer published (or found on disk)."""
+        return self.version
 
     async def trainer_state(self) -> str:
         return self._trainer_state

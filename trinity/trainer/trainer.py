@@ -46,13 +46,16 @@ class Trainer:
         planned_steps: int,
         log: Callable[[Dict[str, float], int], None],
         publish: Optional[Callable[[int, torch.nn.Module], None]] = None,
+        report: Optional[Callable[[str], None]] = None,
     ) -> None:
         """``publish(version, model)`` hands weights to the explorer; ``planned_steps`` sizes the
-        lr schedule and bounds the loop. Call ``prepare_model`` then ``attach_reader``."""
+        lr schedule and bounds the loop; ``report`` says noteworthy things on the console.
+        Call ``prepare_model`` then ``attach_reader``."""
         self.config = config
         self.planned_steps = planned_steps
         self.log = log
         self.publish = publish
+        self.report = report or (lambda text: None)
         self.job_dir = config.checkpoint_job_dir
         self.step = 0
 
@@ -161,6 +164,11 @@ class Trainer:
         logger.info("resumed the trainer from %s", ckpt.step_dir(self.job_dir, step))
 
     # ---- one step --------------------------------------------------------------------------
+    @property
+    def needs_groups(self) -> bool:
+        """Whether batches must hold whole groups (the advantage compares a task's rollouts)."""
+        return self.advantage_fn is not None and getattr(self.advantage_fn, "needs_groups", False)
+
     def _tokens(self, key: str, dynamic_key: str) -> Optional[int]:
         return self.settings[key] if self.settings[dynamic_key] else None
 
@@ -264,18 +272,20 @@ class Trainer:
         interval = cfg.synchronizer.sync_interval
         while self.step < self.planned_steps:
             start = time.monotonic()
+            if hasattr(self.reader, "begin_step"):  # an accounted buffer reads by step
+                self.reader.begin_step(self.step + 1)
             try:
                 experiences, sample_metrics = self.sampler.sample(
                     self.step + 1, cfg.buffer.train_batch_size
                 )
             except StopIteration:
                 break
-            if not experiences:  # nothing within max_read_timeout, but the buffer is open
-                logger.warning("no experience arrived within the read timeout; waiting again")
-                continue
             self.step += 1
             metrics = {**sample_metrics, "time/read_experiences": time.monotonic() - start}
-            metrics.update(self.train_step(experiences))
+            if experiences:
+                metrics.update(self.train_step(experiences))
+            else:  # e.g. every task of its explore step failed: keep the step count in sync
+                self.report(f"train step {self.step}: no experience to train on; weights unchanged")
             if self.publish is not None and self.step % interval == 0:
                 start = time.monotonic()  # publish before logging: the explorer may be waiting
                 self.publish(self.step, self.model)

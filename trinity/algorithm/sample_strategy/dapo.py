@@ -192,16 +192,16 @@ class DAPOSampleStrategy(SampleStrategy):
     def state_dict(self) -> Dict:
         # extra.json is JSON: the held-back experiences travel as base64 of their bytes. The
         # buffer package pulls in `datasets`, so it is imported only when a checkpoint is made.
-        from trinity.buffer.store import serialize_experience
+        from trinity.buffer.codec import encode_experience
 
-        blobs = [base64.b64encode(serialize_experience(e)).decode("ascii") for e in self.pending]
+        blobs = [base64.b64encode(encode_experience(e)).decode("ascii") for e in self.pending]
         return {"pending": blobs}
 
     def load_state_dict(self, state: Dict) -> None:
-        from trinity.buffer.store import deserialize_experience
+        from trinity.buffer.codec import decode_experience
 
         blobs = state.get("pending", [])
-        self.pending = [deserialize_experience(base64.b64decode(b)) for b in blobs]
+        self.pending = [decode_experience(base64.b64decode(b)) for b in blobs]
 
     @classmethod
     def default_args(cls) -> Dict:

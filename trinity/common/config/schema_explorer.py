@@ -87,7 +87,14 @@ class ExplorerConfig(ConfigModel):
         None, description="Split a task's repeats into runs of at most this many."
     )
     max_timeout: float = Field(900, description="Seconds a workflow may take.")
-    max_retry_times: int = Field(2, description="Retries of a failed workflow.")
+    max_retry_times: int = Field(
+        2, description="Retries of a task whose workflow raised, timed out or lost its runner."
+    )
+    max_failed_ratio: float = Field(
+        1.0,
+        description="The run fails when this fraction of a step's tasks failed after retries "
+        "(1.0: only when all did; 0: at the first failure).",
+    )
     env_vars: Dict[str, str] = Field(
         default_factory=dict, description="Environment variables of every runner."
     )

@@ -1,0 +1,158 @@
+"""Injected faults: each ends in a finished run or one clear failure, never a silent stall.
+
+Each test prints one line, ``FAULT <name>: <outcome> in <seconds>``, for the closing note
+(``pytest -s`` shows them). The faults come from ``fault_plugins/faults.py``, loaded as a
+user plugin, so they happen inside the real runner and engine actors.
+"""
+
+import json
+import os
+import time
+
+import pytest
+
+from tests.integration.conftest import base_overrides
+from tests.reliability.conftest import BASE_CONFIG
+from trinity.runtime.launcher import RunFailed, run
+
+PLUGINS = os.path.join(os.path.dirname(__file__), "fault_plugins")
+
+
+def records(job_dir: str, role: str) -> list:
+    with open(os.path.join(job_dir, "monitor", f"{role}.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def overrides(tmp_path, micro_model, arithmetic_data, *extra: str) -> list:
+    return base_overrides(tmp_path, micro_model, arithmetic_data) + [
+        "buffer.explorer_input.eval_tasksets=[]",
+        "trainer.save_interval=0",
+        *extra,
+    ]
+
+
+def timed(name: str, fn):
+    start = time.monotonic()
+    try:
+        result = fn()
+    except RunFailed as exc:
+        print(f"\nFAULT {name}: failed cleanly in {time.monotonic() - start:.1f}s: {exc}")
+        raise
+    print(f"\nFAULT {name}: run finished in {time.monotonic() - start:.1f}s")
+    return result
+
+
+def test_reward_fn_raising_on_a_tenth_of_tasks(
+    tmp_path, micro_model, arithmetic_data, ray_cluster, capsys
+):
+    """The failing tasks are retried, reported with their id, and the trainer trains on the
+    rest of each step at once: no wait for experiences that will not come."""
+    args = overrides(
+        tmp_path,
+        micro_model,
+        arithmetic_data,
+        "buffer.explorer_input.default_reward_fn_type=flaky_reward",
+        "buffer.batch_size=8",
+        "buffer.total_steps=4",
+        "explorer.max_retry_times=1",
+    )
+    (result,) = timed(
+        "reward_fn raises on ~10% of tasks", lambda: run(BASE_CONFIG, args, [PLUGINS])
+    )
+    out = capsys.readouterr().out
+    trainer = records(result.job_dir, "trainer")
+    assert [r["step"] for r in trainer] == [1, 2, 3, 4]
+    counts = [r["sample/experience_count"] for r in trainer]
+    explored = records(result.job_dir, "explorer")
+    failed = [r["rollout/tasks_failed"] for r in explored]
+    # each step trains on exactly what its explore step produced: 4 samples per good task
+    assert counts == [32 - 4 * f for f in failed]
+    assert sum(failed) > 0, "the data should hold some rows the reward fn refuses"
+    assert "cannot score this task" in out and "after 2 attempt(s)" in out
+    assert all(r["time/read_experiences"] < 30 for r in trainer)
+
+
+def test_a_hanging_workflow_times_out_is_retried_and_reported(
+    tmp_path, micro_model, arithmetic_data, ray_cluster, capsys
+):
+    args = overrides(
+        tmp_path,
+        micro_model,
+        arithmetic_data,
+        "buffer.explorer_input.default_workflow_type=hanging_workflow",
+        "buffer.total_steps=2",
+        "explorer.max_timeout=6",
+        "explorer.max_retry_times=1",
+    )
+    (result,) = timed("hanging workflow", lambda: run(BASE_CONFIG, args, [PLUGINS]))
+    out = capsys.readouterr().out
+    assert "timed out after explorer.max_timeout=6s" in out and "after 2 attempt(s)" in out
+    assert "waiting" in out and "train-1-arith_train-0" in out  # what the explorer waited for
+    trainer = records(result.job_dir, "trainer")
+    assert [r["sample/experience_count"] for r in trainer] == [12, 16]  # row 0 only in step 1
+
+
+def test_a_killed_runner_is_replaced_and_its_task_rerun(
+    tmp_path, micro_model, arithmetic_data, ray_cluster
+):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    args = overrides(
+        tmp_path,
+        micro_model,
+        arithmetic_data,
+        "buffer.explorer_input.default_workflow_type=runner_killing_workflow",
+        f"buffer.explorer_input.taskset.workflow_args={{marker_dir: {markers}}}",
+        "buffer.total_steps=2",
+    )
+    (result,) = timed("runner process killed", lambda: run(BASE_CONFIG, args, [PLUGINS]))
+    assert os.path.exists(markers / "runner-1")  # the fault did happen
+    trainer = records(result.job_dir, "trainer")
+    assert [r["sample/experience_count"] for r in trainer] == [16, 16]  # nothing lost
+
+
+def test_a_killed_engine_is_restarted_and_gets_the_weights_back(
+    tmp_path, micro_model, arithmetic_data, ray_cluster
+):
+    """Killed in step 3 (holding version 2); with sync_interval 2, step 4 brings no new
+    weights, so only the explorer's check of each engine's version restores them."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    args = overrides(
+        tmp_path,
+        micro_model,
+        arithmetic_data,
+        "buffer.explorer_input.default_workflow_type=engine_killing_workflow",
+        f"buffer.explorer_input.taskset.workflow_args="
+        f"{{marker_dir: {markers}, engine_name: explorer_engine_0, kill_row: 8}}",
+        "buffer.total_steps=4",
+        "synchronizer.sync_interval=2",
+    )
+    (result,) = timed("rollout engine killed", lambda: run(BASE_CONFIG, args, [PLUGINS]))
+    assert os.path.exists(markers / "engine-8")
+    trainer = records(result.job_dir, "trainer")
+    assert [r["step"] for r in trainer] == [1, 2, 3, 4]
+    assert [r["sample/experience_count"] for r in trainer] == [16, 16, 16, 16]
+    # step 3 sampled partly after the restart (version 0); step 4 from version 2 again
+    assert trainer[2]["sample/model_version/min"] == 0
+    assert trainer[3]["sample/model_version/min"] == 2
+
+
+def test_every_task_failing_ends_the_run_with_one_message(
+    tmp_path, micro_model, arithmetic_data, ray_cluster
+):
+    args = overrides(
+        tmp_path,
+        micro_model,
+        arithmetic_data,
+        "buffer.explorer_input.default_workflow_type=hanging_workflow",
+        "buffer.batch_size=1",
+        "explorer.max_timeout=3",
+        "explorer.max_retry_times=0",
+    )
+    with pytest.raises(RunFailed) as info:
+        timed("every task of a step fails", lambda: run(BASE_CONFIG, args, [PLUGINS]))
+    message = str(info.value)
+    assert "the explorer failed" in message and "1 of 1 task(s) failed" in message
+    assert "explorer.max_failed_ratio" in message and "log/explorer.log" in message
+    assert len(message.splitlines()) <= 4 and "Traceback" not in message
