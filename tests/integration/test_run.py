@@ -101,12 +101,13 @@ def test_failing_workflow_stops_the_run_with_its_error(
 ):
     from trinity.runtime.launcher import RunFailed
 
+    # A reward that raises at run time (an unknown reward name now fails before Ray starts).
     overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
-        "buffer.explorer_input.default_reward_fn_type=no_such_reward",
+        "buffer.explorer_input.default_reward_fn_type=failing_reward",
         "explorer.max_retry_times=0",
     ]
-    with pytest.raises(RunFailed, match="no_such_reward"):
-        run(CONFIG, overrides, [])
+    with pytest.raises(RunFailed, match="failing_reward"):
+        run(CONFIG, overrides, [os.path.join(HERE, "plugins")])
 
 
 def test_checkpoint_sync_method(tmp_path, micro_model, arithmetic_data, ray_cluster):

@@ -120,7 +120,7 @@ def _model_problems(config: Config, model_from_previous: bool) -> List[str]:
         if path and path not in seen:
             seen.add(path)
             problems += model_folder_problems(key, path)
-    if not problems and not model_from_previous:
+    if not problems and not model_from_previous and model.model_path:
         problems += _chat_template_problems(config)
     return problems
 

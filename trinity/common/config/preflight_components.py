@@ -222,6 +222,8 @@ def _reference_problems(config: Config, algorithm_cls: Any) -> List[str]:
             algorithm.kl_penalty_fn or "none",
             algorithm.policy_loss_fn,
         )
-    except (KeyError, ValueError) as exc:
+    except KeyError:  # an unknown component name, reported by derive.py
+        return []
+    except ValueError as exc:
         return [f"algorithm.algorithm_type = {algorithm.algorithm_type}: {exc.args[0]}"]
     return []
