@@ -113,7 +113,18 @@ def _sides(method: str, job_dir: str, model: torch.nn.Module, folder: str, threa
     trainer = SimpleNamespace(
         config=config, sync_actor=sync, trainer=_WeightsOnlySaver(job_dir, model)
     )
-    explorer = SimpleNamespace(config=config, sync_actor=sync, engines=[engine], loaded_version=0)
+    from trinity.runtime.roles import ExplorerActor
+    from trinity.runtime.status import Reporter
+
+    explorer = SimpleNamespace(
+        config=config,
+        sync_actor=sync,
+        engines=[engine],
+        loaded_version=0,
+        report=Reporter(None, "explorer"),
+    )
+    wait = ExplorerActor.__ray_actor_class__._wait_for_trainer
+    explorer._wait_for_trainer = lambda version: wait(explorer, version)
     return trainer, explorer, [sync, engine]
 
 
