@@ -534,6 +534,16 @@ CASES: List[Bad] = [
             data["algorithm"].update({"kl_loss_fn": "k2"}),
         ),
     ),
+    Bad(
+        "workflow-arg-typo",
+        ["buffer.explorer_input.tasksets[0].workflow_args.greedy_baselin", "greedy_baseline"],
+        set={f"{TASKSET}.workflow_args": {"greedy_baselin": True}},
+    ),
+    Bad(
+        "remax-without-greedy-baseline",
+        ["buffer.explorer_input.tasksets[0].workflow_args.greedy_baseline must be true", "remax"],
+        set={"algorithm": {"algorithm_type": "remax", "repeat_times": 1}},
+    ),
     # ---- buffer paths ------------------------------------------------------------------
     Bad(
         "postgres-buffer",

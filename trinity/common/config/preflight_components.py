@@ -37,6 +37,14 @@ STRATEGY_CONTEXT = ("reader", "auxiliary_readers", "group_size", "max_response_t
 KL_CTRL_KEYS = ("type", "kl_coef", "horizon", "target_kl")
 
 
+# Built-in workflow -> the workflow_args keys it reads (trinity/common/workflows/simple.py).
+WORKFLOW_ARGS = {"simple_workflow": ("greedy_baseline",), "math_workflow": ("greedy_baseline",)}
+
+# Advantage fn -> the workflow_args flag that makes built-in workflows produce its input
+# (remax subtracts the reward of a greedy answer, info["baseline_reward"]).
+ADVANTAGE_WORKFLOW_FLAGS = {"remax": "greedy_baseline"}
+
+
 def is_builtin(obj: Any) -> bool:
     """Whether ``obj`` is defined in the ``trinity`` package (not in a plugin)."""
     return getattr(obj, "__module__", "").split(".")[0] == "trinity"
@@ -120,9 +128,11 @@ def _taskset_problems(config: Config) -> List[str]:
     from trinity.common.rewards import REWARD_FUNCTIONS
 
     problems = []
-    for path, storage, _ in _tasksets(config):
+    for path, storage, is_eval in _tasksets(config):
         workflow, found = resolve_workflow(config, path, storage)
         problems += found
+        if workflow is not None and is_builtin(workflow):
+            problems += _workflow_args_problems(config, path, storage, is_eval)
         key = origin_of(config, path, storage, "default_reward_fn_type")
         name = storage.default_reward_fn_type or getattr(workflow, "default_reward_fn", None)
         if name is None:
@@ -139,6 +149,30 @@ def _taskset_problems(config: Config) -> List[str]:
             continue
         args = dict(storage.reward_fn_args or {})
         problems += bind_problems(reward, args, f"{path}.reward_fn_args", f"reward '{name}'")
+    return problems
+
+
+def _workflow_args_problems(
+    config: Config, path: str, storage: StorageConfig, is_eval: bool
+) -> List[str]:
+    """A built-in workflow's ``workflow_args``: known keys, and the flag the advantage needs."""
+    name, args = storage.default_workflow_type or "", storage.workflow_args or {}
+    known = WORKFLOW_ARGS.get(name)
+    if known is None:
+        return []
+    problems = []
+    for key in args:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            reads = ", ".join(known) or "none"
+            problems.append(f"{path}.workflow_args.{key}: {name} reads no such key{hint} ({reads})")
+    flag = ADVANTAGE_WORKFLOW_FLAGS.get(config.algorithm.advantage_fn or "")
+    if flag and not is_eval and config.mode == "both" and not args.get(flag):
+        problems.append(
+            f"{path}.workflow_args.{flag} must be true: advantage_fn "
+            f"{config.algorithm.advantage_fn} needs what {name} only adds then"
+        )
     return problems
 
 

@@ -1,0 +1,242 @@
+"""The checks `trinity run` makes before Ray starts: argument binding, batch arithmetic,
+sampling ranges, model folders, writable outputs, and how problems of stages are merged.
+
+The whole-CLI behaviour (exit code 2, one message) is the corpus in
+``tests/reliability/test_bad_configs.py``; these tests pin the rules' edges.
+"""
+
+import os
+import shutil
+import textwrap
+
+import pytest
+from pydantic import ValidationError
+
+from trinity.common.config import ConfigError, OptimizerConfig, load_config
+from trinity.common.config.derive import derive
+from trinity.common.config.preflight import (
+    _merge_stage_labels,
+    check_before_start,
+    has_chat_template,
+    model_folder_problems,
+    writable_problems,
+)
+from trinity.common.config.preflight_components import bind_problems
+from trinity.common.config.validate import check_consistency, masked_url
+
+
+class TakesAB:
+    def __init__(self, a, b=1, **kwargs):
+        pass
+
+
+class TakesNothing:
+    pass
+
+
+def test_unknown_argument_named_with_the_nearest_parameter_despite_kwargs():
+    found = bind_problems(TakesAB, {"a": 1, "bb": 2}, "algorithm.x_args", "x 'k'")
+    assert found == [
+        "algorithm.x_args.bb: x 'k' has no argument 'bb'; did you mean 'b'? (takes: a, b)"
+    ]
+
+
+def test_missing_required_argument_unless_the_caller_supplies_it():
+    assert bind_problems(TakesAB, {}, "p", "x 'k'") == ["p: x 'k' needs the argument 'a'"]
+    assert bind_problems(TakesAB, {"b": 2}, "p", "x 'k'", supplied=("a",)) == []
+
+
+def test_a_class_without_constructor_takes_no_arguments():
+    found = bind_problems(TakesNothing, {"scale": 2}, "p", "reward 'r'")
+    assert found == ["p.scale: reward 'r' has no argument 'scale' (takes: no arguments)"]
+
+
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        ("postgresql://u:secret@host:5432/db", "postgresql://u:***@host:5432/db"),
+        ("mysql://root@localhost/x", "mysql://root@localhost/x"),
+        ("sqlite:///buffer.db", "sqlite:///buffer.db"),
+    ],
+)
+def test_passwords_are_masked(url, shown):
+    assert masked_url(url) == shown
+
+
+def test_bools_are_not_numbers_inside_lists():
+    with pytest.raises(ValidationError, match="true/false is not a number"):
+        OptimizerConfig(betas=[0.9, False])
+    assert OptimizerConfig(betas=[0.9, 0.99]).betas == (0.9, 0.99)
+
+
+BASE = """
+model: {model_path: /m, max_prompt_tokens: 8, max_response_tokens: 4}
+algorithm: {algorithm_type: grpo, repeat_times: 4}
+buffer:
+  batch_size: 4
+  explorer_input:
+    taskset: {name: t, path: /d}
+"""
+
+
+def consistency(tmp_path, extra: str = "", overrides=()):
+    path = tmp_path / "c.yaml"
+    path.write_text(textwrap.dedent(BASE) + textwrap.dedent(extra))
+    config, _ = derive(load_config(str(path), list(overrides)))
+    return check_consistency(config)
+
+
+def test_mix_counts_only_the_rows_it_reads_from_the_experience_buffer(tmp_path):
+    mix = ["algorithm.algorithm_type=mix", "algorithm.repeat_times=4"]
+    # 20 rows, ratio 0.2: round(4.0) = 4 expert rows, 16 from the buffer = 4 * 4 explored.
+    ok = mix + [
+        "buffer.train_batch_size=20",
+        "algorithm.sample_strategy_args.expert_data_ratio=0.2",
+    ]
+    assert consistency(tmp_path, overrides=ok) == []
+    # 32 rows, ratio 0.25: 8 expert rows, 24 from the buffer > 16 explored per step.
+    bad = mix + [
+        "buffer.train_batch_size=32",
+        "algorithm.sample_strategy_args.expert_data_ratio=0.25",
+    ]
+    assert consistency(tmp_path, overrides=bad) == [
+        "buffer.train_batch_size = 32 (of which 24 from the experience buffer) exceeds one "
+        "explore step's output, buffer.batch_size * algorithm.repeat_times = 4 * 4 = 16: the "
+        "trainer would wait for experiences of a step that needs its own update first; use at "
+        "most 16"
+    ]
+
+
+def test_step_output_uses_a_taskset_with_fewer_repeats(tmp_path):
+    found = consistency(tmp_path, overrides=["buffer.explorer_input.taskset.repeat_times=2"])
+    assert len(found) == 1 and "taskset 't' repeat_times = 4 * 2 = 8" in found[0]
+
+
+def test_group_size_only_for_algorithms_whose_advantage_needs_groups(tmp_path):
+    assert consistency(tmp_path, overrides=["buffer.train_batch_size=6"]) == [
+        "buffer.train_batch_size = 6 is not a multiple of algorithm.repeat_times = 4: grpo "
+        "trains on whole groups of 4 rollouts, so a step would split a group"
+    ]
+    # reinforce++ normalises over the batch, not per task: any size and one rollout are fine.
+    plain = ["algorithm.algorithm_type=reinforceplusplus", "algorithm.repeat_times=1"]
+    assert consistency(tmp_path, overrides=plain + ["buffer.train_batch_size=3"]) == []
+
+
+@pytest.mark.parametrize(
+    "key, value, ok",
+    [
+        ("temperature", 0, True),  # greedy
+        ("temperature", -0.1, False),
+        ("top_p", 1, True),
+        ("top_p", 1.01, False),
+        ("top_p", 0, False),
+        ("top_k", 0, True),  # no limit, as -1
+        ("top_k", -1, True),
+        ("top_k", -2, False),
+        ("top_k", 1, True),
+    ],
+)
+def test_sampling_ranges(tmp_path, key, value, ok):
+    found = consistency(tmp_path, overrides=[f"model.{key}={value}"])
+    assert (found == []) is ok, found
+
+
+def test_taskset_sampling_values_copied_from_model_are_reported_once(tmp_path):
+    found = consistency(tmp_path, overrides=["model.top_p=2"])
+    assert found == ["model.top_p = 2.0 must be in (0, 1] (1 is off)"]
+
+
+@pytest.fixture
+def model_copy(tmp_path, micro_model):
+    return shutil.copytree(micro_model, tmp_path / "model")
+
+
+def test_a_complete_model_folder_passes(model_copy):
+    assert model_folder_problems("model.model_path", str(model_copy)) == []
+    assert has_chat_template(str(model_copy))
+
+
+def test_missing_tokenizer_and_weights_are_both_named(model_copy):
+    for name in ("tokenizer.json", "tokenizer_config.json", "model.safetensors"):
+        os.remove(model_copy / name)
+    (found,) = model_folder_problems("k", str(model_copy))
+    assert "no tokenizer files" in found and "no weights" in found
+
+
+def test_chat_template_in_tokenizer_config(tmp_path):
+    (tmp_path / "tokenizer_config.json").write_text('{"chat_template": "{{ messages }}"}')
+    assert has_chat_template(str(tmp_path))
+    (tmp_path / "tokenizer_config.json").write_text('{"eos_token": "</s>"}')
+    assert not has_chat_template(str(tmp_path))
+
+
+def test_writable_targets(tmp_path):
+    (tmp_path / "file").write_text("x")
+    assert writable_problems("k", "v", str(tmp_path / "new" / "deeper"), True) == []
+    under_file = writable_problems("k", "v", str(tmp_path / "file" / "ck"), True)
+    assert under_file == [
+        f"k = v: {tmp_path / 'file'} is a file, so the folders below it cannot be made"
+    ]
+    assert "is a folder; expected a file" in writable_problems("k", "v", str(tmp_path), False)[0]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_unwritable_folder(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    found = writable_problems("k", "v", str(locked / "ck"), True)
+    assert found == [f"k = v: cannot write in {locked} (permission denied)"]
+
+
+def test_problems_of_several_stages_are_merged_and_labelled():
+    found = [("p1", "a"), ("p1", "b"), ("p2", "b")]
+    assert _merge_stage_labels(found, several=True) == ["stages 'a', 'b': p1", "stage 'b': p2"]
+    assert _merge_stage_labels(found[:1], several=False) == ["p1"]
+
+
+GOOD = """
+checkpoint_root_dir: {root}
+model: {{model_path: {model}, max_prompt_tokens: 40, max_response_tokens: 4}}
+algorithm: {{algorithm_type: grpo, repeat_times: 4}}
+buffer:
+  batch_size: 4
+  explorer_input:
+    default_workflow_type: math_workflow
+    taskset:
+      name: t
+      path: {data}
+      format: {{prompt_key: question, response_key: answer}}
+"""
+
+
+def good(tmp_path, model, data, extra=""):
+    path = tmp_path / "c.yaml"
+    path.write_text(GOOD.format(root=tmp_path / "ck", model=model, data=data) + extra)
+    return load_config(str(path))
+
+
+def test_a_good_config_returns_its_finalized_stages(tmp_path, micro_model, arithmetic_data):
+    (stage,) = check_before_start(good(tmp_path, micro_model, arithmetic_data["rl"]))
+    assert stage.buffer.train_batch_size == 16 and stage.model.model_path == micro_model
+
+
+def test_a_stage_after_a_training_stage_does_not_read_the_model_path(tmp_path, arithmetic_data):
+    """The launcher points it at the previous stage's export; an explore stage exports none."""
+    sft = (
+        "stages:\n"
+        "  - {stage_name: warm, mode: explore}\n"
+        "  - stage_name: sft\n"
+        "    mode: train\n"
+        "    algorithm: {algorithm_type: sft}\n"
+        "    buffer:\n"
+        "      train_batch_size: 4\n"
+        f"      trainer_input: {{experience_buffer: {{name: s, path: {arithmetic_data['sft']}}}}}\n"
+        "  - {stage_name: rl}\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        check_before_start(good(tmp_path, "/nonexistent/model", arithmetic_data["rl"], sft))
+    model_lines = [p for p in info.value.problems if "model.model_path" in p]
+    assert model_lines == [
+        "stages 'warm', 'sft': model.model_path = /nonexistent/model: no such folder (models "
+        "are read from local folders; nothing is downloaded)"
+    ]
