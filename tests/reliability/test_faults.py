@@ -212,3 +212,47 @@ def test_kill_9_and_resume_trains_every_experience_once(tmp_path, micro_model, a
         assert unread.fetchone()[0] == 0
     assert written == 30 * 16
     assert sum(r["sample/experience_count"] for r in trainer) == written  # none twice
+
+
+def _small_tmpfs(path: str, size: str) -> bool:
+    """Mount a tmpfs of ``size`` at ``path`` (root only); False where that is not allowed."""
+    os.makedirs(path, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path], capture_output=True
+    )
+    return done.returncode == 0
+
+
+def test_a_full_disk_fails_the_run_clearly_and_keeps_the_last_checkpoint(
+    tmp_path, micro_model, arithmetic_data, ray_cluster
+):
+    """A 4 MiB tmpfs as checkpoint_root_dir holds about two checkpoints of the micro model;
+    where none can be mounted, a plugin makes checkpoint writes fail with ENOSPC instead."""
+    from trinity.trainer.checkpoint import latest_step, load_checkpoint
+
+    root = str(tmp_path / "small_disk")
+    mounted = _small_tmpfs(root, "4m")
+    plugins = [] if mounted else [os.path.join(os.path.dirname(__file__), "diskfull_plugin")]
+    args = base_overrides(tmp_path, micro_model, arithmetic_data) + [
+        f"checkpoint_root_dir={root}",
+        "buffer.explorer_input.eval_tasksets=[]",
+        "buffer.total_steps=20",
+        "trainer.save_interval=1",
+    ]
+    try:
+        with pytest.raises(RunFailed) as info:
+            timed(
+                f"full disk ({'tmpfs' if mounted else 'stand-in'})",
+                lambda: run(BASE_CONFIG, args, plugins),
+            )
+        message = str(info.value)
+        assert "disk full" in message or "No space left on device" in message, message
+        assert len(message.splitlines()) <= 4 and "Traceback" not in message
+        job_dir = os.path.join(root, "tests", "grpo_small")
+        kept = latest_step(job_dir)
+        assert kept is not None and kept >= 1
+        assert load_checkpoint(job_dir, kept)["model"]  # the marked checkpoint is whole
+        assert not [d for d in os.listdir(job_dir) if ".tmp" in d]  # no partial folder left
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", root], capture_output=True)

@@ -10,12 +10,17 @@ from __future__ import annotations
 import os
 import time
 from abc import ABC, abstractmethod
-from typing import List, Sequence, Tuple
+from contextlib import contextmanager
+from typing import Iterator, List, Sequence, Tuple
 
 import sqlalchemy as sa
 
 from trinity.buffer.codec import decode_experience, encode_experience
 from trinity.common.experience import Experience
+
+
+class StoreError(OSError):
+    """The experience buffer could not be written (disk full, database error)."""
 
 
 class ExperienceStore(ABC):
@@ -118,15 +123,25 @@ class SQLiteExperienceStore(ExperienceStore):
         ]
         # One transaction: the step's rows and its "finished" record, all or none.
         insert = self.table.insert().returning(self.table.c.id, sort_by_parameter_order=True)
-        with self.engine.begin() as conn:
+        with self._writing(f"explore step {step}"), self.engine.begin() as conn:
             ids = [row.id for row in conn.execute(insert, rows)] if rows else []
             conn.execute(self.steps.insert().values(step=step, count=len(rows), created_at=now))
         return ids
 
+    @contextmanager
+    def _writing(self, what: str) -> Iterator[None]:
+        """Database errors as one line (SQLAlchemy's repeat the statement and its data)."""
+        try:
+            yield
+        except sa.exc.DBAPIError as exc:
+            raise StoreError(
+                f"cannot write {what} to the experience buffer {self.url}: {exc.orig}"
+            ) from None
+
     def mark_consumed(self, ids: Sequence[int], by_step: int) -> None:
         if not ids:
             return
-        with self.engine.begin() as conn:
+        with self._writing(f"what train step {by_step} read"), self.engine.begin() as conn:
             conn.execute(
                 self.table.update()
                 .where(self.table.c.id.in_(list(ids)))
