@@ -281,6 +281,11 @@ CASES: List[Bad] = [
         set={"model.min_response_tokens": 4},
     ),
     Bad("grad-clip-zero", ["trainer.grad_clip = 0"], set={"trainer.grad_clip": 0}),
+    Bad(
+        "failed-ratio-above-one",
+        ["explorer.max_failed_ratio = 1.5 must be <= 1"],
+        set={"explorer.max_failed_ratio": 1.5},
+    ),
     Bad("no-runners", ["explorer.runner_per_model = 0"], set={"explorer.runner_per_model": 0}),
     Bad(
         "rollout-n-differs",

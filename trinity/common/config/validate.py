@@ -111,6 +111,7 @@ MINIMUMS: Dict[str, float] = {
     "explorer.runner_state_report_interval": 0,
     "explorer.max_timeout": 1,
     "explorer.max_retry_times": 0,
+    "explorer.max_failed_ratio": 0.0,
     "explorer.eval_interval": 1,
     "explorer.rollout_model.engine_num": 1,
     "synchronizer.sync_interval": 1,
@@ -140,7 +141,11 @@ ABOVE: Dict[str, float] = {
 }
 
 # Fractions that must lie in [0, 1].
-AT_MOST_ONE = ("algorithm.optimizer.lr_warmup_steps_ratio", "algorithm.optimizer.min_lr_ratio")
+AT_MOST_ONE = (
+    "algorithm.optimizer.lr_warmup_steps_ratio",
+    "algorithm.optimizer.min_lr_ratio",
+    "explorer.max_failed_ratio",
+)
 
 # Sampling parameter -> (whether a value is allowed, the allowed range in words).
 # top_k: the engine (trinity/common/models/sampling.py), transformers and vLLM read 0 and -1
