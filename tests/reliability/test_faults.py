@@ -35,14 +35,19 @@ def overrides(tmp_path, micro_model, arithmetic_data, *extra: str) -> list:
     ]
 
 
+def say(line: str) -> None:
+    """A figure for the closing note, past pytest's capture (shown with ``-s``)."""
+    print(f"\nFAULT {line}", file=sys.__stderr__, flush=True)
+
+
 def timed(name: str, fn):
     start = time.monotonic()
     try:
         result = fn()
     except RunFailed as exc:
-        print(f"\nFAULT {name}: failed cleanly in {time.monotonic() - start:.1f}s: {exc}")
+        say(f"{name}: failed cleanly in {time.monotonic() - start:.1f}s: {exc}")
         raise
-    print(f"\nFAULT {name}: run finished in {time.monotonic() - start:.1f}s")
+    say(f"{name}: run finished in {time.monotonic() - start:.1f}s")
     return result
 
 
@@ -198,7 +203,7 @@ def test_kill_9_and_resume_trains_every_experience_once(tmp_path, micro_model, a
     _kill_group(first.pid)
     first.wait()
     second = subprocess.run(args, capture_output=True, text=True, timeout=600)
-    print(f"\nFAULT kill -9 mid-run: resumed and finished in {time.monotonic() - start:.1f}s")
+    say(f"kill -9 mid-run: resumed and finished in {time.monotonic() - start:.1f}s")
     assert second.returncode == 0, second.stdout + second.stderr
     assert "resuming at step" in second.stdout
 
