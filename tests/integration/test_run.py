@@ -139,4 +139,6 @@ def test_explore_mode_writes_the_experience_buffer(
     store = SQLiteExperienceStore(os.path.join(tmp_path, "backup.db"))  # the path asked for
     stored = store.unconsumed()
     assert len(stored) == 2 * 4 * 4  # steps x batch_size x repeat_times, none consumed
-    assert all(exp.group_id and exp.logprobs is not None for _, exp in stored)
+    assert all(exp.group_id and exp.logprobs is not None for _, _, exp in stored)
+    assert sorted(store.finished_steps()) == [1, 2]
+    assert [step for _, step, _ in stored] == [1] * 16 + [2] * 16

@@ -16,6 +16,7 @@ from trinity.common.config.schema_algorithm import AlgorithmConfig
 from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.config.schema_model import ModelConfig
 from trinity.common.config.validate import (
+    COMPONENT_REGISTRIES,
     algorithm_module,
     check_consistency,
     check_supported,
@@ -25,16 +26,6 @@ from trinity.common.config.validate import (
 from trinity.common.config.verl_mapping import carry_verl_settings
 
 logger = logging.getLogger("trinity.config")
-
-# algorithm key -> name of its registry in trinity.algorithm
-COMPONENT_REGISTRIES = {
-    "sample_strategy": "SAMPLE_STRATEGY",
-    "advantage_fn": "ADVANTAGE_FN",
-    "policy_loss_fn": "POLICY_LOSS_FN",
-    "kl_penalty_fn": "KL_FN",
-    "kl_loss_fn": "KL_FN",
-    "entropy_loss_fn": "ENTROPY_LOSS_FN",
-}
 
 
 def detect_gpu_count() -> int:

@@ -16,17 +16,7 @@ from typing import Any, Collection, Dict, Iterator, List, Tuple
 from trinity.common.config.base import is_set
 from trinity.common.config.config import Config
 from trinity.common.config.schema_buffer import StorageConfig
-from trinity.common.config.validate import algorithm_module
-
-# algorithm key -> name of its registry in trinity.algorithm (the keys derive.py resolves)
-ALGORITHM_COMPONENTS = {
-    "sample_strategy": "SAMPLE_STRATEGY",
-    "advantage_fn": "ADVANTAGE_FN",
-    "policy_loss_fn": "POLICY_LOSS_FN",
-    "kl_penalty_fn": "KL_FN",
-    "kl_loss_fn": "KL_FN",
-    "entropy_loss_fn": "ENTROPY_LOSS_FN",
-}
+from trinity.common.config.validate import COMPONENT_REGISTRIES, algorithm_module
 
 # What the trainer passes every sample strategy besides sample_strategy_args
 # (trinity/trainer/trainer.py: Trainer.attach_reader).
@@ -182,7 +172,7 @@ def _algorithm_problems(config: Config, construct: bool) -> List[str]:
         return []  # reported by the support check
     algorithm_cls = registries.ALGORITHM_TYPE.get(algorithm.algorithm_type)
     problems = []
-    for key, registry_name in ALGORITHM_COMPONENTS.items():
+    for key, registry_name in COMPONENT_REGISTRIES.items():
         name = getattr(algorithm, key)
         if name is None or (
             key == "advantage_fn" and not getattr(algorithm_cls, "use_advantage", True)

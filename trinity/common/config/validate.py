@@ -46,6 +46,16 @@ def _auxiliary_models(config: Config) -> Tuple[Any, ...]:
     return ([],)
 
 
+# algorithm key -> name of its registry in trinity.algorithm
+COMPONENT_REGISTRIES = {
+    "sample_strategy": "SAMPLE_STRATEGY",
+    "advantage_fn": "ADVANTAGE_FN",
+    "policy_loss_fn": "POLICY_LOSS_FN",
+    "kl_penalty_fn": "KL_FN",
+    "kl_loss_fn": "KL_FN",
+    "entropy_loss_fn": "ENTROPY_LOSS_FN",
+}
+
 Allowed = Union[Tuple[Any, ...], Callable[[Config], Tuple[Any, ...]]]
 
 SUPPORTED: Dict[str, Allowed] = {
