@@ -24,11 +24,11 @@ def _tasks(*sleeps: float, n: int = 1, names=None) -> list:
     names = names or [f"t{i}" for i in range(len(sleeps))]
     args = SimpleNamespace(n=n)
     pairs = zip(names, sleeps, strict=True)
-    return [SimpleNamespace(name=m, sleep=s, rollout_args=args) for m, s in pairs]
+    return [SimpleNamespace(name=m, task_id=m, sleep=s, rollout_args=args) for m, s in pairs]
 
 
-def _pool(size: int, rows: int, max_timeout: float = 60.0) -> RayRunnerPool:
-    return RayRunnerPool(lambda i: SleepyRunner.remote(), size, max_timeout, rows)
+def _pool(size: int, rows: int, max_timeout: float = 60.0, retries: int = 0) -> RayRunnerPool:
+    return RayRunnerPool(lambda i: SleepyRunner.remote(), size, max_timeout, rows, retries)
 
 
 def _overlapping(ran: list) -> int:
@@ -64,8 +64,16 @@ def test_a_stuck_task_times_out_and_its_runner_mates_are_rerun(ray_cluster):
     # a finished task reports a dict; a timed-out one comes back as the task it was sent as
     by_name = {getattr(r.task, "name", None) or r.task["name"]: r for r in results}
     assert sorted(by_name) == ["quick", "slow", "stuck"] and len(results) == 3
-    assert "timed out after explorer.max_timeout=4.0s" in by_name["stuck"].error
+    assert "timed out after explorer.max_timeout=4s" in by_name["stuck"].error
+    assert by_name["stuck"].attempts == 1
     assert by_name["quick"].error is None
     # "slow" was in flight on the killed runner: it ran again, to completion, on the new one
     slow, quick = by_name["slow"], by_name["quick"]
     assert slow.error is None and slow.task["start"] > quick.task["start"] + 3.5
+
+
+def test_a_timed_out_task_is_retried_then_reported_with_its_attempts(ray_cluster):
+    start = time.monotonic()
+    (result,) = _pool(size=1, rows=1, max_timeout=1.0, retries=2).run(_tasks(60.0))
+    assert result.attempts == 3 and "timed out" in result.error
+    assert 3.0 <= time.monotonic() - start < 20  # three attempts of 1 s each, then given up
