@@ -36,9 +36,13 @@ def planned_steps(config: Any) -> int:
     if config.mode == "train":
         from trinity.algorithm import ALGORITHM_TYPE
         from trinity.algorithm.algorithm import PairExperienceModel
+        from trinity.buffer.row_checks import row_schema
 
         paired = ALGORITHM_TYPE.get(config.algorithm.algorithm_type).schema is PairExperienceModel
-        rows = len(load_rows(buf.trainer_input.experience_buffer))
+        storage = buf.trainer_input.experience_buffer
+        # the rows its reader keeps (skip_bad_rows drops the others)
+        columns = row_schema(storage.format, "dpo" if paired else "sft")
+        rows = len(load_rows(storage, columns=columns))
         per_step = buf.train_batch_size // 2 if paired else buf.train_batch_size  # DPO: pairs
         return max(1, math.ceil(rows * buf.total_epochs / per_step))
     rows = sum(len(load_rows(ts)) for ts in buf.explorer_input.tasksets)
