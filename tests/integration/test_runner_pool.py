@@ -73,7 +73,5 @@ def test_a_stuck_task_times_out_and_its_runner_mates_are_rerun(ray_cluster):
 
 
 def test_a_timed_out_task_is_retried_then_reported_with_its_attempts(ray_cluster):
-    start = time.monotonic()
     (result,) = _pool(size=1, rows=1, max_timeout=1.0, retries=2).run(_tasks(60.0))
-    assert result.attempts == 3 and "timed out" in result.error
-    assert 3.0 <= time.monotonic() - start < 20  # three attempts of 1 s each, then given up
+    assert result.attempts == 3 and "timed out after explorer.max_timeout=1s" in result.error

@@ -3,9 +3,8 @@
 Each case edits the small GRPO config (tiny model, arithmetic data) in one way a user could
 get wrong, runs the real CLI in-process with ``init_ray`` guarded, and asserts: exit code 2,
 the output names the key by its full YAML path (or the file), it is short (at most
-``MAX_LINES`` lines, no traceback), it arrives within ``MAX_SECONDS``, and Ray was never asked
-to start. A few cases run as a real ``trinity run`` subprocess with an empty ``RAY_TMPDIR``,
-which must stay empty.
+``MAX_LINES`` lines, no traceback), and Ray was never asked to start. A few cases run as a
+real ``trinity run`` subprocess with an empty ``RAY_TMPDIR``, which must stay empty.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ import pytest
 from tests.reliability.conftest import run_cli, write_config
 
 MAX_LINES = 12  # header + one line per problem (+ a few for multi-line data messages)
-MAX_SECONDS = 30.0  # generous: the checks import torch, transformers and datasets once
 
 Prepare = Callable[[Any, Dict[str, Any]], None]  # (tmp_path, config dict) -> edits in place
 
@@ -672,7 +670,6 @@ def test_bad_config_stops_before_ray(case, base_config, tmp_path, ray_guard, war
         assert text not in run.output, f"{text!r} leaked into:\n{run.output}"
     lines = run.output.strip().splitlines()
     assert "Traceback" not in run.output and len(lines) <= case.max_lines, run.output
-    assert run.elapsed < MAX_SECONDS, f"{run.elapsed:.1f}s"
 
 
 def test_corpus_is_large_enough():

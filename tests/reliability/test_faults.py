@@ -78,7 +78,7 @@ def test_reward_fn_raising_on_a_tenth_of_tasks(
     assert counts == [32 - 4 * f for f in failed]
     assert sum(failed) > 0, "the data should hold some rows the reward fn refuses"
     assert "cannot score this task" in out and "after 2 attempt(s)" in out
-    assert all(r["time/read_experiences"] < 30 for r in trainer)
+    assert "max_read_timeout" not in out  # no read waited for what never came
 
 
 def test_a_hanging_workflow_times_out_is_retried_and_reported(
