@@ -354,3 +354,65 @@ def test_cuda_bf16_logprobs_match_a_bf16_full_forward(model_dir, prompts):
         for sample in samples:
             expected = recomputed_logprobs(engine, prompt, sample, 1.0)
             assert torch.allclose(torch.tensor(sample.logprobs), expected, atol=0.05)
+
+
+def test_stop_strings_end_a_sample_at_the_token_that_completes_them(sharp_engine, prompts):
+    (greedy,) = sharp_engine.generate(prompts[1:2], [SamplingParams(temperature=0, min_tokens=0)])[
+        0
+    ]
+    text = sharp_engine.tokenizer.decode(greedy.token_ids, skip_special_tokens=True)
+    stop = text[3:5]  # two characters the greedy answer produces at its 4th-5th character
+    assert stop and stop in text
+    params = SamplingParams(temperature=0, min_tokens=0, stop=[stop, "never-there"])
+    (cut,) = sharp_engine.generate(prompts[1:2], [params])[0]
+    # the same greedy tokens, up to the first whose text holds the stop string
+    assert cut.token_ids == greedy.token_ids[: len(cut.token_ids)]
+    shown = sharp_engine.tokenizer.decode(cut.token_ids, skip_special_tokens=True)
+    before = sharp_engine.tokenizer.decode(cut.token_ids[:-1], skip_special_tokens=True)
+    assert stop in shown and stop not in before
+    assert cut.finish_reason == "stop"
+
+
+def test_top_logprobs_are_the_most_likely_tokens_under_the_tempered_model(sharp_engine, prompts):
+    params = [SamplingParams(n=2, temperature=0.7, top_logprobs=3, seed=4), SamplingParams()]
+    asked, plain = sharp_engine.generate(prompts[:2], params)
+    assert all(s.top_logprobs is None for s in plain)
+    for sample in asked:
+        assert len(sample.top_logprobs) == len(sample.token_ids)
+        full = recomputed_logprobs(sharp_engine, prompts[0], sample, 0.7)
+        for t, alternatives in enumerate(sample.top_logprobs):
+            ids = [i for i, _ in alternatives]
+            values = torch.tensor([v for _, v in alternatives])
+            assert len(ids) == 3 and values.tolist() == sorted(values.tolist(), reverse=True)
+            assert abs(values[0].item() - _best_logprob(sharp_engine, prompts[0], sample, t)) < 1e-3
+        # the sampled token's logprob is among the alternatives whenever it ranks in the top 3
+        for t, (token, alternatives) in enumerate(
+            zip(sample.token_ids, sample.top_logprobs, strict=True)
+        ):
+            if token in [i for i, _ in alternatives]:
+                assert abs(dict(alternatives)[token] - full[t].item()) < 1e-3
+
+
+def _best_logprob(engine, prompt, sample, t, temperature=0.7) -> float:
+    """The largest logprob at response position ``t`` (one full forward pass)."""
+    ids = torch.tensor([prompt + sample.token_ids], device=engine.model.device)
+    with torch.no_grad():
+        logits = engine.model(ids).logits[0, len(prompt) - 1 + t].float().cpu() / temperature
+    return logits.log_softmax(-1).max().item()
+
+
+def test_tools_reach_the_chat_template(model_dir):
+    template = (
+        "{% if tools %}<tools>{{ tools | tojson }}</tools>\n{% endif %}"
+        "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    )
+    engine = make_engine(model_dir, chat_template=template)
+    tool = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
+    ids = engine.apply_chat_template([{"role": "user", "content": "1+1"}], tools=[tool])
+    text = engine.tokenizer.decode(ids)
+    assert (
+        text.startswith("<tools>[") and '"name": "add"' in text and text.endswith("<|assistant|>")
+    )
+    plain = engine.tokenizer.decode(engine.apply_chat_template([{"role": "user", "content": "1"}]))
+    assert "<tools>" not in plain

@@ -70,11 +70,14 @@ class EngineActor:
 
         self.model = TransformersInferenceModel(num_threads=threads, **engine_kwargs)
 
-    async def chat(self, messages: List[Dict], params: Any) -> Any:
-        return await self.model.chat(messages, params)
+    async def chat(self, messages: List[Dict], params: Any, tools: Any = None) -> Any:
+        return await self.model.chat(messages, params, tools)
 
     async def generate(self, prompt: str, params: Any) -> Any:
         return await self.model.generate(prompt, params)
+
+    async def generate_ids(self, prompt_ids: List[int], params: Any) -> Any:
+        return await self.model.generate_ids(prompt_ids, params)
 
     async def load_weights(self, weights: Any, version: int) -> None:
         await self.model.load_weights(weights, version)

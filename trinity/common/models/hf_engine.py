@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -38,8 +38,10 @@ class SampleOutput:
 
     token_ids: List[int]
     logprobs: List[float]
-    finish_reason: str  # "stop" (eos or a stop id) | "length" (max_tokens reached)
+    finish_reason: str  # "stop" (eos, a stop id or a stop string) | "length" (max_tokens)
     prompt_token_ids: List[int] = field(default_factory=list)  # the prompt used, after truncation
+    # per response token, the ``top_logprobs`` most likely (token id, logprob), when asked
+    top_logprobs: Optional[List[List[Tuple[int, float]]]] = None
 
 
 @dataclass
@@ -125,10 +127,13 @@ class TransformersEngine:
 
     # ----------------------------------------------------------------- prompts
 
-    def apply_chat_template(self, messages: List[Dict[str, str]]) -> List[int]:
-        """Token ids of ``messages`` rendered with the chat template plus a generation prompt."""
+    def apply_chat_template(
+        self, messages: List[Dict[str, Any]], tools: Optional[List[Dict[str, Any]]] = None
+    ) -> List[int]:
+        """Token ids of ``messages`` (and ``tools``, OpenAI's function schema list, rendered as
+        the chat template does) plus a generation prompt."""
         text = self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=False
+            messages, tools=tools or None, add_generation_prompt=True, tokenize=False
         )
         return self.tokenizer.encode(text, add_special_tokens=False)
 
@@ -216,11 +221,17 @@ class TransformersEngine:
             self._seen(ids, mask, source),
             self.device,
         )
+        top = _TopBuffer(n_rows, steps, sampler.top_logprobs, self.device)
+        texts = _StopStrings(self.tokenizer, requests)
         for t in range(steps):
-            tok, lp = sampler.sample(logits, t, self._generator)
+            tok, lp, best = sampler.sample(logits, t, self._generator)
             tokens[sampler.out, t] = tok
             logprobs[sampler.out, t] = lp
+            top.write(sampler.out, t, best)
             is_stop, done = sampler.finished(tok, t)
+            hit = texts.hits(sampler.out, tok)
+            if hit is not None:
+                is_stop, done = is_stop | hit, done | hit
             stopped[sampler.out[is_stop]] = True
             lengths[sampler.out[done]] = t + 1
             n_done = int(done.sum())  # the one host sync per step
@@ -233,7 +244,9 @@ class TransformersEngine:
                 tok = tok[keep]
             sampler.observe(tok)
             logits = decoder.step(tok)
-        return self._collect(requests, tokens, logprobs, lengths, stopped)
+        outputs = self._collect(requests, tokens, logprobs, lengths, stopped)
+        top.attach(requests, outputs)
+        return outputs
 
     def _distinct_prompts(
         self, requests: List[_Request]
@@ -322,3 +335,67 @@ class TransformersEngine:
                 )
         for name, value in state_dict.items():
             current[name].copy_(value)
+
+
+class _TopBuffer:
+    """The ``top_logprobs`` alternatives of every row and step, when some request asks."""
+
+    def __init__(self, rows: int, steps: int, k: int, device: torch.device) -> None:
+        self.k = k
+        if k:
+            self.values = torch.zeros((rows, steps, k), dtype=torch.float32, device=device)
+            self.ids = torch.zeros((rows, steps, k), dtype=torch.long, device=device)
+
+    def write(self, out: torch.Tensor, step: int, best: Any) -> None:
+        if best is not None:
+            self.values[out, step] = best.values
+            self.ids[out, step] = best.indices
+
+    def attach(self, requests: List[_Request], outputs: List[List[SampleOutput]]) -> None:
+        """Give each output its rows' alternatives, cut to its request's ``top_logprobs``."""
+        if not self.k:
+            return
+        values, ids = self.values.tolist(), self.ids.tolist()
+        row = 0
+        for req, group in zip(requests, outputs, strict=True):
+            k = req.params.top_logprobs
+            for out in group:
+                if k:
+                    out.top_logprobs = [
+                        list(zip(ids[row][t][:k], values[row][t][:k], strict=True))
+                        for t in range(len(out.token_ids))
+                    ]
+                row += 1
+
+
+class _StopStrings:
+    """Rows whose request has ``stop`` strings: their text is checked after every token.
+
+    Matching decodes each such row's tokens so far (skipping special tokens, as the reply
+    text is shown), so it costs a host sync per step, paid only when stop strings are set.
+    """
+
+    def __init__(self, tokenizer: Any, requests: List[_Request]) -> None:
+        self.tokenizer = tokenizer
+        self.stops: Dict[int, List[str]] = {}
+        first = 0
+        for req in requests:
+            for row in range(first, first + req.params.n):
+                if req.params.stop:
+                    self.stops[row] = list(req.params.stop)
+            first += req.params.n
+        self.generated: Dict[int, List[int]] = {row: [] for row in self.stops}
+
+    def hits(self, out: torch.Tensor, tokens: torch.Tensor) -> Optional[torch.Tensor]:
+        """(B,) bool: running rows whose text now contains one of their stop strings."""
+        if not self.stops:
+            return None
+        hit = []
+        for row, token in zip(out.tolist(), tokens.tolist(), strict=True):
+            if row not in self.stops:
+                hit.append(False)
+                continue
+            self.generated[row].append(token)
+            text = self.tokenizer.decode(self.generated[row], skip_special_tokens=True)
+            hit.append(any(stop in text for stop in self.stops[row]))
+        return torch.tensor(hit, dtype=torch.bool, device=tokens.device)

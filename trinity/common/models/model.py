@@ -28,13 +28,22 @@ class InferenceModel(ABC):
 
     @abstractmethod
     async def chat(
-        self, messages: List[Dict[str, Any]], params: SamplingParams
+        self,
+        messages: List[Dict[str, Any]],
+        params: SamplingParams,
+        tools: Optional[List[Dict[str, Any]]] = None,
     ) -> List[Experience]:
-        """Sample ``params.n`` responses to a conversation, stamped with the model version."""
+        """Sample ``params.n`` responses to a conversation (``tools``: OpenAI function
+        schemas, rendered by the chat template), stamped with the model version."""
 
     @abstractmethod
     async def generate(self, prompt: str, params: SamplingParams) -> List[Experience]:
         """Sample ``params.n`` continuations of a raw text prompt."""
+
+    @abstractmethod
+    async def generate_ids(self, prompt_ids: List[int], params: SamplingParams) -> List[Experience]:
+        """Sample ``params.n`` continuations of a prompt given as token ids (token-in: no
+        re-tokenization, so a multi-turn episode stays exactly the tokens sampled)."""
 
     @abstractmethod
     async def load_weights(self, weights: Any, version: int) -> None:
@@ -93,17 +102,29 @@ class ModelWrapper:
         finally:
             self._local.versions = None
 
-    def chat(self, messages: List[Dict[str, Any]], **kwargs: Any) -> List[Experience]:
-        """Sample responses to ``messages``; kwargs: n, temperature, top_p, top_k, max_tokens."""
-        return self._call("chat", messages, self._params(kwargs))
+    def chat(
+        self,
+        messages: List[Dict[str, Any]],
+        tools: Optional[List[Dict[str, Any]]] = None,
+        **kwargs: Any,
+    ) -> List[Experience]:
+        """Sample responses to ``messages``; kwargs: n, temperature, top_p, top_k, max_tokens,
+        stop, top_logprobs, seed; ``tools``: OpenAI function schemas for the chat template."""
+        return self._call("chat", messages, self._params(kwargs), *([tools] if tools else []))
 
     def generate(self, prompts: List[str], **kwargs: Any) -> List[Experience]:
         """Sample continuations of each raw prompt; results are concatenated in prompt order."""
         params = self._params(kwargs)
         return [exp for prompt in prompts for exp in self._call("generate", prompt, params)]
 
-    async def chat_async(self, messages: List[Dict[str, Any]], **kwargs: Any) -> List[Experience]:
-        return await self._acall("chat", messages, self._params(kwargs))
+    async def chat_async(
+        self,
+        messages: List[Dict[str, Any]],
+        tools: Optional[List[Dict[str, Any]]] = None,
+        **kwargs: Any,
+    ) -> List[Experience]:
+        extra = [tools] if tools else []
+        return await self._acall("chat", messages, self._params(kwargs), *extra)
 
     async def generate_async(self, prompts: List[str], **kwargs: Any) -> List[Experience]:
         params = self._params(kwargs)

@@ -87,6 +87,10 @@ def exponential_noise(
     return uniform.clamp_(min=torch.finfo(uniform.dtype).tiny).log_().neg_()
 
 
+# OpenAI's limit for top_logprobs.
+MAX_TOP_LOGPROBS = 20
+
+
 @dataclass
 class SamplingParams:
     """How to sample one request; ``None`` limits fall back to the engine's defaults."""
@@ -99,6 +103,8 @@ class SamplingParams:
     min_tokens: Optional[int] = None  # None: the engine's min_response_tokens
     logprobs: bool = True  # kept for API parity: logprobs are always computed (they are free)
     stop_token_ids: Optional[List[int]] = None  # stop on these as well as on eos
+    stop: Optional[List[str]] = None  # stop once the response text contains one of these
+    top_logprobs: int = 0  # also return this many most likely tokens (and logprobs) per step
     seed: Optional[int] = None  # fixes this request's samples regardless of batch company
 
     def __post_init__(self) -> None:
@@ -112,6 +118,13 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.max_tokens must be >= 1, got {self.max_tokens}")
         if self.min_tokens is not None and self.min_tokens < 0:
             raise ValueError(f"SamplingParams.min_tokens must be >= 0, got {self.min_tokens}")
+        if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
+            raise ValueError(
+                f"SamplingParams.top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], "
+                f"got {self.top_logprobs}"
+            )
+        if self.stop is not None and not all(isinstance(s, str) and s for s in self.stop):
+            raise ValueError(f"SamplingParams.stop must be non-empty strings, got {self.stop!r}")
 
 
 @dataclass
@@ -146,6 +159,7 @@ class RowSampler:
     any_filter: bool  # some row uses top-k or top-p
     any_sampled: bool  # some row has temperature > 0
     suppress_steps: int  # largest min_tokens: stop ids are masked before this step
+    top_logprobs: int  # largest top_logprobs asked for: that many alternatives per step
 
     @classmethod
     def build(
@@ -183,6 +197,7 @@ class RowSampler:
             any_filter=any(p.top_k > 0 or p.top_p < 1 for p in params),
             any_sampled=any(p.temperature > 0 for p in params),
             suppress_steps=max(p.min_tokens for p in params),
+            top_logprobs=max(p.top_logprobs for p in params),
         )
 
     def select(self, keep: torch.Tensor) -> None:
@@ -204,12 +219,14 @@ class RowSampler:
 
     def sample(
         self, logits: torch.Tensor, step: int, generator: torch.Generator
-    ) -> Tuple[torch.Tensor, torch.Tensor]:
-        """One token per row and its logprob under ``log_softmax(logits / T)`` (T=1 if greedy).
+    ) -> Tuple[torch.Tensor, torch.Tensor, Optional[Tuple[torch.Tensor, torch.Tensor]]]:
+        """One token per row, its logprob under ``log_softmax(logits / T)`` (T=1 if greedy),
+        and, when a row asked for ``top_logprobs``, the most likely tokens and their logprobs.
 
-        Shapes: ``logits`` (B, V) -> tokens (B,) long, logprobs (B,) float. Logprobs are
-        taken before the penalty, min-token mask and top-k/top-p, i.e. from the plain
-        tempered model the trainer recomputes.
+        Shapes: ``logits`` (B, V) -> tokens (B,) long, logprobs (B,) float, top (values (B, K)
+        float, ids (B, K) long) or None, K = ``self.top_logprobs``. Logprobs are taken before
+        the penalty, min-token mask and top-k/top-p, i.e. from the plain tempered model the
+        trainer recomputes.
         """
         logits = logits.float()
         temperature = effective_temperature(self.temperature)[:, None]
@@ -227,7 +244,8 @@ class RowSampler:
             scores = filter_top_k_top_p(scores, self.top_k, self.top_p)
         noise = self._noise(scores, generator) if self.any_sampled else None
         tokens = sample_tokens(scores, self.temperature == 0, noise)
-        return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
+        top = logp.topk(self.top_logprobs, dim=-1) if self.top_logprobs else None
+        return tokens, logp.gather(1, tokens[:, None]).squeeze(1), top
 
     def _noise(self, scores: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Exponential(1) noise (B, V): the shared generator, or a request's own seed."""

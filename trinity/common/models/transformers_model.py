@@ -127,32 +127,52 @@ class TransformersInferenceModel(InferenceModel):
         self.engine.load_state_dict(weights)
         self._version = version
 
-    def _to_experiences(self, version: int, outputs: List[SampleOutput]) -> List[Experience]:
+    def _to_experiences(
+        self, version: int, outputs: List[SampleOutput], params: SamplingParams
+    ) -> List[Experience]:
         # The engine reports the prompt it actually used (after any truncation); the samples
         # of one request share it, so it is decoded once.
         prompt_text = self.tokenizer.decode(outputs[0].prompt_token_ids) if outputs else ""
-        return [
-            Experience(
-                tokens=o.prompt_token_ids + o.token_ids,
-                prompt_length=len(o.prompt_token_ids),
-                logprobs=o.logprobs,
-                prompt_text=prompt_text,
-                response_text=self.tokenizer.decode(o.token_ids, skip_special_tokens=True),
-                model_version=version,
-                info={"finish_reason": o.finish_reason},
-            )
-            for o in outputs
-        ]
+        return [self._experience(version, o, params, prompt_text) for o in outputs]
+
+    def _experience(
+        self, version: int, out: SampleOutput, params: SamplingParams, prompt_text: str
+    ) -> Experience:
+        """One sample: its exact tokens, and its text as a reply shows it (special tokens
+        skipped, cut before a stop string that ended it; the tokens keep everything)."""
+        text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+        info: Dict[str, Any] = {"finish_reason": out.finish_reason}
+        hits = [(text.find(s), s) for s in params.stop or [] if s in text]
+        if hits and out.finish_reason == "stop":
+            at, stop = min(hits)
+            text, info["stop_reason"] = text[:at], stop
+        if out.top_logprobs is not None:
+            info["top_logprobs"] = [[list(pair) for pair in step] for step in out.top_logprobs]
+        return Experience(
+            tokens=out.prompt_token_ids + out.token_ids,
+            prompt_length=len(out.prompt_token_ids),
+            logprobs=out.logprobs,
+            prompt_text=prompt_text,
+            response_text=text,
+            model_version=version,
+            info=info,
+        )
 
     async def chat(
-        self, messages: List[Dict[str, Any]], params: SamplingParams
+        self,
+        messages: List[Dict[str, Any]],
+        params: SamplingParams,
+        tools: Optional[List[Dict[str, Any]]] = None,
     ) -> List[Experience]:
-        prompt_ids = self.engine.apply_chat_template(messages)
-        return self._to_experiences(*await self._submit(prompt_ids, params))
+        prompt_ids = self.engine.apply_chat_template(messages, tools)
+        return await self.generate_ids(prompt_ids, params)
 
     async def generate(self, prompt: str, params: SamplingParams) -> List[Experience]:
-        prompt_ids = self.engine.encode_prompt(prompt)
-        return self._to_experiences(*await self._submit(prompt_ids, params))
+        return await self.generate_ids(self.engine.encode_prompt(prompt), params)
+
+    async def generate_ids(self, prompt_ids: List[int], params: SamplingParams) -> List[Experience]:
+        version, outputs = await self._submit(list(prompt_ids), params)
+        return self._to_experiences(version, outputs, params)
 
     async def load_weights(self, weights: Any, version: int) -> None:
         if isinstance(weights, str):  # a checkpoint's weights file: read here, off the trainer
