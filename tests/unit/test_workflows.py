@@ -75,3 +75,23 @@ def test_simple_workflow_needs_a_reward_fn(model):
     task.workflow = "simple_workflow"
     with pytest.raises(ValueError, match="default_reward_fn_type"):
         task.to_workflow(model)
+
+
+def test_rollout_args_stop_and_logprobs_reach_the_engine(model, monkeypatch):
+    """The taskset's stop strings and logprobs count reach the engine's sampling params (the
+    engine's handling of both is tested in test_hf_engine)."""
+    seen = []
+    submit = model.engine._submit
+
+    async def spy(prompt_ids, params):
+        seen.append(params)
+        return await submit(prompt_ids, params)
+
+    monkeypatch.setattr(model.engine, "_submit", spy)
+    task = _task()
+    task.rollout_args = GenerationConfig(n=2, temperature=1.0, stop=["ab", "c"], logprobs=2)
+    exps = task.to_workflow(model).run()
+    assert [(p.stop, p.top_logprobs) for p in seen] == [(["ab", "c"], 2)]
+    for e in exps:
+        assert len(e.info["top_logprobs"]) == e.response_length
+        assert all(len(step) == 2 for step in e.info["top_logprobs"])

@@ -33,6 +33,10 @@ class FormatConfig(ConfigModel):
     )
 
 
+# OpenAI's limit on top_logprobs, which the engine follows.
+MAX_TOP_LOGPROBS = 20
+
+
 class GenerationConfig(ConfigModel):
     """``rollout_args``: sampling parameters of one taskset."""
 
@@ -40,7 +44,9 @@ class GenerationConfig(ConfigModel):
     top_p: float = Field(1.0, description="Nucleus sampling mass; 1.0 is off.")
     top_k: int = Field(-1, description="Top-k sampling; -1 is off.")
     n: int = Field(1, description="Samples per prompt; set to the taskset's repeat_times.")
-    logprobs: int = Field(0, description="Top logprobs returned per token besides the sampled one.")
+    logprobs: int = Field(
+        0, description="Most likely alternatives returned per token (info['top_logprobs'])."
+    )
     max_tokens: Optional[int] = Field(
         None, description="Max new tokens; unset: model.max_response_tokens."
     )

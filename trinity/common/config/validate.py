@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from trinity.common.config.base import explicit_inert_values, is_set, join_path
 from trinity.common.config.config import Config
-from trinity.common.config.schema_buffer import StorageConfig
+from trinity.common.config.schema_buffer import MAX_TOP_LOGPROBS, StorageConfig
 
 logger = logging.getLogger("trinity.config")
 
@@ -68,11 +68,6 @@ SUPPORTED: Dict[str, Allowed] = {
     "model.external_model.enable": (False,),
     "buffer.explorer_input.tasksets.*.storage_type": ("file",),
     "buffer.explorer_input.eval_tasksets.*.storage_type": ("file",),
-    # the engine stops on eos/stop token ids and returns the sampled token's logprob only
-    "buffer.explorer_input.tasksets.*.rollout_args.stop": (None, []),
-    "buffer.explorer_input.eval_tasksets.*.rollout_args.stop": (None, []),
-    "buffer.explorer_input.tasksets.*.rollout_args.logprobs": (0,),
-    "buffer.explorer_input.eval_tasksets.*.rollout_args.logprobs": (0,),
     "buffer.trainer_input.experience_buffer.storage_type": _experience_buffer_storage,
     "buffer.trainer_input.experience_buffer.replay_buffer.enable": (False,),
     "buffer.trainer_input.auxiliary_buffers.*.storage_type": ("file",),
@@ -166,7 +161,7 @@ SAMPLING: Dict[str, Tuple[Callable[[Any], bool], str]] = {
     "top_k": (lambda v: v >= -1, ">= 1, or -1 (or 0) for no limit"),
     "n": (lambda v: v >= 1, ">= 1"),
     "max_tokens": (lambda v: v >= 1, ">= 1"),
-    "logprobs": (lambda v: v >= 0, ">= 0"),
+    "logprobs": (lambda v: 0 <= v <= MAX_TOP_LOGPROBS, f"in [0, {MAX_TOP_LOGPROBS}]"),
 }
 
 

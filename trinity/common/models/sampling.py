@@ -13,6 +13,8 @@ from typing import List, Optional, Tuple
 
 import torch
 
+from trinity.common.config.schema_buffer import MAX_TOP_LOGPROBS
+
 
 def effective_temperature(temperature: torch.Tensor) -> torch.Tensor:
     """Temperature used for scaling: ``T`` where ``T > 0``, else 1 (greedy rows).
@@ -85,10 +87,6 @@ def exponential_noise(
     """
     uniform = torch.rand(shape, generator=generator, device=device)
     return uniform.clamp_(min=torch.finfo(uniform.dtype).tiny).log_().neg_()
-
-
-# OpenAI's limit for top_logprobs.
-MAX_TOP_LOGPROBS = 20
 
 
 @dataclass

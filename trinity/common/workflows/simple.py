@@ -70,6 +70,8 @@ class SimpleWorkflow(Workflow):
             top_p=args.top_p,
             top_k=args.top_k,
             max_tokens=args.max_tokens,
+            stop=args.stop or None,
+            top_logprobs=args.logprobs,
         )
         for exp in responses:
             components = self._score(exp.response_text)
