@@ -1,0 +1,325 @@
+"""The OpenAI wire format of the server: request bodies in, ``SamplingParams`` and replies out.
+
+Requests are read into pydantic models that keep unknown fields (clients send many the
+server may ignore, such as ``user`` or ``store``); a field that would change what is sampled
+and that the engine cannot honour (``presence_penalty``, ``logit_bias``, ``stream``...) is a
+400 error, never silently dropped. Replies are the shapes of the OpenAI API: ``choices`` with
+``message`` (chat) or ``text`` (completions), ``finish_reason``, optional ``logprobs`` and
+``usage``.
+
+Token data for history (``TOKENS_HEADER``): a request carrying this header also gets, per
+choice, the exact prompt ids, sampled ids and logprobs under the key ``"trinity"``;
+``experiences_from_reply`` turns such a reply back into the ``Experience``s the engine
+returned, so a client-side record is token-exact (nothing re-tokenized from text).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Union
+
+from pydantic import BaseModel, ConfigDict
+
+from trinity.common.experience import Experience
+from trinity.common.models.sampling import SamplingParams
+
+TOKENS_HEADER = "x-trinity-return-tokens"
+
+
+class APIError(Exception):
+    """A request the server refuses: HTTP ``status`` and OpenAI's error fields."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: Optional[str] = None,
+        code: Optional[str] = None,
+        kind: str = "invalid_request_error",
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.kind = (
+            status,
+            message,
+            param,
+            code,
+            kind,
+        )
+
+    def body(self) -> Dict[str, Any]:
+        """``{"error": {"message", "type", "param", "code"}}``, as OpenAI sends it."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+class _Request(BaseModel):
+    """Fields shared by chat and completion requests (``None``: the client did not send it)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    n: Optional[int] = None
+    temperature: Optional[float] = None
+    top_p: Optional[float] = None
+    top_k: Optional[int] = None  # extra body field (vLLM's name); <= 0 means no limit
+    min_tokens: Optional[int] = None  # extra body field (vLLM's name)
+    max_tokens: Optional[int] = None
+    stop: Optional[Union[str, List[str]]] = None
+    stop_token_ids: Optional[List[int]] = None  # extra body field (vLLM's name)
+    seed: Optional[int] = None
+    stream: Optional[bool] = None
+    presence_penalty: Optional[float] = None
+    frequency_penalty: Optional[float] = None
+    logit_bias: Optional[Dict[str, float]] = None
+
+    def unsupported(self) -> None:
+        """Raise for a field whose value the engine would not honour."""
+        if self.stream:
+            raise APIError(400, "stream: true is not supported yet; send stream: false", "stream")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(self, name):
+                raise APIError(400, f"{name} is not supported yet; leave it unset or 0", name)
+        if self.logit_bias:
+            raise APIError(400, "logit_bias is not supported yet", "logit_bias")
+
+
+class ChatRequest(_Request):
+    messages: List[Dict[str, Any]]
+    max_completion_tokens: Optional[int] = None
+    logprobs: Optional[bool] = None
+    top_logprobs: Optional[int] = None
+    tools: Optional[List[Dict[str, Any]]] = None
+    tool_choice: Optional[Union[str, Dict[str, Any]]] = None
+    response_format: Optional[Dict[str, Any]] = None
+
+    def unsupported(self) -> None:
+        super().unsupported()
+        if self.tool_choice not in (None, "auto", "none"):
+            raise APIError(
+                400,
+                'tool_choice may be "auto" or "none" (others are not supported yet)',
+                "tool_choice",
+            )
+        if self.response_format and self.response_format.get("type") not in (None, "text"):
+            raise APIError(
+                400, "response_format other than text is not supported yet", "response_format"
+            )
+        if self.top_logprobs and not self.logprobs:
+            raise APIError(400, "top_logprobs needs logprobs: true", "top_logprobs")
+
+
+class CompletionRequest(_Request):
+    prompt: Union[str, List[str], List[int], List[List[int]]]
+    logprobs: Optional[int] = None  # this many alternatives per token; 0 = sampled tokens only
+    echo: Optional[bool] = None
+    best_of: Optional[int] = None
+    suffix: Optional[str] = None
+
+    def unsupported(self) -> None:
+        super().unsupported()
+        if self.echo:
+            raise APIError(400, "echo is not supported yet", "echo")
+        if self.suffix:
+            raise APIError(400, "suffix is not supported yet", "suffix")
+        if self.best_of is not None and self.best_of != (self.n or 1):
+            raise APIError(400, "best_of other than n is not supported yet", "best_of")
+
+    def prompts(self) -> List[Union[str, List[int]]]:
+        """Each prompt: text, or token ids (a list of ints is one prompt of ids)."""
+        prompt = self.prompt
+        if isinstance(prompt, str):
+            return [prompt]
+        if prompt and all(isinstance(p, int) for p in prompt):
+            return [list(prompt)]
+        if not prompt:
+            raise APIError(400, "prompt is empty", "prompt")
+        return list(prompt)
+
+
+def sampling_params(
+    request: _Request,
+    prompt_tokens: int,
+    max_model_len: int,
+    max_tokens: Optional[int],
+    top_logprobs: int,
+    prompt_param: str,
+    top_logprobs_param: str = "top_logprobs",
+) -> SamplingParams:
+    """What to sample for one prompt of ``prompt_tokens`` tokens.
+
+    An unset ``max_tokens`` is all the room left in ``max_model_len`` (the configuration
+    guide's rule for the API); a prompt that leaves no room, or a ``max_tokens`` that does not
+    fit, is a 400 error naming both numbers. ``SamplingParams``' own range checks become 400
+    errors naming the field.
+    """
+    room = max_model_len - prompt_tokens
+    if prompt_tokens == 0:
+        raise APIError(400, "the prompt is empty", prompt_param)
+    if room < 1:
+        raise APIError(
+            400,
+            f"This model's maximum context length is {max_model_len} tokens, and the prompt has "
+            f"{prompt_tokens} tokens, leaving no room for a reply; shorten the prompt",
+            prompt_param,
+            "context_length_exceeded",
+        )
+    if max_tokens is not None and max_tokens > room:
+        raise APIError(
+            400,
+            f"This model's maximum context length is {max_model_len} tokens; the prompt has "
+            f"{prompt_tokens}, so at most {room} can be generated, but max_tokens is "
+            f"{max_tokens}",
+            "max_tokens",
+            "context_length_exceeded",
+        )
+    stop = [request.stop] if isinstance(request.stop, str) else request.stop
+    values = dict(
+        n=request.n,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        top_k=request.top_k,
+        min_tokens=request.min_tokens if request.min_tokens is not None else 0,
+        max_tokens=max_tokens or room,
+        stop=stop or None,
+        stop_token_ids=request.stop_token_ids,
+        seed=request.seed,
+        top_logprobs=top_logprobs,
+    )
+    try:
+        return SamplingParams(**{k: v for k, v in values.items() if v is not None})
+    except ValueError as exc:  # "SamplingParams.<field> must be ..."
+        message = str(exc).replace("SamplingParams.", "")
+        field = message.split(" ", 1)[0]
+        param = top_logprobs_param if field == "top_logprobs" else field
+        raise APIError(400, message, param) from None
+
+
+@dataclass
+class Sampled:
+    """One prompt's samples, as the engine returned them."""
+
+    prompt_ids: List[int]
+    experiences: List[Experience]
+
+
+def _token_text(decode: Callable[[List[int]], str], token_id: int) -> Dict[str, Any]:
+    text = decode([token_id])
+    return {"token": text, "bytes": list(text.encode("utf-8"))}
+
+
+def chat_logprobs(exp: Experience, decode: Callable[[List[int]], str]) -> Dict[str, Any]:
+    """``choice.logprobs`` of a chat reply: every sampled token (the end-of-turn token and a
+    stop string's tokens included: they are what the trainer sees), with its alternatives."""
+    tops = exp.info.get("top_logprobs") or []
+    content = []
+    for t, (token_id, logprob) in enumerate(
+        zip(exp.tokens[exp.prompt_length :].tolist(), exp.logprobs.tolist(), strict=True)
+    ):
+        alternatives = tops[t] if t < len(tops) else []
+        content.append(
+            {
+                **_token_text(decode, token_id),
+                "logprob": logprob,
+                "top_logprobs": [
+                    {**_token_text(decode, i), "logprob": lp} for i, lp in alternatives
+                ],
+            }
+        )
+    return {"content": content}
+
+
+def completion_logprobs(exp: Experience, decode: Callable[[List[int]], str]) -> Dict[str, Any]:
+    """``choice.logprobs`` of a completion: parallel lists of tokens, their logprobs, their
+    alternatives (token -> logprob) and each token's offset in the concatenated tokens."""
+    ids = exp.tokens[exp.prompt_length :].tolist()
+    tokens = [decode([i]) for i in ids]
+    tops = exp.info.get("top_logprobs") or [[] for _ in ids]
+    offsets, at = [], 0
+    for token in tokens:
+        offsets.append(at)
+        at += len(token)
+    return {
+        "tokens": tokens,
+        "token_logprobs": exp.logprobs.tolist(),
+        "top_logprobs": [{decode([i]): lp for i, lp in step} for step in tops],
+        "text_offset": offsets,
+    }
+
+
+def token_block(prompt_index: int, exp: Experience) -> Dict[str, Any]:
+    """A choice's ``"trinity"`` entry: what rebuilds the engine's ``Experience`` exactly."""
+    return {
+        "prompt": prompt_index,
+        "token_ids": exp.tokens[exp.prompt_length :].tolist(),
+        "logprobs": exp.logprobs.tolist(),
+        "response_text": exp.response_text,
+        "model_version": exp.model_version,
+        "info": exp.info,
+    }
+
+
+def prompt_blocks(sampled: List[Sampled]) -> List[Dict[str, Any]]:
+    """The reply's top-level ``"trinity": {"prompts": [...]}``: each prompt's ids and text,
+    sent once however many choices share it."""
+    return [
+        {
+            "token_ids": s.experiences[0].tokens[: s.experiences[0].prompt_length].tolist(),
+            "text": s.experiences[0].prompt_text,
+        }
+        for s in sampled
+    ]
+
+
+def experiences_from_reply(body: Dict[str, Any]) -> List[Experience]:
+    """The engine's ``Experience``s behind a reply that carried token data, in choice order
+    (empty for a reply without it)."""
+    block = body.get("trinity") if isinstance(body, dict) else None
+    if not block:
+        return []
+    prompts = block["prompts"]
+    experiences = []
+    for choice in body.get("choices", []):
+        data = choice["trinity"]
+        prompt = prompts[data["prompt"]]
+        experiences.append(
+            Experience(
+                tokens=prompt["token_ids"] + data["token_ids"],
+                prompt_length=len(prompt["token_ids"]),
+                logprobs=data["logprobs"],
+                prompt_text=prompt["text"],
+                response_text=data["response_text"],
+                model_version=data["model_version"],
+                info=data["info"],
+            )
+        )
+    return experiences
+
+
+def usage(sampled: List[Sampled]) -> Dict[str, int]:
+    """Token counts: every prompt once, every sampled token of every choice."""
+    prompt = sum(len(s.prompt_ids) for s in sampled)
+    completion = sum(e.response_length for s in sampled for e in s.experiences)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def envelope(kind: str, model: str) -> Dict[str, Any]:
+    """The fields every reply starts with: id, object, created, model."""
+    prefix = "chatcmpl" if kind == "chat.completion" else "cmpl"
+    return {
+        "id": f"{prefix}-{uuid.uuid4().hex}",
+        "object": kind,
+        "created": int(time.time()),
+        "model": model,
+    }

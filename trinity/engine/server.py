@@ -1,0 +1,310 @@
+"""The OpenAI-compatible HTTP server in front of a rollout engine.
+
+``build_app`` makes one ASGI app (FastAPI) over a ``ServedModel``: ``GET /v1/models``,
+``POST /v1/chat/completions`` and ``POST /v1/completions``. Each request becomes one
+``generate_ids`` call per prompt on the engine, the call ``ModelWrapper.chat`` makes too, so
+requests from many clients batch in the engine exactly as direct calls do. ``RunningServer``
+serves the app with uvicorn as a task on the running event loop (the engine actor's), on a
+socket bound before the task starts: port 0 gives a free port, known at once.
+
+Errors are OpenAI-shaped (``{"error": {"message", "type", "param", "code"}}``): 400 for a
+prompt that leaves no room in ``max_model_len``, a bad or unsupported parameter, or messages
+the chat template cannot render; 404 for another model name or path; 500 when the engine
+fails. No request waits on anything but its own batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from trinity.common.models.sampling import SamplingParams
+from trinity.engine.openai_protocol import (
+    TOKENS_HEADER,
+    APIError,
+    ChatRequest,
+    CompletionRequest,
+    Sampled,
+    chat_logprobs,
+    completion_logprobs,
+    envelope,
+    prompt_blocks,
+    sampling_params,
+    token_block,
+    usage,
+)
+from trinity.engine.tool_calls import arguments_as_objects, parse_tool_calls
+
+logger = logging.getLogger(__name__)
+
+Messages = List[Dict[str, Any]]
+
+
+@dataclass
+class ServedModel:
+    """What the server needs from an engine: sampling from token ids, and its tokenizer.
+
+    ``model`` is an ``InferenceModel`` (only ``generate_ids`` is called). ``name`` is the id
+    ``/v1/models`` lists; requests may name it or one of ``aliases``.
+    """
+
+    model: Any
+    name: str
+    max_model_len: int
+    vocab_size: int
+    chat_ids: Callable[[Messages, Optional[Messages]], List[int]]  # messages, tools -> ids
+    text_ids: Callable[[str], List[int]]
+    decode: Callable[[List[int]], str]  # special tokens kept: a token's own text
+    aliases: Tuple[str, ...] = ()
+
+    @classmethod
+    def from_transformers(cls, model: Any, name: str) -> ServedModel:
+        """Serve a ``TransformersInferenceModel`` as ``name`` (alias: its folder's basename)."""
+        engine = model.engine
+        return cls(
+            model=model,
+            name=name,
+            max_model_len=engine.max_model_len,
+            vocab_size=engine.model.get_input_embeddings().num_embeddings,
+            chat_ids=engine.apply_chat_template,
+            text_ids=engine.encode_prompt,
+            decode=lambda ids: engine.tokenizer.decode(ids, skip_special_tokens=False),
+            aliases=(os.path.basename(os.path.normpath(name)),),
+        )
+
+    def check_name(self, requested: str) -> None:
+        if requested != self.name and requested not in self.aliases:
+            raise APIError(
+                404,
+                f"The model `{requested}` does not exist; this server serves `{self.name}` "
+                "(see GET /v1/models)",
+                "model",
+                "model_not_found",
+            )
+
+    async def sample(self, prompt_ids: List[int], params: SamplingParams) -> Sampled:
+        """The engine's samples for one prompt; its failures as OpenAI errors."""
+        try:
+            experiences = await self.model.generate_ids(prompt_ids, params)
+        except ValueError as exc:  # the engine refused the request
+            raise APIError(400, str(exc)) from None
+        except Exception as exc:
+            logger.exception("generation failed")
+            raise APIError(500, f"generation failed: {exc}", kind="server_error") from None
+        return Sampled(prompt_ids, experiences)
+
+
+class _JSON(JSONResponse):
+    """Compact JSON; a logprob of -inf is written as -Infinity (Python clients read it)."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _error(exc: APIError) -> _JSON:
+    return _JSON(exc.body(), status_code=exc.status)
+
+
+def _text_messages(messages: Messages) -> Messages:
+    """Messages with list-of-parts content joined into one string (text parts only)."""
+    out = []
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        if isinstance(content, list):
+            if any(not isinstance(p, dict) or p.get("type") != "text" for p in content):
+                raise APIError(
+                    400, f"messages[{i}].content: only text parts are supported", "messages"
+                )
+            message = {**message, "content": "".join(p.get("text", "") for p in content)}
+        out.append(message)
+    return out
+
+
+def _prompt_ids(served: ServedModel, prompt: Union[str, List[int]], index: int) -> List[int]:
+    if isinstance(prompt, str):
+        return served.text_ids(prompt)
+    bad = [t for t in prompt if not isinstance(t, int) or not 0 <= t < served.vocab_size]
+    if bad:
+        raise APIError(
+            400,
+            f"prompt[{index}] has token ids outside [0, {served.vocab_size}): {bad[:5]}",
+            "prompt",
+        )
+    return list(prompt)
+
+
+def build_app(served: ServedModel) -> FastAPI:
+    """The OpenAI-compatible app over ``served``; see the module docstring."""
+    app = FastAPI(title="Trinity-RFT rollout model", docs_url=None, redoc_url=None)
+    created = int(time.time())
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> _JSON:
+        return _error(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> _JSON:
+        first = exc.errors()[0]
+        where = [str(part) for part in first.get("loc", ()) if part != "body"]
+        param = ".".join(where) or None
+        return _error(APIError(400, f"{param or 'body'}: {first.get('msg')}", param))
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException) -> _JSON:
+        return _error(APIError(exc.status_code, str(exc.detail)))
+
+    @app.get("/v1/models")
+    async def models() -> _JSON:
+        card = {
+            "id": served.name,
+            "object": "model",
+            "created": created,
+            "owned_by": "trinity-rft",
+            "max_model_len": served.max_model_len,
+        }
+        return _JSON({"object": "list", "data": [card]})
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatRequest, request: Request) -> _JSON:
+        served.check_name(body.model)
+        body.unsupported()
+        messages = arguments_as_objects(_text_messages(body.messages))
+        try:
+            prompt = served.chat_ids(messages, body.tools)
+        except Exception as exc:  # jinja errors of the model's own template
+            raise APIError(
+                400, f"the chat template cannot render these messages: {exc}", "messages"
+            ) from None
+        limit = body.max_completion_tokens if body.max_completion_tokens else body.max_tokens
+        top = (body.top_logprobs or 0) if body.logprobs else 0
+        params = sampling_params(body, len(prompt), served.max_model_len, limit, top, "messages")
+        sampled = await served.sample(prompt, params)
+        parse = bool(body.tools) and body.tool_choice != "none"
+        choices = []
+        for i, exp in enumerate(sampled.experiences):
+            content, calls = (
+                parse_tool_calls(exp.response_text) if parse else (exp.response_text, [])
+            )
+            message: Dict[str, Any] = {"role": "assistant", "content": content}
+            if calls:
+                message["tool_calls"] = calls
+            choices.append(
+                {
+                    "index": i,
+                    "message": message,
+                    "logprobs": chat_logprobs(exp, served.decode) if body.logprobs else None,
+                    "finish_reason": "tool_calls" if calls else exp.info["finish_reason"],
+                    "stop_reason": exp.info.get("stop_reason"),
+                }
+            )
+        reply = {**envelope("chat.completion", served.name), "choices": choices}
+        return _JSON(_with_tokens(request, reply, [sampled], usage([sampled])))
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request) -> _JSON:
+        served.check_name(body.model)
+        body.unsupported()
+        prompts = [_prompt_ids(served, p, i) for i, p in enumerate(body.prompts())]
+        top = body.logprobs or 0
+        params = [
+            sampling_params(
+                body, len(p), served.max_model_len, body.max_tokens, top, "prompt", "logprobs"
+            )
+            for p in prompts
+        ]
+        sampled = list(
+            await asyncio.gather(
+                *(served.sample(p, q) for p, q in zip(prompts, params, strict=True))
+            )
+        )
+        choices = []
+        for group in sampled:
+            for exp in group.experiences:
+                logprobs = body.logprobs is not None
+                choices.append(
+                    {
+                        "index": len(choices),
+                        "text": exp.response_text,
+                        "logprobs": completion_logprobs(exp, served.decode) if logprobs else None,
+                        "finish_reason": exp.info["finish_reason"],
+                        "stop_reason": exp.info.get("stop_reason"),
+                    }
+                )
+        reply = {**envelope("text_completion", served.name), "choices": choices}
+        return _JSON(_with_tokens(request, reply, sampled, usage(sampled)))
+
+    return app
+
+
+def _with_tokens(
+    request: Request, reply: Dict[str, Any], sampled: List[Sampled], counts: Dict[str, int]
+) -> Dict[str, Any]:
+    """``reply`` with ``usage``, and the exact token data when the request asked for it."""
+    reply["usage"] = counts
+    if TOKENS_HEADER in request.headers:
+        reply["trinity"] = {"prompts": prompt_blocks(sampled)}
+        pairs = [(p, e) for p, group in enumerate(sampled) for e in group.experiences]
+        for choice, (prompt_index, exp) in zip(reply["choices"], pairs, strict=True):
+            choice["trinity"] = token_block(prompt_index, exp)
+    return reply
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (port 0: a free port the OS picks)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)  # connections wait in the backlog until uvicorn starts accepting
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class RunningServer:
+    """``app`` served by uvicorn as a task on the running event loop.
+
+    Create it inside that loop (an async actor's ``__init__`` runs there). ``host`` and
+    ``port`` are where it listens, fixed before the constructor returns.
+    """
+
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.socket = bind(host, port)
+        self.host, self.port = self.socket.getsockname()[:2]
+        config = uvicorn.Config(
+            app,
+            log_config=None,  # leave logging to the process (an actor logs to its own file)
+            access_log=False,
+            lifespan="off",
+            # Longer than clients keep idle connections (httpx: 5 s), so a client never
+            # reuses a connection the server is closing.
+            timeout_keep_alive=30,
+        )
+        self.server = uvicorn.Server(config)
+        self.task = asyncio.get_running_loop().create_task(self.server.serve([self.socket]))
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` (IPv6 hosts bracketed)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def close(self) -> None:
+        """Stop accepting, finish the requests in flight, and release the socket."""
+        self.server.should_exit = True
+        await self.task
+        self.socket.close()
