@@ -639,9 +639,9 @@ CASES: List[Bad] = [
         set={f"{TASKSET}.storage_type": "sql"},
     ),
     Bad(
-        "asynchronous-not-built",
-        ["explorer.concurrent_mode = asynchronous", "not supported"],
-        set={"explorer.concurrent_mode": "asynchronous"},
+        "concurrent-mode-unknown",
+        ["explorer.concurrent_mode", "multithreading", "multi-threading"],
+        set={"explorer.concurrent_mode": "multithreading"},
     ),
 ]
 

@@ -267,7 +267,6 @@ def test_not_supported_values_are_reported_together(tmp_path):
         "explorer.rollout_model.engine_type=vllm",
         "synchronizer.sync_method=nccl",
         "monitor.monitor_type=wandb",
-        "explorer.concurrent_mode=asynchronous",
         "buffer.explorer_input.taskset.storage_type=sql",
         "model.lora_configs=[{lora_rank: 8}]",
         "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
@@ -277,7 +276,6 @@ def test_not_supported_values_are_reported_together(tmp_path):
         "algorithm.algorithm_type = dpo is not supported yet (supported: grpo, sft)",
         "model.lora_configs = [{'lora_rank': 8}] is not supported yet",
         "buffer.explorer_input.tasksets[0].storage_type = sql is not supported yet",
-        "explorer.concurrent_mode = asynchronous is not supported yet",
         "explorer.rollout_model.engine_type = vllm is not supported yet (supported: "
         "transformers, unset)",
         "synchronizer.sync_method = nccl is not supported yet",

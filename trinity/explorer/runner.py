@@ -1,12 +1,18 @@
-"""WorkflowRunner: runs one task's workflow with retries and returns its experiences."""
+"""Workflow runners: run one task's workflow with retries and return its experiences.
+
+``WorkflowRunner`` runs a task in the calling thread; ``AsyncWorkflowRunner`` runs it as a
+coroutine, so one event loop holds many tasks at once. Both share one retry loop.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, Generator, List, Optional
 
 from trinity.common.experience import Experience
 from trinity.common.models.model import ModelWrapper
@@ -23,6 +29,9 @@ class TaskResult:
 
 
 class WorkflowRunner:
+    """Runs tasks' workflows in the calling thread (``concurrent_mode`` ``sequential`` or
+    ``multi-threading``: one task per thread, several threads at once)."""
+
     def __init__(
         self,
         engine: Any,
@@ -33,52 +42,121 @@ class WorkflowRunner:
         self.model = ModelWrapper(engine, default_params)
         self.max_retry_times = max_retry_times
         self.auxiliary_models = auxiliary_models
-        # Resettable workflows, reused across tasks; one set per thread, because a runner in
-        # ``concurrent_mode: multi-threading`` runs several tasks at once.
-        self._local = threading.local()
+        # Resettable workflows not in use, by class, reused across tasks. A task takes one out
+        # for its attempt, so two tasks running at once (threads or coroutines) never share one.
+        self._idle: Dict[type, List[Workflow]] = {}
+        self._idle_lock = threading.Lock()
 
-    @property
-    def _workflows(self) -> Dict[type, Workflow]:
-        if not hasattr(self._local, "workflows"):
-            self._local.workflows = {}
-        return self._local.workflows
-
-    def _workflow(self, task: Task) -> Workflow:
-        cls = task.workflow_cls
-        cached = self._workflows.get(cls)
+    def _checkout(self, task: Task) -> Workflow:
+        """A workflow for ``task``: an idle one reset to it, or a new one."""
+        with self._idle_lock:
+            idle = self._idle.get(task.workflow_cls)
+            cached = idle.pop() if idle else None
         if cached is not None:
             cached.reset(task)
             return cached
-        workflow = task.to_workflow(self.model, self.auxiliary_models)
-        if workflow.resettable():
-            self._workflows[cls] = workflow
-        return workflow
+        return task.to_workflow(self.model, self.auxiliary_models)
 
-    def run_task(self, task: Task) -> TaskResult:
+    def _checkin(self, task: Task, workflow: Workflow) -> None:
+        """Keep a workflow whose attempt succeeded for a later task (one that raised is dropped:
+        never reuse a workflow left in a failed state)."""
+        if workflow.resettable():
+            with self._idle_lock:
+                self._idle.setdefault(task.workflow_cls, []).append(workflow)
+
+    def _attempts(self, task: Task, is_async: bool) -> Generator[Callable, Any, TaskResult]:
+        """The retry loop of ``run_task`` and ``AsyncWorkflowRunner.run_task``.
+
+        Yields what to call next: the workflow's ``run`` (``run_async`` if ``is_async``), then,
+        if it made no model call, the engine's model version. The caller calls it (awaits it,
+        if ``is_async``) and sends back what it returned, or throws in what it raised. Returns
+        the task's result: experiences stamped with group and version, or the last error.
+        """
         start = time.monotonic()
         result = TaskResult(task=task)
         for attempt in range(1, self.max_retry_times + 2):
             result.attempts = attempt
             try:
+                workflow = self._checkout(task)
                 with self.model.track_versions() as seen:
-                    experiences = self._workflow(task).run()
-                # The oldest weights that sampled any of the task's replies (read from the
-                # replies: no extra engine call); asked for only if the workflow made none.
-                version = min(seen) if seen else self.model.model_version
+                    experiences = yield workflow.run_async if is_async else workflow.run
                 if not isinstance(experiences, list) or not all(
                     isinstance(e, Experience) for e in experiences
                 ):
                     raise TypeError(
-                        f"{task.workflow_cls.__name__}.run() must return a list of Experience, "
-                        f"got {type(experiences).__name__}"
+                        f"{task.workflow_cls.__name__}.{'run_async' if is_async else 'run'}() "
+                        f"must return a list of Experience, got {type(experiences).__name__}"
                     )
+                # The oldest weights that sampled any of the task's replies (read from the
+                # replies: no extra engine call); asked for only if the workflow made none.
+                if seen:
+                    version = min(seen)
+                else:
+                    version = yield self._version_call(is_async)
                 for exp in experiences:
                     exp.group_id = task.task_id
                     exp.model_version = version
+                self._checkin(task, workflow)
                 result.experiences, result.error = experiences, None
                 break
             except Exception:  # a workflow or reward fn that raises: retry, then report
-                self._workflows.clear()  # never reuse a workflow left in a failed state
                 result.error = traceback.format_exc()
         result.seconds = time.monotonic() - start
         return result
+
+    def _version_call(self, is_async: bool) -> Callable:
+        if is_async:
+            return self.model.model_version_async
+        return lambda: self.model.model_version
+
+    def run_task(self, task: Task) -> TaskResult:
+        """Run ``task`` in this thread, retrying up to ``max_retry_times`` times if it raises."""
+        attempts = self._attempts(task, is_async=False)
+        try:
+            call = next(attempts)
+            while True:
+                try:
+                    answer = call()
+                except Exception as exc:
+                    call = attempts.throw(exc)
+                else:
+                    call = attempts.send(answer)
+        except StopIteration as done:
+            return done.value
+        finally:
+            attempts.close()  # an interrupted attempt leaves its version tracking here
+
+
+class AsyncWorkflowRunner(WorkflowRunner):
+    """Runs tasks as coroutines (``concurrent_mode: asynchronous``): each ``run_task`` call
+    awaits ``Workflow.run_async``, so many tasks share one event loop and thread.
+
+    A workflow that only defines a blocking ``run`` runs in a worker thread; ``threads``
+    of them at most run at once (asyncio's default would allow only cores + 4).
+    """
+
+    def __init__(self, *args: Any, threads: int = 1, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.threads = threads
+        self._threads_for: Optional[asyncio.AbstractEventLoop] = None
+
+    async def run_task(self, task: Task) -> TaskResult:  # type: ignore[override]
+        """Run ``task`` on the running loop, retrying up to ``max_retry_times`` times."""
+        loop = asyncio.get_running_loop()
+        if self._threads_for is not loop:
+            loop.set_default_executor(ThreadPoolExecutor(max_workers=max(1, self.threads)))
+            self._threads_for = loop
+        attempts = self._attempts(task, is_async=True)
+        try:
+            call = next(attempts)
+            while True:
+                try:
+                    answer = await call()
+                except Exception as exc:
+                    call = attempts.throw(exc)
+                else:
+                    call = attempts.send(answer)
+        except StopIteration as done:
+            return done.value
+        finally:
+            attempts.close()  # a cancelled task leaves its version tracking here

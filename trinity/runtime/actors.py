@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional
 import ray
 
 from trinity.common.workflows.workflow import Task
-from trinity.explorer.runner import TaskResult, WorkflowRunner
+from trinity.explorer.runner import AsyncWorkflowRunner, TaskResult, WorkflowRunner
 from trinity.runtime.status import Reporter, RunStatus
 
 logger = logging.getLogger(__name__)
@@ -46,6 +46,20 @@ def setup_process(
 
 @ray.remote(num_cpus=0)
 class RunnerActor(WorkflowRunner):
+    """A threaded actor: ``max_concurrency`` tasks at once, one per thread."""
+
+    def __init__(
+        self, plugin_dirs: List[str], job_dir: str, name: str, level: str, **kwargs: Any
+    ) -> None:
+        setup_process(plugin_dirs, job_dir, name, level)
+        super().__init__(**kwargs)
+
+
+@ray.remote(num_cpus=0)
+class AsyncRunnerActor(AsyncWorkflowRunner):
+    """An async actor (``concurrent_mode: asynchronous``): ``max_concurrency`` tasks at once,
+    as coroutines on its one event loop."""
+
     def __init__(
         self, plugin_dirs: List[str], job_dir: str, name: str, level: str, **kwargs: Any
     ) -> None:

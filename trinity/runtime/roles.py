@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional
 import ray
 
 from trinity.runtime.actors import (
+    AsyncRunnerActor,
     EngineActor,
     RayRunnerPool,
     RunnerActor,
@@ -52,8 +53,9 @@ def engine_kwargs(config: Any) -> Dict[str, Any]:
 
 def runner_slots(config: Any, runners: int) -> int:
     """Samples (and so tasks) one runner has in flight: a whole step's batch spread over the
-    runners in ``multi-threading`` mode, one task at a time when ``sequential``."""
-    if config.explorer.concurrent_mode != "multi-threading":
+    runners in ``multi-threading`` and ``asynchronous`` modes, one task at a time when
+    ``sequential``."""
+    if config.explorer.concurrent_mode == "sequential":
         return 1
     rows = config.buffer.batch_size * config.algorithm.repeat_times
     return max(1, math.ceil(rows / max(1, runners)))
@@ -138,7 +140,11 @@ class ExplorerActor:
     def _make_runner(self, index: int) -> Any:
         cfg = self.config
         name = f"{cfg.explorer.name}_runner_{index}"
-        return RunnerActor.options(
+        is_async = cfg.explorer.concurrent_mode == "asynchronous"
+        # An async runner runs its slots as coroutines; blocking workflows get a thread each.
+        options = {"threads": self.slots} if is_async else {}
+        actor = AsyncRunnerActor if is_async else RunnerActor
+        return actor.options(
             name=name,
             max_concurrency=self.slots,
             runtime_env={"env_vars": dict(cfg.explorer.env_vars)}
@@ -155,6 +161,7 @@ class ExplorerActor:
                 "min_tokens": cfg.model.min_response_tokens,
             },
             max_retry_times=cfg.explorer.max_retry_times,
+            **options,
         )
 
     def _sync(self, version: int) -> int:

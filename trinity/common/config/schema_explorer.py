@@ -81,7 +81,8 @@ class ExplorerConfig(ConfigModel):
     concurrent_mode: Literal["sequential", "asynchronous", "multi-threading"] = Field(
         "sequential",
         description="Tasks per runner at once: sequential = one; multi-threading = a step's "
-        "batch spread over the runners (workflows must be thread-safe).",
+        "batch spread over the runners, one thread each (workflows must be thread-safe); "
+        "asynchronous = as many, as coroutines on one event loop (Workflow.run_async).",
     )
     max_repeat_times_per_runner: Optional[int] = Field(
         None, description="Split a task's repeats into runs of at most this many."

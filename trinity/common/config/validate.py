@@ -71,7 +71,6 @@ SUPPORTED: Dict[str, Allowed] = {
     "buffer.trainer_input.experience_buffer.storage_type": _experience_buffer_storage,
     "buffer.trainer_input.experience_buffer.replay_buffer.enable": (False,),
     "buffer.trainer_input.auxiliary_buffers.*.storage_type": ("file",),
-    "explorer.concurrent_mode": ("sequential", "multi-threading"),
     "explorer.rollout_model.engine_type": (None, "transformers"),
     "explorer.rollout_model.enable_openai_api": (False,),
     "explorer.rollout_model.enable_history": (False,),

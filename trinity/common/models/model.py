@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import threading
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import fields
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -60,7 +60,10 @@ class ModelWrapper:
     def __init__(self, engine: Any, default_params: Optional[Dict[str, Any]] = None) -> None:
         self.engine = engine
         self.default_params = dict(default_params or {})
-        self._local = threading.local()  # versions seen by this thread, see track_versions
+        # The versions seen by the running task, see track_versions. A context variable, not a
+        # thread-local: in ``concurrent_mode: asynchronous`` many tasks share one thread, and
+        # each asyncio task (and each thread) has its own context.
+        self._versions: ContextVar[Optional[List[int]]] = ContextVar("versions", default=None)
 
     def _params(self, kwargs: Dict[str, Any]) -> SamplingParams:
         merged = {**self.default_params, **{k: v for k, v in kwargs.items() if v is not None}}
@@ -88,19 +91,25 @@ class ModelWrapper:
         return self._seen(await result if inspect.iscoroutine(result) else result)
 
     def _seen(self, result: Any) -> Any:
-        versions = getattr(self._local, "versions", None)
+        versions = self._versions.get()
         if versions is not None and isinstance(result, list):
             versions.extend(e.model_version for e in result if isinstance(e, Experience))
         return result
 
     @contextmanager
     def track_versions(self) -> Iterator[List[int]]:
-        """Collect the model versions of the samples this thread receives while inside."""
-        self._local.versions = []
+        """Collect the model versions of the samples the current task receives while inside.
+
+        "Task" is the current thread, or the current asyncio task when many share one thread;
+        coroutines the task starts (``asyncio.gather``) and threads it starts with
+        ``asyncio.to_thread`` inherit the list, so their samples count too.
+        """
+        seen: List[int] = []
+        token = self._versions.set(seen)
         try:
-            yield self._local.versions
+            yield seen
         finally:
-            self._local.versions = None
+            self._versions.reset(token)
 
     def chat(
         self,
@@ -134,6 +143,10 @@ class ModelWrapper:
     @property
     def model_version(self) -> int:
         return self._call("model_version")
+
+    async def model_version_async(self) -> int:
+        """``model_version`` without blocking the event loop."""
+        return await self._acall("model_version")
 
     def get_openai_client(self) -> Any:
         raise NotImplementedError(

@@ -6,7 +6,7 @@ runs; a ``Workflow`` turns one task into experiences using the ``ModelWrapper``.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
@@ -44,17 +44,43 @@ class Task:
         return self.workflow_cls(model=model, task=self, auxiliary_models=auxiliary_models)
 
 
-class Workflow(ABC):
-    """Runs one task with the model under training and returns its experiences."""
+class Workflow:
+    """Runs one task with the model under training and returns its experiences.
+
+    Define ``run`` (blocking: ``model.chat``), ``run_async`` (a coroutine:
+    ``await model.chat_async``), or both. The runner calls ``run`` when
+    ``explorer.concurrent_mode`` is ``sequential`` or ``multi-threading`` and ``run_async`` when
+    it is ``asynchronous``; whichever one is missing runs the other, so every workflow works in
+    every mode.
+    """
 
     def __init__(self, model: ModelWrapper, task: Task, auxiliary_models: Optional[List] = None):
         self.model = model
         self.task = task
         self.auxiliary_models = auxiliary_models
 
-    @abstractmethod
     def run(self) -> List[Experience]:
-        """Run the workflow and return a list of Experiences."""
+        """Run the workflow and return a list of Experiences.
+
+        The default runs ``run_async`` to completion on an event loop of its own.
+        """
+        if type(self).run_async is Workflow.run_async:
+            raise NotImplementedError(f"{type(self).__name__} must define run() or run_async()")
+        return asyncio.run(self.run_async())
+
+    async def run_async(self) -> List[Experience]:
+        """Run the workflow as a coroutine and return a list of Experiences.
+
+        With ``explorer.concurrent_mode: asynchronous`` a runner runs many tasks' ``run_async``
+        at once on one event loop, so it must never block: call ``await
+        self.model.chat_async(...)`` / ``generate_async``, ``asyncio.sleep``, and keep per-task
+        state on the instance (instances are never shared by two running tasks). The default
+        runs ``run`` in a worker thread, so a blocking workflow works too (its concurrency is
+        then bounded by the runner's threads).
+        """
+        if type(self).run is Workflow.run:
+            raise NotImplementedError(f"{type(self).__name__} must define run() or run_async()")
+        return await asyncio.to_thread(self.run)
 
     def resettable(self) -> bool:
         """True if ``reset`` can re-point this instance at a new task (saves re-initialising)."""
