@@ -45,11 +45,23 @@ def prepare_quickstart(
     out: str = typer.Option(
         "./quickstart", "--out", help="Where to build the tiny model and data."
     ),
+    task: str = typer.Option(
+        "arithmetic",
+        "--task",
+        help="Which demo: arithmetic (examples/quickstart) or guess_number (examples/guess_number)",
+    ),
 ) -> None:
-    """Build the quickstart's tiny model and synthetic arithmetic data (offline, seeded)."""
-    from trinity.utils.synthetic import prepare_quickstart as build
+    """Build a demo's tiny model and synthetic data (offline, seeded): arithmetic by default."""
+    from trinity.demo import DEMOS, prepare_demo
 
-    for key, path in build(out).items():
+    if task not in DEMOS:
+        typer.secho(
+            f"error: --task {task} is not a demo; choose one of {', '.join(sorted(DEMOS))}",
+            fg=typer.colors.RED,
+            err=True,
+        )
+        raise typer.Exit(code=2)
+    for key, path in prepare_demo(task, out).items():
         typer.echo(f"{key}: {path}")
 
 

@@ -7,7 +7,15 @@ in ``buffer.explorer_input.taskset.default_workflow_type``. Interface and a test
 docs/extending.md.
 """
 
+from trinity.common.workflows.guess_number import GuessNumberWorkflow
 from trinity.common.workflows.simple import MathWorkflow, SimpleWorkflow
 from trinity.common.workflows.workflow import WORKFLOWS, Task, Workflow
 
-__all__ = ["WORKFLOWS", "Task", "Workflow", "SimpleWorkflow", "MathWorkflow"]
+__all__ = [
+    "WORKFLOWS",
+    "Task",
+    "Workflow",
+    "SimpleWorkflow",
+    "MathWorkflow",
+    "GuessNumberWorkflow",
+]
