@@ -38,8 +38,9 @@ class WorkflowRunner:
         default_params: Dict[str, Any],
         max_retry_times: int = 2,
         auxiliary_models: Optional[List] = None,
+        enable_history: bool = False,
     ) -> None:
-        self.model = ModelWrapper(engine, default_params)
+        self.model = ModelWrapper(engine, default_params, enable_history)
         self.max_retry_times = max_retry_times
         self.auxiliary_models = auxiliary_models
         # Resettable workflows not in use, by class, reused across tasks. A task takes one out
@@ -53,9 +54,14 @@ class WorkflowRunner:
             idle = self._idle.get(task.workflow_cls)
             cached = idle.pop() if idle else None
         if cached is not None:
+            # Calls the previous task recorded and never extracted are not this task's.
+            if isinstance(getattr(cached, "model", None), ModelWrapper):
+                cached.model.clear_history()
             cached.reset(task)
             return cached
-        return task.to_workflow(self.model, self.auxiliary_models)
+        # Each workflow instance has its own wrapper: its recorded history and OpenAI clients
+        # are those of the one task it runs at a time.
+        return task.to_workflow(self.model.fork(), self.auxiliary_models)
 
     def _checkin(self, task: Task, workflow: Workflow) -> None:
         """Keep a workflow whose attempt succeeded for a later task (one that raised is dropped:

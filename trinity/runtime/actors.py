@@ -74,15 +74,50 @@ ENGINE_RESTARTS = 3
 
 @ray.remote(num_cpus=0, max_restarts=ENGINE_RESTARTS, max_task_retries=2)
 class EngineActor:
-    """Hosts a ``TransformersInferenceModel`` (async methods: requests are batched)."""
+    """Hosts a ``TransformersInferenceModel`` (async methods: requests are batched), and with
+    ``openai_api`` (``{"host", "port"}``) its OpenAI-compatible server."""
 
     def __init__(
-        self, job_dir: str, name: str, level: str, threads: int, **engine_kwargs: Any
+        self,
+        job_dir: str,
+        name: str,
+        level: str,
+        threads: int,
+        openai_api: Optional[Dict[str, Any]] = None,
+        **engine_kwargs: Any,
     ) -> None:
         setup_process([], job_dir, name, level, threads=threads)
         from trinity.common.models.transformers_model import TransformersInferenceModel
 
         self.model = TransformersInferenceModel(num_threads=threads, **engine_kwargs)
+        self.api: Optional[Dict[str, str]] = None
+        if openai_api is not None:
+            self.api = self._serve(openai_api["host"], openai_api["port"], engine_kwargs)
+
+    def _serve(self, host: str, port: int, engine_kwargs: Dict[str, Any]) -> Dict[str, str]:
+        """Start the server as a task on this actor's event loop (an async actor's
+        ``__init__`` runs on it), so HTTP requests reach the same batching as ``chat``.
+        A restarted engine serves again, on a new port when ``port`` is 0."""
+        from trinity.engine.server import RunningServer, ServedModel, build_app
+
+        model_path = engine_kwargs["model_path"]
+        app = build_app(ServedModel.from_transformers(self.model, model_path))
+        try:
+            self.server = RunningServer(app, host, port)
+        except OSError as exc:
+            raise OSError(
+                f"explorer.rollout_model.openai_api_host/openai_api_port: cannot listen on "
+                f"{host}:{port} ({exc.strerror}); use a free port, or 0 for any free one"
+            ) from exc
+        url = self.server.url
+        if self.server.host in ("0.0.0.0", "::"):  # every interface: clients use the node's IP
+            url = f"http://{ray.util.get_node_ip_address()}:{self.server.port}"
+        logger.info("OpenAI-compatible API of %s at %s/v1", model_path, url)
+        return {"url": url, "model": model_path}
+
+    async def api_address(self) -> Optional[Dict[str, str]]:
+        """``{"url", "model"}`` of the OpenAI-compatible server, or None when it is off."""
+        return self.api
 
     async def chat(self, messages: List[Dict], params: Any, tools: Any = None) -> Any:
         return await self.model.chat(messages, params, tools)

@@ -51,6 +51,14 @@ def engine_kwargs(config: Any) -> Dict[str, Any]:
     )
 
 
+def _openai_api(config: Any) -> Optional[Dict[str, Any]]:
+    """Where each rollout engine serves its OpenAI-compatible API, or None when it is off."""
+    rollout = config.explorer.rollout_model
+    if not rollout.enable_openai_api:
+        return None
+    return {"host": rollout.openai_api_host, "port": rollout.openai_api_port}
+
+
 def runner_slots(config: Any, runners: int) -> int:
     """Samples (and so tasks) one runner has in flight: a whole step's batch spread over the
     runners in ``multi-threading`` and ``asynchronous`` modes, one task at a time when
@@ -104,6 +112,7 @@ class ExplorerActor:
                 f"{cfg.explorer.name}_engine_{i}",
                 cfg.log.level,
                 compute_threads(cfg, "engine"),
+                openai_api=_openai_api(cfg),
                 **engine_kwargs(cfg),
             )
             for i in range(cfg.explorer.rollout_model.engine_num)
@@ -161,6 +170,7 @@ class ExplorerActor:
                 "min_tokens": cfg.model.min_response_tokens,
             },
             max_retry_times=cfg.explorer.max_retry_times,
+            enable_history=cfg.explorer.rollout_model.enable_history,
             **options,
         )
 

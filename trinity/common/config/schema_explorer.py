@@ -45,6 +45,13 @@ class InferenceModelConfig(ConfigModel):
     enable_openai_api: bool = Field(
         False, description="Serve the model through an OpenAI-compatible API."
     )
+    openai_api_host: str = Field(
+        "127.0.0.1",
+        description="Address the OpenAI-compatible API listens on; 0.0.0.0: every interface.",
+    )
+    openai_api_port: int = Field(
+        0, description="Port of the OpenAI-compatible API; 0: a free port per engine."
+    )
     chat_template: Optional[str] = Field(
         None, description="Chat template string; unset: model.custom_chat_template."
     )

@@ -72,8 +72,6 @@ SUPPORTED: Dict[str, Allowed] = {
     "buffer.trainer_input.experience_buffer.replay_buffer.enable": (False,),
     "buffer.trainer_input.auxiliary_buffers.*.storage_type": ("file",),
     "explorer.rollout_model.engine_type": (None, "transformers"),
-    "explorer.rollout_model.enable_openai_api": (False,),
-    "explorer.rollout_model.enable_history": (False,),
     "explorer.auxiliary_models": _auxiliary_models,
     "explorer.over_rollout.ratio": (0.0,),
     "explorer.dynamic_timeout.enable": (False,),
@@ -231,6 +229,7 @@ def check_consistency(config: Config) -> List[str]:
     problems += _check_sampling(config)
     problems += _check_model(config)
     problems += _check_run(config)
+    problems += _check_openai_api(config)
     problems += _check_batches(config)
     problems += _check_datasets(config)
     problems += _check_buffer_path(config)
@@ -308,6 +307,20 @@ def _check_run(config: Config) -> List[str]:
             f"run); with mode {config.mode} use checkpoint"
         )
     return problems
+
+
+def _check_openai_api(config: Config) -> List[str]:
+    """The rollout engines' OpenAI-compatible servers listen on a port each."""
+    rollout, key = config.explorer.rollout_model, "explorer.rollout_model.openai_api_port"
+    port = rollout.openai_api_port
+    if not 0 <= port <= 65535:
+        return [f"{key} = {port} must be in [0, 65535] (0: a free port)"]
+    if port and rollout.enable_openai_api and rollout.engine_num > 1:
+        return [
+            f"{key} = {port} with explorer.rollout_model.engine_num = {rollout.engine_num}: "
+            "each engine serves on a port of its own; set 0 (a free port for each)"
+        ]
+    return []
 
 
 def needs_groups(config: Config) -> bool:

@@ -5,12 +5,21 @@
 fields the developer guide's workflows read, and ``model_version``, the weights that
 sampled them. The engine behind it is either a Ray actor (in a real run) or a local object
 (in unit tests).
+
+With ``explorer.rollout_model.enable_openai_api`` the engine also serves an OpenAI-compatible
+API; ``get_openai_client()`` / ``get_openai_async_client()`` return ``openai`` clients for it.
+With ``enable_history`` the wrapper records every call made through it or its clients, as
+the exact ``Experience``s the engine returned, until ``extract_experience_from_history()``
+takes them. The record belongs to one wrapper: the runner gives each workflow instance its
+own (``fork``) and clears it before the instance runs its next task, so a record holds at
+most the calls of one task.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -57,9 +66,19 @@ class InferenceModel(ABC):
 class ModelWrapper:
     """The model a workflow uses: an OpenAI-like ``chat`` over the rollout engine."""
 
-    def __init__(self, engine: Any, default_params: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        default_params: Optional[Dict[str, Any]] = None,
+        enable_history: bool = False,
+    ) -> None:
         self.engine = engine
         self.default_params = dict(default_params or {})
+        self.enable_history = enable_history
+        self._history: List[Experience] = []
+        self._history_lock = threading.Lock()  # clients record from the threads calling them
+        self._api: Optional[Dict[str, str]] = None  # the engine's server: url, model name
+        self._clients: Dict[str, Any] = {}
         # The versions seen by the running task, see track_versions. A context variable, not a
         # thread-local: in ``concurrent_mode: asynchronous`` many tasks share one thread, and
         # each asyncio task (and each thread) has its own context.
@@ -111,6 +130,22 @@ class ModelWrapper:
         finally:
             self._versions.reset(token)
 
+    def fork(self) -> ModelWrapper:
+        """A wrapper over the same engine and defaults with its own history and clients.
+
+        Version tracking is shared: inside ``track_versions`` of this wrapper, the fork's
+        samples count too.
+        """
+        other = ModelWrapper(self.engine, self.default_params, self.enable_history)
+        other._versions = self._versions
+        return other
+
+    def _record(self, experiences: List[Experience]) -> List[Experience]:
+        if self.enable_history:
+            with self._history_lock:
+                self._history.extend(experiences)
+        return experiences
+
     def chat(
         self,
         messages: List[Dict[str, Any]],
@@ -119,12 +154,17 @@ class ModelWrapper:
     ) -> List[Experience]:
         """Sample responses to ``messages``; kwargs: n, temperature, top_p, top_k, max_tokens,
         stop, top_logprobs, seed; ``tools``: OpenAI function schemas for the chat template."""
-        return self._call("chat", messages, self._params(kwargs), *([tools] if tools else []))
+        extra = [tools] if tools else []
+        return self._record(self._call("chat", messages, self._params(kwargs), *extra))
 
     def generate(self, prompts: List[str], **kwargs: Any) -> List[Experience]:
         """Sample continuations of each raw prompt; results are concatenated in prompt order."""
         params = self._params(kwargs)
-        return [exp for prompt in prompts for exp in self._call("generate", prompt, params)]
+        return [
+            exp
+            for prompt in prompts
+            for exp in self._record(self._call("generate", prompt, params))
+        ]
 
     async def chat_async(
         self,
@@ -133,12 +173,12 @@ class ModelWrapper:
         **kwargs: Any,
     ) -> List[Experience]:
         extra = [tools] if tools else []
-        return await self._acall("chat", messages, self._params(kwargs), *extra)
+        return self._record(await self._acall("chat", messages, self._params(kwargs), *extra))
 
     async def generate_async(self, prompts: List[str], **kwargs: Any) -> List[Experience]:
         params = self._params(kwargs)
         results = await asyncio.gather(*(self._acall("generate", p, params) for p in prompts))
-        return [exp for group in results for exp in group]
+        return self._record([exp for group in results for exp in group])
 
     @property
     def model_version(self) -> int:
@@ -148,7 +188,55 @@ class ModelWrapper:
         """``model_version`` without blocking the event loop."""
         return await self._acall("model_version")
 
+    def _api_address(self) -> Dict[str, str]:
+        """The engine's server (asked once per wrapper: an engine that restarted serves on a
+        new port, and the runner gives the next workflow instance a new wrapper)."""
+        if self._api is None:
+            found = self._call("api_address") if hasattr(self.engine, "api_address") else None
+            if not found:
+                raise ValueError(
+                    "the OpenAI-compatible API is off: set "
+                    "explorer.rollout_model.enable_openai_api: true to use get_openai_client()"
+                )
+            self._api = found
+        return self._api
+
+    def _client(self, kind: str) -> Any:
+        if kind not in self._clients:
+            from trinity.engine import client
+
+            api = self._api_address()
+            make = client.openai_client if kind == "sync" else client.openai_async_client
+            # A recorded reply also says which weights sampled it (see track_versions).
+            record = (lambda exps: self._seen(self._record(exps))) if self.enable_history else None
+            self._clients[kind] = make(api["url"], api["model"], record)
+        return self._clients[kind]
+
     def get_openai_client(self) -> Any:
-        raise NotImplementedError(
-            "explorer.rollout_model.enable_openai_api is not supported yet; use ModelWrapper.chat"
-        )
+        """An ``openai.OpenAI`` for the engine's server (``client.model_path``: the model name
+        to send). With ``enable_history`` its calls are recorded like ``chat``'s."""
+        return self._client("sync")
+
+    def get_openai_async_client(self) -> Any:
+        """``get_openai_client`` for asyncio code: an ``openai.AsyncOpenAI``."""
+        return self._client("async")
+
+    def extract_experience_from_history(self, clear_history: bool = True) -> List[Experience]:
+        """Every recorded call's experiences, in the order the replies arrived, exactly as the
+        engine returned them (token ids, logprobs, texts); ``clear_history`` empties the record.
+        """
+        if not self.enable_history:
+            raise ValueError(
+                "model calls are not recorded: set explorer.rollout_model.enable_history: true "
+                "to use extract_experience_from_history()"
+            )
+        with self._history_lock:
+            experiences = list(self._history)
+            if clear_history:
+                self._history.clear()
+        return experiences
+
+    def clear_history(self) -> None:
+        """Forget the recorded calls (the runner does this between tasks)."""
+        with self._history_lock:
+            self._history.clear()
