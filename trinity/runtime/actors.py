@@ -117,6 +117,11 @@ class EngineActor:
 
     async def api_address(self) -> Optional[Dict[str, str]]:
         """``{"url", "model"}`` of the OpenAI-compatible server, or None when it is off."""
+        if self.api is not None and self.server.task.done():  # uvicorn failed or stopped
+            raise RuntimeError(
+                f"the OpenAI-compatible server at {self.api['url']} has stopped; see this "
+                "engine's log for why"
+            )
         return self.api
 
     async def chat(self, messages: List[Dict], params: Any, tools: Any = None) -> Any:
