@@ -324,7 +324,7 @@ def test_the_server_listens_on_loopback_only(local):
 
 def test_concurrent_clients_and_direct_calls_share_engine_batches(micro_model):
     # A generous gathering window: on a loaded machine the threads still land together.
-    model = make_engine(micro_model, batch_wait_s=2.0, batch_idle_s=0.3)
+    model = make_engine(micro_model, batch_wait_s=5.0, batch_idle_s=1.0)
     batches: List[List[List[int]]] = []
     generate = model._generate
 
