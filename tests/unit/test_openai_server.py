@@ -56,8 +56,8 @@ class LocalServer:
     async def _on_loop(self, coro: Any) -> Any:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
 
-    def chat(self, *args: Any) -> Any:
-        return self._on_loop(self.model.chat(*args))
+    def chat(self, messages: Any, params: Any, tools: Any = None, session: Any = None) -> Any:
+        return self._on_loop(self.model.chat(messages, params, tools, session))
 
     def generate(self, *args: Any) -> Any:
         return self._on_loop(self.model.generate(*args))

@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional
 import openai
 
 from trinity.common.experience import Experience
-from trinity.engine.openai_protocol import TOKENS_HEADER, experiences_from_reply
+from trinity.engine.openai_protocol import SESSION_HEADER, TOKENS_HEADER, experiences_from_reply
 
 # The server checks no key, but the openai package refuses to start without one.
 API_KEY = "EMPTY"
@@ -32,10 +32,18 @@ def _experiences(status: int, content: bytes) -> List[Experience]:
         return []
 
 
-def openai_client(url: str, model: str, record: Optional[Record] = None) -> openai.OpenAI:
+def _headers(record: Optional[Record], session: Optional[str]) -> Dict[str, str]:
+    headers = {SESSION_HEADER: session} if session else {}
+    return {**headers, TOKENS_HEADER: "1"} if record is not None else headers
+
+
+def openai_client(
+    url: str, model: str, record: Optional[Record] = None, session: Optional[str] = None
+) -> openai.OpenAI:
     """An ``openai.OpenAI`` for the server at ``url``; ``client.model_path`` is the served
-    model name. With ``record``, every reply's experiences are passed to it."""
-    options: Dict[str, Any] = {}
+    model name. With ``record``, every reply's experiences are passed to it; with
+    ``session``, chat requests continuing an earlier reply continue its exact tokens."""
+    options: Dict[str, Any] = {"default_headers": _headers(record, session)}
     if record is not None:
 
         def hook(response: Any) -> None:
@@ -44,20 +52,17 @@ def openai_client(url: str, model: str, record: Optional[Record] = None) -> open
             if experiences:
                 record(experiences)
 
-        options = {
-            "default_headers": {TOKENS_HEADER: "1"},
-            "http_client": openai.DefaultHttpxClient(event_hooks={"response": [hook]}),
-        }
+        options["http_client"] = openai.DefaultHttpxClient(event_hooks={"response": [hook]})
     client = openai.OpenAI(base_url=f"{url}/v1", api_key=API_KEY, **options)
     client.model_path = model
     return client
 
 
 def openai_async_client(
-    url: str, model: str, record: Optional[Record] = None
+    url: str, model: str, record: Optional[Record] = None, session: Optional[str] = None
 ) -> openai.AsyncOpenAI:
     """``openai_client`` for asyncio code: an ``openai.AsyncOpenAI``."""
-    options: Dict[str, Any] = {}
+    options: Dict[str, Any] = {"default_headers": _headers(record, session)}
     if record is not None:
 
         async def hook(response: Any) -> None:
@@ -66,10 +71,7 @@ def openai_async_client(
             if experiences:
                 record(experiences)
 
-        options = {
-            "default_headers": {TOKENS_HEADER: "1"},
-            "http_client": openai.DefaultAsyncHttpxClient(event_hooks={"response": [hook]}),
-        }
+        options["http_client"] = openai.DefaultAsyncHttpxClient(event_hooks={"response": [hook]})
     client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=API_KEY, **options)
     client.model_path = model
     return client

@@ -6,17 +6,20 @@ earlier reply from its text, and the tokens differ from those it sampled wheneve
 special tokens (dropped from the reply text) or text that tokenizes another way. The trainer
 would then learn from tokens the model never produced.
 
-``Conversation`` remembers the last turn of one episode: its messages, its prompt ids and the
-sampled ids of each reply. When the next conversation is that one plus one of those replies
-(as the API returned it) plus new messages, the prompt is built from tokens:
+``Conversation`` remembers the recent turns of one session: their messages, prompt ids and the
+sampled ids of each reply. When a new conversation is one of those plus one of its replies (as
+the API returned it) plus new messages, the prompt is built from tokens:
 ``previous prompt + sampled reply + tokens of what the template puts after the reply``. Only
-the new part is rendered from text. Anything else is rendered from scratch.
+the new part is rendered from text; anything else is rendered from scratch. Keeping several
+turns lets episodes that share a session run side by side, and lets branches (several samples
+continued separately) each continue their own reply.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
@@ -39,7 +42,7 @@ class Turn:
 
 
 class Conversation:
-    """Prompt ids for the turns of one episode (one per session of a model wrapper).
+    """Prompt ids for the turns of the episodes of one session (one model wrapper).
 
     Args:
         render: the chat template as text (``tokenizer.apply_chat_template(..., tokenize=False)``).
@@ -47,6 +50,7 @@ class Conversation:
         decode: token ids -> text, special tokens kept.
         end_ids: ids that end a reply and that the template also writes after one (eos, the
             end-of-turn token); a reply that ends with one is not closed a second time.
+        keep: how many recent turns may be continued.
     """
 
     def __init__(
@@ -55,14 +59,15 @@ class Conversation:
         encode: Callable[[str], List[int]],
         decode: Callable[[List[int]], str],
         end_ids: Set[int],
+        keep: int = 64,
     ) -> None:
         self.render, self.encode, self.decode, self.end_ids = render, encode, decode, end_ids
-        self.last: Optional[Turn] = None
+        self.turns: deque = deque(maxlen=keep)  # the most recent turns, newest last
 
     def prompt_ids(
         self, messages: Messages, tools: Optional[List[Dict[str, Any]]] = None
     ) -> List[int]:
-        """The prompt for ``messages``: the last turn's tokens continued, where it applies."""
+        """The prompt for ``messages``: a recorded turn's tokens continued, where one applies."""
         continued = self._continued(messages, tools)
         if continued is not None:
             return continued
@@ -75,30 +80,27 @@ class Conversation:
         prompt_ids: List[int],
         replies: Sequence[Tuple[Dict[str, Any], List[int]]],
     ) -> None:
-        """Remember a finished call; the next one may continue any of its replies."""
-        self.last = Turn(
-            copy.deepcopy(messages), copy.deepcopy(tools), list(prompt_ids), list(replies)
-        )
+        """Remember a finished call; a later one may continue any of its replies."""
+        turn = Turn(copy.deepcopy(messages), copy.deepcopy(tools), list(prompt_ids), list(replies))
+        self.turns.append(turn)
 
     def _continued(
         self, messages: Messages, tools: Optional[List[Dict[str, Any]]]
     ) -> Optional[List[int]]:
-        last = self.last
-        if last is None or tools != last.tools:
-            return None
-        k = len(last.messages)
-        if len(messages) <= k or messages[:k] != last.messages:
-            return None
-        sampled = _matching_reply(messages[k], last.replies)
-        if sampled is None:
-            return None
-        after = self._after_reply(messages, k, tools)
-        if after is None:
-            return None
-        if sampled and sampled[-1] in self.end_ids:
-            end = self.decode(sampled[-1:])
-            after = after[len(end) :] if after.startswith(end) else after
-        return last.prompt_ids + sampled + self.encode(after)
+        """The newest recorded turn this conversation extends by one of its replies."""
+        for turn in reversed(self.turns):
+            k = len(turn.messages)
+            if tools != turn.tools or len(messages) <= k or messages[:k] != turn.messages:
+                continue
+            sampled = _matching_reply(messages[k], turn.replies)
+            after = None if sampled is None else self._after_reply(messages, k, tools)
+            if after is None:
+                continue
+            if sampled and sampled[-1] in self.end_ids:
+                end = self.decode(sampled[-1:])
+                after = after[len(end) :] if after.startswith(end) else after
+            return turn.prompt_ids + sampled + self.encode(after)
+        return None
 
     def _after_reply(self, messages: Messages, k: int, tools: Any) -> Optional[str]:
         """What the template writes after reply ``k``'s content, up to the generation prompt.
@@ -112,6 +114,42 @@ class Conversation:
         if text.count(_SENTINEL) != 1:
             return None
         return text.split(_SENTINEL, 1)[1]
+
+
+def engine_conversation(engine: Any) -> Conversation:
+    """A ``Conversation`` over a ``TransformersEngine``'s tokenizer and chat template."""
+    tokenizer = engine.tokenizer
+
+    def render(messages: Messages, tools: Any, add_generation_prompt: bool) -> str:
+        return tokenizer.apply_chat_template(
+            messages,
+            tools=tools or None,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
+        )
+
+    return Conversation(
+        render,
+        lambda text: tokenizer.encode(text, add_special_tokens=False),
+        lambda ids: tokenizer.decode(ids, skip_special_tokens=False),
+        set(engine.eos_ids) | set(tokenizer.all_special_ids),
+    )
+
+
+def record_turn(
+    conversation: Conversation,
+    messages: Messages,
+    tools: Optional[List[Dict[str, Any]]],
+    replies: Sequence[Tuple[Dict[str, Any], Any]],
+) -> None:
+    """Record a call whose ``replies`` are (assistant message returned, its ``Experience``):
+    the prompt the engine used and each reply's sampled ids come from the experiences."""
+    if not replies:
+        return
+    first = replies[0][1]
+    prompt = first.tokens[: first.prompt_length].tolist()
+    sampled = [(m, e.tokens[e.prompt_length :].tolist()) for m, e in replies]
+    conversation.record(messages, tools, prompt, sampled)
 
 
 def _matching_reply(

@@ -26,6 +26,9 @@ from trinity.common.experience import Experience
 from trinity.common.models.sampling import SamplingParams
 
 TOKENS_HEADER = "x-trinity-return-tokens"
+# Names the caller's conversations: a chat request continuing one of the session's recent
+# turns is continued from its tokens (``trinity.engine.conversation``).
+SESSION_HEADER = "x-trinity-session"
 
 
 class APIError(Exception):
@@ -192,6 +195,7 @@ def sampling_params(
         stop_token_ids=request.stop_token_ids,
         seed=request.seed,
         top_logprobs=top_logprobs,
+        truncate_prompt=False,  # the guide: prompts through the API are never cut
     )
     try:
         return SamplingParams(**{k: v for k, v in values.items() if v is not None})

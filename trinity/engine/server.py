@@ -31,7 +31,9 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from trinity.common.models.sampling import SamplingParams
+from trinity.engine.conversation import Conversation, record_turn
 from trinity.engine.openai_protocol import (
+    SESSION_HEADER,
     TOKENS_HEADER,
     APIError,
     ChatRequest,
@@ -68,6 +70,7 @@ class ServedModel:
     text_ids: Callable[[str], List[int]]
     decode: Callable[[List[int]], str]  # special tokens kept: a token's own text
     aliases: Tuple[str, ...] = ()
+    conversation: Optional[Callable[[str], Conversation]] = None  # session -> its turns
 
     @classmethod
     def from_transformers(cls, model: Any, name: str) -> ServedModel:
@@ -82,6 +85,7 @@ class ServedModel:
             text_ids=engine.encode_prompt,
             decode=lambda ids: engine.tokenizer.decode(ids, skip_special_tokens=False),
             aliases=(os.path.basename(os.path.normpath(name)),),
+            conversation=model.conversation,
         )
 
     def check_name(self, requested: str) -> None:
@@ -181,8 +185,13 @@ def build_app(served: ServedModel) -> FastAPI:
         served.check_name(body.model)
         body.unsupported()
         messages = arguments_as_objects(_text_messages(body.messages))
+        session = request.headers.get(SESSION_HEADER)
+        conversation = served.conversation(session) if session and served.conversation else None
         try:
-            prompt = served.chat_ids(messages, body.tools)
+            if conversation is not None:
+                prompt = conversation.prompt_ids(messages, body.tools)
+            else:
+                prompt = served.chat_ids(messages, body.tools)
         except Exception as exc:  # jinja errors of the model's own template
             raise APIError(
                 400, f"the chat template cannot render these messages: {exc}", "messages"
@@ -208,6 +217,14 @@ def build_app(served: ServedModel) -> FastAPI:
                     "finish_reason": "tool_calls" if calls else exp.info["finish_reason"],
                     "stop_reason": exp.info.get("stop_reason"),
                 }
+            )
+        if conversation is not None:  # the next turn may continue any of these replies
+            replies = [c["message"] for c in choices]
+            record_turn(
+                conversation,
+                messages,
+                body.tools,
+                list(zip(replies, sampled.experiences, strict=True)),
             )
         reply = {**envelope("chat.completion", served.name), "choices": choices}
         return _JSON(_with_tokens(request, reply, [sampled], usage([sampled])))

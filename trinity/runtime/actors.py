@@ -124,8 +124,10 @@ class EngineActor:
             )
         return self.api
 
-    async def chat(self, messages: List[Dict], params: Any, tools: Any = None) -> Any:
-        return await self.model.chat(messages, params, tools)
+    async def chat(
+        self, messages: List[Dict], params: Any, tools: Any = None, session: Any = None
+    ) -> Any:
+        return await self.model.chat(messages, params, tools, session)
 
     async def generate(self, prompt: str, params: Any) -> Any:
         return await self.model.generate(prompt, params)

@@ -141,10 +141,15 @@ class TransformersEngine:
         """Token ids of a raw text prompt (the tokenizer's own special-token rules apply)."""
         return self.tokenizer.encode(prompt)
 
-    def _fit(self, prompt: List[int], params: SamplingParams) -> Tuple[List[int], SamplingParams]:
-        """Apply prompt truncation and resolve token limits so prompt + response fits."""
+    def fit(self, prompt: List[int], params: SamplingParams) -> Tuple[List[int], SamplingParams]:
+        """Apply prompt truncation and resolve token limits so prompt + response fits.
+
+        Raises ``ValueError`` for a prompt that cannot be served (empty, or no room left in
+        ``max_model_len``). A request with ``truncate_prompt`` off is never cut.
+        """
         if (
-            self.enable_prompt_truncation
+            params.truncate_prompt
+            and self.enable_prompt_truncation
             and self.max_prompt_tokens is not None
             and len(prompt) > self.max_prompt_tokens
         ):
@@ -184,7 +189,7 @@ class TransformersEngine:
         """
         if len(prompts) != len(params):
             raise ValueError(f"got {len(prompts)} prompts but {len(params)} SamplingParams")
-        requests = [_Request(*self._fit(list(x), p)) for x, p in zip(prompts, params, strict=True)]
+        requests = [_Request(*self.fit(list(x), p)) for x, p in zip(prompts, params, strict=True)]
         results: List[List[SampleOutput]] = []
         for chunk in self._chunks(requests) if requests else []:
             results.extend(self._generate_chunk(chunk))

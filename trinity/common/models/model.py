@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
+import uuid
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -75,6 +76,8 @@ class ModelWrapper:
         self.engine = engine
         self.default_params = dict(default_params or {})
         self.enable_history = enable_history
+        # Names this wrapper's conversations in the engine (each fork has its own).
+        self.session = uuid.uuid4().hex
         self._history: List[Experience] = []
         self._history_lock = threading.Lock()  # clients record from the threads calling them
         self._api: Optional[Dict[str, str]] = None  # the engine's server: url, model name
@@ -153,9 +156,13 @@ class ModelWrapper:
         **kwargs: Any,
     ) -> List[Experience]:
         """Sample responses to ``messages``; kwargs: n, temperature, top_p, top_k, max_tokens,
-        stop, top_logprobs, seed; ``tools``: OpenAI function schemas for the chat template."""
-        extra = [tools] if tools else []
-        return self._record(self._call("chat", messages, self._params(kwargs), *extra))
+        stop, top_logprobs, seed; ``tools``: OpenAI function schemas for the chat template.
+
+        A conversation that extends an earlier call's (its messages, one of its replies as
+        returned, then new messages) is continued from that call's exact tokens
+        (``trinity.engine.conversation``): what the model sees is what it sampled.
+        """
+        return self._record(self._call("chat", *self._chat_args(messages, tools, kwargs)))
 
     def generate(self, prompts: List[str], **kwargs: Any) -> List[Experience]:
         """Sample continuations of each raw prompt; results are concatenated in prompt order."""
@@ -172,8 +179,16 @@ class ModelWrapper:
         tools: Optional[List[Dict[str, Any]]] = None,
         **kwargs: Any,
     ) -> List[Experience]:
-        extra = [tools] if tools else []
-        return self._record(await self._acall("chat", messages, self._params(kwargs), *extra))
+        return self._record(await self._acall("chat", *self._chat_args(messages, tools, kwargs)))
+
+    def _chat_args(self, messages: Any, tools: Any, kwargs: Dict[str, Any]) -> tuple:
+        """``chat``'s arguments; the session only for engines that keep conversations (a
+        test's stand-in engine may take just messages and params)."""
+        args: tuple = (messages, self._params(kwargs))
+        target = self.engine.chat
+        if hasattr(target, "remote") or "session" in inspect.signature(target).parameters:
+            return (*args, tools, self.session)
+        return (*args, tools) if tools else args
 
     async def generate_async(self, prompts: List[str], **kwargs: Any) -> List[Experience]:
         params = self._params(kwargs)
@@ -209,7 +224,7 @@ class ModelWrapper:
             make = client.openai_client if kind == "sync" else client.openai_async_client
             # A recorded reply also says which weights sampled it (see track_versions).
             record = (lambda exps: self._seen(self._record(exps))) if self.enable_history else None
-            self._clients[kind] = make(api["url"], api["model"], record)
+            self._clients[kind] = make(api["url"], api["model"], record, self.session)
         return self._clients[kind]
 
     def get_openai_client(self) -> Any:

@@ -103,6 +103,7 @@ class SamplingParams:
     stop_token_ids: Optional[List[int]] = None  # stop on these as well as on eos
     stop: Optional[List[str]] = None  # stop once the response text contains one of these
     top_logprobs: int = 0  # also return this many most likely tokens (and logprobs) per step
+    truncate_prompt: bool = True  # False: never cut the prompt (the OpenAI API, multi-turn)
     seed: Optional[int] = None  # fixes this request's samples regardless of batch company
 
     def __post_init__(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
@@ -19,8 +20,12 @@ import torch
 from trinity.common.experience import Experience
 from trinity.common.models.hf_engine import SampleOutput, SamplingParams, TransformersEngine
 from trinity.common.models.model import InferenceModel
+from trinity.engine.conversation import Conversation, engine_conversation, record_turn
 
 logger = logging.getLogger(__name__)
+
+# Sessions whose recent turns an engine remembers (least recently used forgotten first).
+MAX_SESSIONS = 1024
 
 
 @dataclass
@@ -51,6 +56,7 @@ class TransformersInferenceModel(InferenceModel):
         self._loop_task: Optional[asyncio.Task] = None
         # One worker thread: generation and weight loading never overlap.
         self._executor = ThreadPoolExecutor(max_workers=1)
+        self._conversations: OrderedDict = OrderedDict()  # session -> Conversation
 
     async def _submit(self, prompt_ids: List[int], params: SamplingParams) -> tuple:
         """(model version, outputs) of one request, once its batch is generated."""
@@ -63,6 +69,7 @@ class TransformersInferenceModel(InferenceModel):
         ):
             self._wakeup = asyncio.Event()
             self._loop_task = loop.create_task(self._batch_loop())
+        self.engine.fit(prompt_ids, params)  # a request that cannot be served fails alone
         request = _Request(prompt_ids, params, loop.create_future())
         self._pending.append(request)
         self._wakeup.set()
@@ -163,9 +170,27 @@ class TransformersInferenceModel(InferenceModel):
         messages: List[Dict[str, Any]],
         params: SamplingParams,
         tools: Optional[List[Dict[str, Any]]] = None,
+        session: Optional[str] = None,
     ) -> List[Experience]:
-        prompt_ids = self.engine.apply_chat_template(messages, tools)
-        return await self.generate_ids(prompt_ids, params)
+        """Sample replies to ``messages``. With a ``session``, a conversation that continues
+        one of the session's recent turns is continued from its tokens (``Conversation``)."""
+        if session is None:
+            return await self.generate_ids(self.engine.apply_chat_template(messages, tools), params)
+        conversation = self.conversation(session)
+        experiences = await self.generate_ids(conversation.prompt_ids(messages, tools), params)
+        replies = [({"role": "assistant", "content": e.response_text}, e) for e in experiences]
+        record_turn(conversation, messages, tools, replies)
+        return experiences
+
+    def conversation(self, session: str) -> Conversation:
+        """The ``Conversation`` of ``session`` (the ``MAX_SESSIONS`` most recent are kept)."""
+        found = self._conversations.pop(session, None)
+        if found is None:
+            found = engine_conversation(self.engine)
+        self._conversations[session] = found
+        while len(self._conversations) > MAX_SESSIONS:
+            self._conversations.popitem(last=False)
+        return found
 
     async def generate(self, prompt: str, params: SamplingParams) -> List[Experience]:
         return await self.generate_ids(self.engine.encode_prompt(prompt), params)
