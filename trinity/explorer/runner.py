@@ -37,12 +37,14 @@ class WorkflowRunner:
         engine: Any,
         default_params: Dict[str, Any],
         max_retry_times: int = 2,
-        auxiliary_models: Optional[List] = None,
+        auxiliary_engines: Optional[List] = None,
         enable_history: bool = False,
     ) -> None:
+        """``auxiliary_engines``: one engine of each of ``explorer.auxiliary_models``; workflows
+        get an ``openai.OpenAI`` for each (the developer guide's ``auxiliary_models``)."""
         self.model = ModelWrapper(engine, default_params, enable_history)
         self.max_retry_times = max_retry_times
-        self.auxiliary_models = auxiliary_models
+        self.auxiliary_engines = list(auxiliary_engines or [])
         # Resettable workflows not in use, by class, reused across tasks. A task takes one out
         # for its attempt, so two tasks running at once (threads or coroutines) never share one.
         self._idle: Dict[type, List[Workflow]] = {}
@@ -61,7 +63,14 @@ class WorkflowRunner:
             return cached
         # Each workflow instance has its own wrapper: its recorded history and OpenAI clients
         # are those of the one task it runs at a time.
-        return task.to_workflow(self.model.fork(), self.auxiliary_models)
+        return task.to_workflow(self.model.fork(), self._auxiliary_models())
+
+    def _auxiliary_models(self) -> Optional[List]:
+        """Fresh clients for a new workflow instance (an engine that restarted serves on a
+        new port; each wrapper asks its engine where once)."""
+        if not self.auxiliary_engines:
+            return None
+        return [ModelWrapper(engine).get_openai_client() for engine in self.auxiliary_engines]
 
     def _checkin(self, task: Task, workflow: Workflow) -> None:
         """Keep a workflow whose attempt succeeded for a later task (one that raised is dropped:

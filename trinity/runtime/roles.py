@@ -35,28 +35,32 @@ def _chat_template(model_cfg: Any) -> Optional[str]:
     return model_cfg.custom_chat_template
 
 
-def engine_kwargs(config: Any) -> Dict[str, Any]:
+def engine_kwargs(config: Any, auxiliary: Any = None) -> Dict[str, Any]:
+    """The engine arguments of the rollout model, or of one of ``explorer.auxiliary_models``
+    (its own folder, limits and template; the sampling rules of ``model`` apply to both)."""
     m, rollout = config.model, config.explorer.rollout_model
+    own = auxiliary or m
     return dict(
-        dtype=rollout.dtype,
-        seed=rollout.seed,
-        model_path=m.model_path,
-        max_model_len=m.max_model_len,
-        max_prompt_tokens=m.max_prompt_tokens,
-        max_response_tokens=m.max_response_tokens,
+        dtype=(auxiliary or rollout).dtype,
+        seed=(auxiliary or rollout).seed,
+        model_path=own.model_path,
+        max_model_len=own.max_model_len,
+        max_prompt_tokens=own.max_prompt_tokens,
+        max_response_tokens=own.max_response_tokens,
         min_response_tokens=m.min_response_tokens,
         enable_prompt_truncation=m.enable_prompt_truncation,
-        chat_template=_chat_template(m),
+        chat_template=auxiliary.chat_template if auxiliary else _chat_template(m),
         repetition_penalty=m.repetition_penalty,
     )
 
 
-def _openai_api(config: Any) -> Optional[Dict[str, Any]]:
-    """Where each rollout engine serves its OpenAI-compatible API, or None when it is off."""
-    rollout = config.explorer.rollout_model
-    if not rollout.enable_openai_api:
+def _openai_api(config: Any, auxiliary: Any = None) -> Optional[Dict[str, Any]]:
+    """Where an engine serves its OpenAI-compatible API, or None when it is off. Auxiliary
+    models are always served: workflows reach them only through it."""
+    served = auxiliary or config.explorer.rollout_model
+    if auxiliary is None and not served.enable_openai_api:
         return None
-    return {"host": rollout.openai_api_host, "port": rollout.openai_api_port}
+    return {"host": served.openai_api_host, "port": served.openai_api_port}
 
 
 def runner_slots(config: Any, runners: int) -> int:
@@ -105,17 +109,12 @@ class ExplorerActor:
         from trinity.buffer import MixedTaskReader, TaskReader
         from trinity.explorer.explorer import Explorer
 
-        cfg, job_dir = self.config, self.config.checkpoint_job_dir
-        self.engines = [
-            EngineActor.options(name=f"{cfg.explorer.name}_engine_{i}").remote(
-                job_dir,
-                f"{cfg.explorer.name}_engine_{i}",
-                cfg.log.level,
-                compute_threads(cfg, "engine"),
-                openai_api=_openai_api(cfg),
-                **engine_kwargs(cfg),
-            )
-            for i in range(cfg.explorer.rollout_model.engine_num)
+        cfg = self.config
+        self.engines = self._start_engines(cfg.explorer.name, cfg.explorer.rollout_model)
+        # engines of explorer.auxiliary_models[i]: not trained, served over the OpenAI API
+        self.auxiliary = [
+            self._start_engines(f"{cfg.explorer.name}_auxiliary_{i}", aux, aux)
+            for i, aux in enumerate(cfg.explorer.auxiliary_models)
         ]
         runners = cfg.explorer.runner_per_model * len(self.engines)
         self.slots = runner_slots(cfg, runners)
@@ -146,6 +145,21 @@ class ExplorerActor:
         )
         return start_step
 
+    def _start_engines(self, prefix: str, served: Any, auxiliary: Any = None) -> List[Any]:
+        """``served.engine_num`` engine actors named ``<prefix>_engine_<i>``."""
+        cfg = self.config
+        return [
+            EngineActor.options(name=f"{prefix}_engine_{i}").remote(
+                cfg.checkpoint_job_dir,
+                f"{prefix}_engine_{i}",
+                cfg.log.level,
+                compute_threads(cfg, "engine"),
+                openai_api=_openai_api(cfg, auxiliary),
+                **engine_kwargs(cfg, auxiliary),
+            )
+            for i in range(served.engine_num)
+        ]
+
     def _make_runner(self, index: int) -> Any:
         cfg = self.config
         name = f"{cfg.explorer.name}_runner_{index}"
@@ -165,6 +179,7 @@ class ExplorerActor:
             name,
             cfg.log.level,
             engine=self.engines[index % len(self.engines)],
+            auxiliary_engines=[engines[index % len(engines)] for engines in self.auxiliary],
             default_params={
                 "max_tokens": cfg.model.max_response_tokens,
                 "min_tokens": cfg.model.min_response_tokens,

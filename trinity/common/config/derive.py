@@ -83,7 +83,8 @@ def _derive_from_machine(config: Config) -> None:
     set_default(rollout, "engine_type", "transformers")
     # The transformers engine runs on CPU inside `trinity run` (a GPU is not placed yet),
     # where bf16 is slow and would sample from other numerics than the fp32 trainer scores.
-    set_default(rollout, "dtype", "float32")
+    for served in [rollout, *config.explorer.auxiliary_models]:
+        set_default(served, "dtype", "float32")
     sync_method = "memory" if config.mode == "both" else "checkpoint"
     set_default(config.synchronizer, "sync_method", sync_method)
     logger.info(
@@ -144,8 +145,10 @@ def _derive_model(config: Config) -> List[str]:
         problems += _read_chat_template(model)
     set_default(rollout, "model_path", model.model_path)
     set_default(rollout, "chat_template", model.custom_chat_template)
-    for key in ("max_model_len", "max_prompt_tokens", "max_response_tokens"):
-        set_default(rollout, key, getattr(model, key))
+    # Auxiliary models keep their own chat template (another model's); limits as the policy's.
+    for served in [rollout, *config.explorer.auxiliary_models]:
+        for key in ("max_model_len", "max_prompt_tokens", "max_response_tokens"):
+            set_default(served, key, getattr(model, key))
     return problems
 
 

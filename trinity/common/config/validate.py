@@ -37,13 +37,11 @@ def _experience_buffer_storage(config: Config) -> Tuple[Any, ...]:
     return ("file",) if config.mode == "train" else ("queue",)
 
 
-def _auxiliary_models(config: Config) -> Tuple[Any, ...]:
-    # So far the only consumer is the teacher of a distilling algorithm (use_teacher).
+def _uses_teacher(config: Config) -> bool:
+    """The algorithm distils from ``explorer.auxiliary_models[0]`` (``use_teacher``)."""
     registry = algorithm_module().ALGORITHM_TYPE
     name = config.algorithm.algorithm_type
-    if name in registry and getattr(registry.get(name), "use_teacher", False):
-        return (config.explorer.auxiliary_models,)
-    return ([],)
+    return name in registry and getattr(registry.get(name), "use_teacher", False)
 
 
 # algorithm key -> name of its registry in trinity.algorithm
@@ -72,7 +70,6 @@ SUPPORTED: Dict[str, Allowed] = {
     "buffer.trainer_input.experience_buffer.replay_buffer.enable": (False,),
     "buffer.trainer_input.auxiliary_buffers.*.storage_type": ("file",),
     "explorer.rollout_model.engine_type": (None, "transformers"),
-    "explorer.auxiliary_models": _auxiliary_models,
     "explorer.over_rollout.ratio": (0.0,),
     "explorer.dynamic_timeout.enable": (False,),
     "synchronizer.sync_style": ("fixed",),
@@ -296,10 +293,15 @@ def _check_run(config: Config) -> List[str]:
     problems = []
     algorithm = config.algorithm
     teachers = config.explorer.auxiliary_models
-    if _auxiliary_models(config) != ([],) and (len(teachers) != 1 or not teachers[0].model_path):
+    for index, aux in enumerate(teachers):
+        if not aux.model_path:
+            problems.append(
+                f"explorer.auxiliary_models[{index}].model_path is required (the model to serve)"
+            )
+    if _uses_teacher(config) and not teachers:
         problems.append(
             f"algorithm.algorithm_type = {algorithm.algorithm_type} distils from a teacher: set "
-            f"explorer.auxiliary_models to one model with a model_path (got {len(teachers)})"
+            "explorer.auxiliary_models[0].model_path to it"
         )
     if config.synchronizer.sync_method == "memory" and config.mode != "both":
         problems.append(

@@ -8,6 +8,7 @@ docs/extending.md.
 """
 
 from trinity.common.workflows.guess_number import GuessNumberWorkflow
+from trinity.common.workflows.judge import LLMJudgeWorkflow
 from trinity.common.workflows.simple import MathWorkflow, SimpleWorkflow
 from trinity.common.workflows.workflow import WORKFLOWS, Task, Workflow
 
@@ -18,4 +19,5 @@ __all__ = [
     "SimpleWorkflow",
     "MathWorkflow",
     "GuessNumberWorkflow",
+    "LLMJudgeWorkflow",
 ]
