@@ -114,20 +114,14 @@ def engine_busy(job_dir: str) -> float:
 
 def timed_run(args: argparse.Namespace, paths: Dict[str, str], mode: str, round_: int) -> Dict:
     """One explore-mode run of ``mode``: its steps' seconds and samples/s."""
-    import ray
-
     from trinity.monitor import read_metrics
     from trinity.runtime.launcher import run
 
     tag = f"{mode.replace('-', '_')}_{round_}"
     config = write_config(args, paths, mode, tag)
-    ray_was_up, start, load = ray.is_initialized(), time.monotonic(), os.getloadavg()[0]
-    try:
-        (result,) = run(config, [], [PLUGINS])
-        wall = time.monotonic() - start
-    finally:
-        if not ray_was_up:  # each run starts its own Ray: no warm workers carried over
-            ray.shutdown()
+    start, load = time.monotonic(), os.getloadavg()[0]
+    (result,) = run(config, [], [PLUGINS])
+    wall = time.monotonic() - start
     records = read_metrics(os.path.join(result.job_dir, "monitor", "explorer.jsonl"))
     steps = [r for r in records if "time/explore_step" in r]
     seconds = [r["time/explore_step"] for r in steps]
@@ -154,7 +148,8 @@ def timed_run(args: argparse.Namespace, paths: Dict[str, str], mode: str, round_
 
 
 def summarize(runs: List[Dict], args: argparse.Namespace) -> Dict[str, Any]:
-    """Per mode: the median over rounds of samples/s and of the steps' total seconds."""
+    """Per mode, the median over rounds of samples/s, exploring seconds and seconds per step
+    the engine was not generating; and the median over rounds of the samples/s ratio."""
     by_mode = {}
     for mode in MODES:
         mine = [r for r in runs if r["mode"] == mode]
@@ -162,7 +157,11 @@ def summarize(runs: List[Dict], args: argparse.Namespace) -> Dict[str, Any]:
             key: statistics.median(r[key] for r in mine)
             for key in ("samples_per_s", "explore_s_total", "not_generating_s_per_step")
         }
-    ratio = by_mode["asynchronous"]["samples_per_s"] / by_mode["multi-threading"]["samples_per_s"]
+    # Each round's two runs ran back to back: their ratio is the least skewed by load drift.
+    ratios = [
+        a["samples_per_s"] / t["samples_per_s"] for t, a in zip(runs[0::2], runs[1::2], strict=True)
+    ]
+    ratio = statistics.median(ratios)
     episodes = args.batch_size * args.repeat_times
     summary = (
         f"concurrency ({TURNS}-turn episodes, {episodes} per step over {args.runners} runners, "
@@ -172,9 +171,9 @@ def summarize(runs: List[Dict], args: argparse.Namespace) -> Dict[str, Any]:
             f"{m['not_generating_s_per_step']:.2f}s/step not generating)"
             for mode, m in by_mode.items()
         )
-        + f": asynchronous/multi-threading {ratio:.2f}x"
+        + f": asynchronous/multi-threading {ratio:.2f}x (median of the rounds' ratios)"
     )
-    return {"modes": by_mode, "ratio": ratio, "summary": summary}
+    return {"modes": by_mode, "round_ratios": ratios, "ratio": ratio, "summary": summary}
 
 
 def main(argv: List[str] | None = None) -> Dict:
@@ -194,8 +193,20 @@ def main(argv: List[str] | None = None) -> Dict:
     args.workdir = os.path.abspath(args.workdir or tempfile.mkdtemp(prefix="trinity-conc-"))
     os.makedirs(args.workdir, exist_ok=True)
     paths = prepare(args, args.workdir)
-    # Alternated (threads, async, threads, ...): a drift in the machine's load hits both.
-    runs = [timed_run(args, paths, mode, r) for r in range(args.rounds) for mode in MODES]
+    # One Ray for all runs (a fresh one each would cost more than a run's steps), and the
+    # modes alternated (threads, async, threads, ...): a drift in the machine's load, or
+    # warm Ray workers, favour neither.
+    import ray
+
+    from trinity.runtime.launcher import init_ray
+
+    ray_was_up = ray.is_initialized()
+    init_ray("bench_concurrency")
+    try:
+        runs = [timed_run(args, paths, mode, r) for r in range(args.rounds) for mode in MODES]
+    finally:
+        if not ray_was_up:
+            ray.shutdown()
     report = {"benchmark": "concurrency", "setup": vars(args), "runs": runs}
     report.update(summarize(runs, args))
     with open(args.out, "w") as f:

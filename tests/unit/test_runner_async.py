@@ -190,6 +190,34 @@ def test_a_thread_runner_runs_an_async_only_workflow(engine):
     assert result.error is None and len(result.experiences) == 2
 
 
+class KeepsALoopBoundObject(Workflow):
+    """Resettable and async-only; keeps an ``asyncio.Event`` (bound to the loop that first
+    waits on it, as an ``AsyncOpenAI`` client's connections are) across tasks."""
+
+    async def run_async(self) -> List[Experience]:
+        if not hasattr(self, "event"):
+            self.event = asyncio.Event()
+        self.event.set()
+        await self.event.wait()  # raises if the event was bound to another loop
+        self.task.workflow_args["instances"].append(id(self))
+        return [Experience(tokens=[1, 2], prompt_length=1, reward=0.0)]
+
+    def resettable(self) -> bool:
+        return True
+
+    def reset(self, task: Task) -> None:
+        self.task = task
+
+
+def test_a_reused_async_only_workflow_keeps_its_loop_in_a_thread_runner(engine):
+    runner = WorkflowRunner(engine, default_params={}, max_retry_times=0)
+    instances: list = []
+    for task in _tasks(KeepsALoopBoundObject, 2, instances=instances):
+        result = runner.run_task(task)
+        assert result.error is None, result.error
+    assert len(instances) == 2 and instances[0] == instances[1]  # one instance, reused
+
+
 @pytest.mark.parametrize("runner_cls", [WorkflowRunner, AsyncWorkflowRunner])
 def test_a_workflow_defining_neither_method_is_reported(engine, runner_cls):
     runner = runner_cls(engine, default_params={}, max_retry_times=0)

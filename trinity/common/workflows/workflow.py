@@ -62,11 +62,16 @@ class Workflow:
     def run(self) -> List[Experience]:
         """Run the workflow and return a list of Experiences.
 
-        The default runs ``run_async`` to completion on an event loop of its own.
+        The default runs ``run_async`` to completion on this instance's own event loop, kept
+        for the instance's later tasks: what ``run_async`` binds to the loop and keeps (an
+        ``AsyncOpenAI`` client's connections) stays usable when the runner reuses it.
         """
         if type(self).run_async is Workflow.run_async:
             raise NotImplementedError(f"{type(self).__name__} must define run() or run_async()")
-        return asyncio.run(self.run_async())
+        loop = self.__dict__.get("_run_loop")
+        if loop is None:  # the runner never runs one instance in two threads at once
+            loop = self._run_loop = asyncio.new_event_loop()
+        return loop.run_until_complete(self.run_async())
 
     async def run_async(self) -> List[Experience]:
         """Run the workflow as a coroutine and return a list of Experiences.
