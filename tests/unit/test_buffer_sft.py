@@ -169,3 +169,26 @@ def test_reader_requires_format_columns(tmp_path, tokenizer):
     (tmp_path / "train.jsonl").write_text(json.dumps({"prompt": "1", "response": "2"}) + "\n")
     with pytest.raises(ValueError, match=r"\['question', 'answer'\].*missing"):
         SFTReader(sft_storage(tmp_path), tokenizer, batch_size=1)
+
+
+def test_tool_calls_are_trained_and_tool_results_are_not():
+    from trinity.common.models.tiny import build_char_tokenizer
+    from trinity.demo.calculator import CALC_TOOL, tool_dialogue
+
+    tokenizer = build_char_tokenizer()
+    row = {"messages": tool_dialogue("12*11", "132"), "tools": [CALC_TOOL]}
+    f = fmt(prompt_type="messages", tools_key="tools", enable_concatenated_multi_turn=True)
+    exp = SFTFormatter(tokenizer, f).format(row)
+    response = exp.tokens[exp.prompt_length :].tolist()
+    trained = [t for t, m in zip(response, exp.action_mask.tolist(), strict=True) if m]
+    call = '<tool_call>{"name": "calc", "arguments": {"expression": "12*11"}}</tool_call>'
+    # Written by hand: the call's turn and the answer's turn, each closed by <|im_end|>.
+    assert tokenizer.decode(trained) == f"{call}<|im_end|>132<|im_end|>"
+    assert tokenizer.decode(exp.tokens[: exp.prompt_length].tolist()) == (
+        "<|im_start|>system\n<tools>calc(expression)</tools><|im_end|>\n"
+        "<|im_start|>user\n12*11<|im_end|>\n<|im_start|>assistant\n"
+    )
+    context = [t for t, m in zip(response, exp.action_mask.tolist(), strict=True) if not m]
+    assert tokenizer.decode(context) == (
+        "\n<|im_start|>tool\n132<|im_end|>\n<|im_start|>assistant\n"
+    )

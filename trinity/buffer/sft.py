@@ -105,24 +105,34 @@ class SFTFormatter:
         segments: List[Tuple[List[int], bool]] = []
         consumed = ""  # template text already turned into segments
         for k in trained:
-            content = messages[k].get("content")
-            if not isinstance(content, str):
-                raise ValueError(f"assistant turn {k} has no text content: {content!r}")
+            turn = messages[k]
+            if not isinstance(turn.get("content"), str) and not turn.get("tool_calls"):
+                raise ValueError(f"assistant turn {k} has no text content: {turn.get('content')!r}")
             before = self._render(messages[:k], True, tools)
             self._check_prefix(before, consumed, k)
+            # The reply is what the template writes for the turn (its content, then any tool
+            # calls) up to its end-of-turn token: what a model answering ``before`` samples.
+            after = self._render(messages[: k + 1], False, tools)
+            self._check_prefix(after, before, k)
+            end = after.find(eos, len(before))
+            if end < 0 or not after[len(before) : end].startswith(turn.get("content") or ""):
+                raise self._layout_error(k)  # the content must be written as given
             segments.append((self._encode(before[len(consumed) :]), False))
-            segments.append((self._encode(content) + [eos_id], True))
-            consumed = before + content + eos
+            segments.append((self._encode(after[len(before) : end]) + [eos_id], True))
+            consumed = after[: end + len(eos)]
         self._check_prefix(self._render(messages, False, tools), consumed, trained[-1])
         return segments
 
     def _check_prefix(self, text: str, prefix: str, turn: int) -> None:
         if not text.startswith(prefix):
-            raise ValueError(
-                "the chat template does not render assistant turns as "
-                f"<generation prompt><content>{self.tokenizer.eos_token} (turn {turn}), so "
-                "response tokens cannot be located; use a template that does"
-            )
+            raise self._layout_error(turn)
+
+    def _layout_error(self, turn: int) -> ValueError:
+        return ValueError(
+            "the chat template does not render assistant turns as "
+            f"<generation prompt><reply>{self.tokenizer.eos_token} (turn {turn}), so "
+            "response tokens cannot be located; use a template that does"
+        )
 
     def _render(self, messages: List[Message], generation_prompt: bool, tools: Any) -> str:
         return self.tokenizer.apply_chat_template(

@@ -48,7 +48,8 @@ def prepare_quickstart(
     task: str = typer.Option(
         "arithmetic",
         "--task",
-        help="Which demo: arithmetic (examples/quickstart) or guess_number (examples/guess_number)",
+        help="Which demo: arithmetic (examples/quickstart), guess_number (examples/guess_number) "
+        "or calculator (examples/calculator_agent)",
     ),
 ) -> None:
     """Build a demo's tiny model and synthetic data (offline, seeded): arithmetic by default."""

@@ -8,6 +8,8 @@
   ``examples/quickstart/arithmetic.yaml``.
 - ``guess_number``: a multi-turn game with feedback (``trinity.demo.guess_number``), played by
   ``guess_number_workflow``, ``examples/guess_number/guess_number.yaml``.
+- ``calculator``: tool use, multiplication with a ``calc`` tool (``trinity.demo.calculator``),
+  played by an agent that only knows ``openai.OpenAI``, ``examples/calculator_agent``.
 
 To add an environment: write a module here with the environment (an episode object with an
 opening message and a ``step(reply)``, seeded, no network), a ``make_*`` function writing its
@@ -23,12 +25,15 @@ import the environment in every rollout process.
 from __future__ import annotations
 
 import importlib
-from typing import Dict
+import json
+import os
+from typing import Any, Dict, Optional
 
 # name -> "module:function"; imported on use, so listing demos loads no model code.
 DEMOS: Dict[str, str] = {
     "arithmetic": "trinity.utils.synthetic:prepare_quickstart",
     "guess_number": "trinity.demo.guess_number:prepare_guess_number",
+    "calculator": "trinity.demo.calculator:prepare_calculator",
 }
 
 
@@ -40,4 +45,12 @@ def prepare_demo(name: str, root: str) -> Dict[str, str]:
     return getattr(importlib.import_module(module), function)(root)
 
 
-__all__ = ["DEMOS", "prepare_demo"]
+def read_marker(path: str) -> Optional[Dict[str, Any]]:
+    """The arguments a demo's data was built with (its JSON marker), or None if not built."""
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+__all__ = ["DEMOS", "prepare_demo", "read_marker"]

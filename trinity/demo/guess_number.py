@@ -23,7 +23,9 @@ import os
 import random
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Sequence, Tuple
+
+from trinity.demo import read_marker
 
 TEST_FRACTION = 0.25  # share of opening ranges held out for the test games
 Policy = Callable[[int, int], int]  # (low, high) of the interval left -> the next guess
@@ -262,7 +264,7 @@ def prepare_guess_number(
     data_args = dict(n_sft=n_sft, n_train=n_train, n_test=n_test, seed=seed)
     data_args.update(max_value=max_value, sizes=list(sizes))
     marker = os.path.join(root, "data", "guess_number.json")
-    if _read_json(marker) != data_args:
+    if read_marker(marker) != data_args:
         make_guess_number(
             rl_path, n_train=n_train, n_test=n_test, seed=seed, max_value=max_value, sizes=sizes
         )
@@ -271,10 +273,3 @@ def prepare_guess_number(
         with open(marker, "w") as f:
             json.dump(data_args, f, indent=2)
     return {"model_path": model_path, "sft_path": sft_path, "rl_path": rl_path}
-
-
-def _read_json(path: str) -> Optional[Dict[str, Any]]:
-    if not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        return json.load(f)

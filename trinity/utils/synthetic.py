@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import os
 import random
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Tuple
 
 from trinity.common.models.tiny import TINY_PRESETS, build_tiny_model
+from trinity.demo import read_marker
 
 _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 
@@ -201,7 +202,7 @@ def prepare_quickstart(
     data_args = dict(digits=digits, op=op, n_sft=n_sft, n_train=n_train, n_test=n_test, seed=seed)
     sft_path, rl_path = os.path.join(root, "data", "sft"), os.path.join(root, "data", "rl")
     marker = os.path.join(root, "data", "quickstart.json")
-    if _read_json(marker) != data_args:
+    if read_marker(marker) != data_args:
         rl = make_arithmetic(
             rl_path, n_train=n_train, n_test=n_test, digits=digits, seed=seed, op=op
         )
@@ -212,10 +213,3 @@ def prepare_quickstart(
         with open(marker, "w") as f:
             json.dump(data_args, f, indent=2)
     return {"model_path": model_path, "sft_path": sft_path, "rl_path": rl_path}
-
-
-def _read_json(path: str) -> Optional[Dict[str, Any]]:
-    if not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        return json.load(f)

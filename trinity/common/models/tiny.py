@@ -30,11 +30,19 @@ SPECIAL_TOKENS = [PAD_TOKEN, IM_START, IM_END, UNK_TOKEN]
 # Printable ASCII (space .. tilde) plus newline: enough for arithmetic, countdown and chat.
 CHARACTERS = [chr(c) for c in range(32, 127)] + ["\n"]
 
+# ChatML; with ``tools`` (OpenAI function schemas) a system turn lists each as ``name(params)``
+# (compact: a tiny model has 256 positions), and an assistant turn's ``tool_calls`` follow its
+# content as Hermes/Qwen ``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` blocks.
 CHATML_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    "{%- if tools %}<|im_start|>system\n<tools>"
+    "{%- for tool in tools %}{% set params = tool.function.parameters or {} %}"
+    "{{ tool.function.name }}({{ (params.properties or {}) | list | join(',') }})"
+    "{%- endfor %}</tools><|im_end|>\n{% endif %}"
+    "{%- for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content or '' }}"
+    "{%- for call in message.tool_calls or [] %}<tool_call>"
+    "{{ {'name': call.function.name, 'arguments': call.function.arguments} | tojson }}"
+    "</tool_call>{%- endfor %}<|im_end|>\n{% endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
 TINY_PRESETS: Dict[str, Dict[str, int]] = {
