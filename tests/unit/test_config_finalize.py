@@ -277,7 +277,7 @@ def test_not_supported_values_are_reported_together(tmp_path):
         "model.lora_configs = [{'lora_rank': 8}] is not supported yet",
         "buffer.explorer_input.tasksets[0].storage_type = sql is not supported yet",
         "explorer.rollout_model.engine_type = vllm is not supported yet (supported: "
-        "transformers, unset)",
+        "transformers, external, unset)",
         "synchronizer.sync_method = nccl is not supported yet",
         "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size = 2 is "
         "not supported yet",

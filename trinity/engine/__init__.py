@@ -8,6 +8,9 @@
   ``tool_calls`` (tool calls written in a reply's text -> OpenAI ``tool_calls``).
 - ``client``: ``openai`` clients for a server that record each reply's exact tokens
   (``ModelWrapper.get_openai_client`` with ``enable_history``).
+- ``external``: an OpenAI-compatible API in place of an engine (``engine_type: external``),
+  as an auxiliary model's clients or as the rollout model of an explore-only run.
+- ``standalone``: one local model served over the API in a process of its own.
 
 Extending: a new engine implements ``trinity.common.models.model.InferenceModel``
 (``chat``, ``generate``, ``generate_ids``, ``load_weights``, ``model_version``). To serve it,

@@ -135,6 +135,7 @@ class _Stage:
         """Create and prepare the trainer, then the explorer; start both; the resume step."""
         import ray
 
+        from trinity.engine.external import external_env
         from trinity.runtime.roles import ExplorerActor, TrainerActor
 
         cfg, start = self.config, 0
@@ -146,9 +147,11 @@ class _Stage:
             start = ray.get(self.trainer.prepare.remote())
         if cfg.mode in ("both", "explore"):
             self.preparing = "explorer"
-            self.explorer = ExplorerActor.remote(
-                cfg, self.plugin_dirs, self.queue, self.sync, self.status
-            )
+            # An external model's URL and key, from this environment wherever the actor runs.
+            env = external_env(cfg)
+            self.explorer = ExplorerActor.options(
+                runtime_env={"env_vars": env} if env else None
+            ).remote(cfg, self.plugin_dirs, self.queue, self.sync, self.status)
             explored = ray.get(self.explorer.prepare.remote(start))
             start = start if self.trainer is not None else explored
         self.preparing = None

@@ -63,6 +63,26 @@ def _openai_api(config: Any, auxiliary: Any = None) -> Optional[Dict[str, Any]]:
     return {"host": served.openai_api_host, "port": served.openai_api_port}
 
 
+def external_engine(config: Any, auxiliary: Any = None) -> Any:
+    """An ``ExternalModel`` for the rollout model's API (``model.external_model``) or for an
+    auxiliary model's, read from this process's environment. The rollout model makes
+    experiences with the tokenizer at ``model.model_path``."""
+    from trinity.engine.external import ExternalModel
+
+    if auxiliary is None:
+        rollout = config.explorer.rollout_model
+        return ExternalModel.from_config(
+            config.model.external_model,
+            "model.external_model",
+            rollout.model_path,
+            tokenizer_path=config.model.model_path,
+            chat_template=_chat_template(config.model),
+        )
+    index = next(i for i, a in enumerate(config.explorer.auxiliary_models) if a is auxiliary)
+    key = f"explorer.auxiliary_models[{index}].external_model"
+    return ExternalModel.from_config(auxiliary.external_model, key, auxiliary.model_path)
+
+
 def runner_slots(config: Any, runners: int) -> int:
     """Samples (and so tasks) one runner has in flight: a whole step's batch spread over the
     runners in ``multi-threading`` and ``asynchronous`` modes, one task at a time when
@@ -146,8 +166,11 @@ class ExplorerActor:
         return start_step
 
     def _start_engines(self, prefix: str, served: Any, auxiliary: Any = None) -> List[Any]:
-        """``served.engine_num`` engine actors named ``<prefix>_engine_<i>``."""
+        """``served.engine_num`` engine actors named ``<prefix>_engine_<i>``; for an external
+        model, as many references to its API (no engine starts, runners call it directly)."""
         cfg = self.config
+        if served.engine_type == "external":
+            return [external_engine(cfg, auxiliary)] * served.engine_num
         return [
             EngineActor.options(name=f"{prefix}_engine_{i}").remote(
                 cfg.checkpoint_job_dir,
@@ -194,6 +217,8 @@ class ExplorerActor:
 
         Also reloads an engine that came back from a restart with its initial weights.
         """
+        if self.config.explorer.rollout_model.engine_type == "external":
+            return self.loaded_version  # an API takes no weights (validated: explore mode)
         if self.config.mode == "explore":
             found = ray.get(self.sync_actor.wait_for.remote(self.loaded_version + 1, 0.0))
         else:

@@ -20,6 +20,7 @@ from trinity.common.config.validate import (
     algorithm_module,
     check_consistency,
     check_supported,
+    external_models,
     storages_of,
     warn_inert,
 )
@@ -61,6 +62,7 @@ def derive(config: Config) -> Tuple[Config, List[str]]:
         raise ConfigError(unsupported, "Configuration uses features that are not built yet")
     problems: List[str] = []
     _derive_run(config)
+    _derive_external(config)
     _derive_from_machine(config)
     problems += _derive_algorithm(config)
     problems += carry_verl_settings(config)
@@ -76,11 +78,22 @@ def _derive_run(config: Config) -> None:
     assign(config, "checkpoint_root_dir", os.path.abspath(config.checkpoint_root_dir))
 
 
+def _derive_external(config: Config) -> None:
+    """``external_model.enable: true`` and ``engine_type: external`` say the same; each fills
+    the other when unset (two set values that disagree are reported by validate.py)."""
+    for _, _, served, external in external_models(config):
+        if external.enable:
+            set_default(served, "engine_type", "external")
+        elif served.engine_type == "external":
+            set_default(external, "enable", True)
+
+
 def _derive_from_machine(config: Config) -> None:
     """Unset keys whose guide defaults assume GPUs resolve to what this machine can run."""
     rollout = config.explorer.rollout_model
     set_default(config.cluster, "gpu_per_node", detect_gpu_count())
-    set_default(rollout, "engine_type", "transformers")
+    if rollout.engine_type is None:  # not made external by _derive_external
+        set_default(rollout, "engine_type", "transformers")
     # The transformers engine runs on CPU inside `trinity run` (a GPU is not placed yet),
     # where bf16 is slow and would sample from other numerics than the fp32 trainer scores.
     for served in [rollout, *config.explorer.auxiliary_models]:

@@ -24,7 +24,7 @@ from trinity.common.config.preflight_components import (
     resolve_workflow,
 )
 from trinity.common.config.schema_buffer import StorageConfig
-from trinity.common.config.validate import algorithm_module, warn_inert
+from trinity.common.config.validate import algorithm_module, external_models, warn_inert
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
@@ -103,10 +103,13 @@ def stage_problems(config: Config, model_from_previous: bool, construct: bool) -
 def _model_problems(config: Config, model_from_previous: bool) -> List[str]:
     model, explorer = config.model, config.explorer
     paths: List[Tuple[str, str]] = []
-    if not model_from_previous:
-        paths.append(("model.model_path", model.model_path))
     rollout = explorer.rollout_model
-    if config.mode in ("both", "explore") and is_set(rollout, "model_path"):
+    # An external rollout model (explore mode only) needs just a tokenizer to make
+    # experiences with; its own model_path, if set, is a name sent to the API.
+    external = rollout.engine_type == "external"
+    if not model_from_previous and not external:
+        paths.append(("model.model_path", model.model_path))
+    if config.mode in ("both", "explore") and is_set(rollout, "model_path") and not external:
         paths.append(("explorer.rollout_model.model_path", rollout.model_path))
     registries = algorithm_module()
     algorithm_cls = registries.ALGORITHM_TYPE.get(config.algorithm.algorithm_type)
@@ -114,8 +117,11 @@ def _model_problems(config: Config, model_from_previous: bool) -> List[str]:
     if uses_critic and (not model_from_previous or is_set(model, "critic_model_path")):
         paths.append(("model.critic_model_path", model.critic_model_path))
     for index, aux in enumerate(explorer.auxiliary_models):
-        paths.append((f"explorer.auxiliary_models[{index}].model_path", aux.model_path))
-    problems, seen = [], set()
+        if aux.engine_type != "external":  # an external model's model_path is its API name
+            paths.append((f"explorer.auxiliary_models[{index}].model_path", aux.model_path))
+    problems, seen = _external_problems(config), set()
+    if external and not model_from_previous and model.model_path:
+        problems += tokenizer_folder_problems("model.model_path", model.model_path)
     for key, path in paths:
         if path and path not in seen:
             seen.add(path)
@@ -151,6 +157,29 @@ def model_folder_problems(key: str, path: str) -> List[str]:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return [f"{key} = {path}: config.json cannot be read by transformers: {reason}"]
     return []
+
+
+def tokenizer_folder_problems(key: str, path: str) -> List[str]:
+    """Whether ``path`` is a local folder holding a tokenizer (no weights needed)."""
+    if not os.path.isdir(path):
+        return [f"{key} = {path}: no such folder (a local tokenizer folder is expected)"]
+    if not any(os.path.isfile(os.path.join(path, name)) for name in TOKENIZER_FILES):
+        return [f"{key} = {path}: no tokenizer files ({', '.join(TOKENIZER_FILES)})"]
+    return []
+
+
+def _external_problems(config: Config) -> List[str]:
+    """Each external model's base URL variable is set here, before anything starts (the
+    launcher passes the values on to the explorer)."""
+    problems = []
+    for path, _, served, external in external_models(config):
+        name = external.base_url_env
+        if served.engine_type == "external" and not os.environ.get(name):
+            problems.append(
+                f"{path}.base_url_env = {name}: the environment variable {name} is not set; "
+                "export it to the API's base URL (e.g. http://host:8000/v1)"
+            )
+    return problems
 
 
 def has_chat_template(model_dir: str) -> bool:

@@ -7,6 +7,7 @@ from typing import Dict, List, Literal, Optional
 from pydantic import Field
 
 from trinity.common.config.base import ConfigModel, Name, inert
+from trinity.common.config.schema_model import ExternalModelConfig
 
 _VLLM_ONLY = "only used by the vllm engine"
 
@@ -18,7 +19,14 @@ class InferenceModelConfig(ConfigModel):
         None, description="Model to serve; unset for rollout_model: model.model_path."
     )
     engine_type: Optional[Literal["transformers", "vllm", "tinker", "external"]] = Field(
-        None, description="Inference engine; unset: transformers here (guide default vllm)."
+        None,
+        description="Inference engine; unset: transformers here (guide default vllm); "
+        "external: an OpenAI-compatible API, no engine started.",
+    )
+    external_model: ExternalModelConfig = Field(
+        default_factory=ExternalModelConfig,
+        description="The API of an auxiliary model with engine_type external (enable: true "
+        "means engine_type external); the rollout model's is model.external_model.",
     )
     engine_num: int = Field(1, description="Number of engines.")
     tensor_parallel_size: int = inert(

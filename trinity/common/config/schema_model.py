@@ -33,12 +33,18 @@ class TinkerConfig(ConfigModel):
 
 
 class ExternalModelConfig(ConfigModel):
-    """``model.external_model``: an OpenAI-compatible API as the rollout model."""
+    """An OpenAI-compatible API used in place of a local engine: ``model.external_model`` (the
+    rollout model, ``mode: explore`` only) or ``explorer.auxiliary_models[i].external_model``.
+    The URL and key are read from environment variables, never written in the config."""
 
-    enable: bool = Field(False, description="Use an external API model.")
+    enable: bool = Field(
+        False, description="Use an external API model (same as engine_type: external)."
+    )
     base_url_env: str = Field("OPENAI_BASE_URL", description="Env var holding the API base URL.")
     api_key_env: str = Field("OPENAI_API_KEY", description="Env var holding the API key.")
-    model_name: Optional[str] = Field(None, description="Model name sent to the API.")
+    model_name: Optional[str] = Field(
+        None, description="Model name sent to the API; unset: the entry's model_path."
+    )
 
 
 class ModelConfig(ConfigModel):

@@ -63,13 +63,13 @@ SUPPORTED: Dict[str, Allowed] = {
     "model.rope_scaling": (None,),
     "model.rope_theta": (None,),
     "model.tinker.enable": (False,),
-    "model.external_model.enable": (False,),
     "buffer.explorer_input.tasksets.*.storage_type": ("file",),
     "buffer.explorer_input.eval_tasksets.*.storage_type": ("file",),
     "buffer.trainer_input.experience_buffer.storage_type": _experience_buffer_storage,
     "buffer.trainer_input.experience_buffer.replay_buffer.enable": (False,),
     "buffer.trainer_input.auxiliary_buffers.*.storage_type": ("file",),
-    "explorer.rollout_model.engine_type": (None, "transformers"),
+    "explorer.rollout_model.engine_type": (None, "transformers", "external"),
+    "explorer.auxiliary_models.*.engine_type": (None, "transformers", "external"),
     "explorer.over_rollout.ratio": (0.0,),
     "explorer.dynamic_timeout.enable": (False,),
     "synchronizer.sync_style": ("fixed",),
@@ -227,6 +227,7 @@ def check_consistency(config: Config) -> List[str]:
     problems += _check_model(config)
     problems += _check_run(config)
     problems += _check_openai_api(config)
+    problems += _check_external(config)
     problems += _check_batches(config)
     problems += _check_datasets(config)
     problems += _check_buffer_path(config)
@@ -294,7 +295,13 @@ def _check_run(config: Config) -> List[str]:
     algorithm = config.algorithm
     teachers = config.explorer.auxiliary_models
     for index, aux in enumerate(teachers):
-        if not aux.model_path:
+        if aux.engine_type == "external":
+            if not (aux.model_path or aux.external_model.model_name):
+                problems.append(
+                    f"explorer.auxiliary_models[{index}].external_model.model_name is required "
+                    "(the model name sent to the API)"
+                )
+        elif not aux.model_path:
             problems.append(
                 f"explorer.auxiliary_models[{index}].model_path is required (the model to serve)"
             )
@@ -323,6 +330,63 @@ def _check_openai_api(config: Config) -> List[str]:
             "each engine serves on a port of its own; set 0 (a free port for each)"
         ]
     return []
+
+
+def external_models(config: Config) -> List[Tuple[str, str, Any, Any]]:
+    """(YAML path of its ``external_model``, of its ``engine_type``, inference config,
+    ``external_model``) of the rollout model and of every auxiliary model."""
+    found = [
+        (
+            "model.external_model",
+            "explorer.rollout_model.engine_type",
+            config.explorer.rollout_model,
+            config.model.external_model,
+        )
+    ]
+    for index, aux in enumerate(config.explorer.auxiliary_models):
+        prefix = f"explorer.auxiliary_models[{index}]"
+        found.append((f"{prefix}.external_model", f"{prefix}.engine_type", aux, aux.external_model))
+    return found
+
+
+def _check_external(config: Config) -> List[str]:
+    """External (API) models: one switch, never trained, no token-exact history."""
+    problems = []
+    for path, engine_key, served, external in external_models(config):
+        # derive.py fills either key from the other, so they differ only when both were set
+        if external.enable != (served.engine_type == "external"):
+            problems.append(
+                f"{path}.enable = {show(external.enable)} contradicts {engine_key} = "
+                f"{served.engine_type}; set only one (engine_type: external is enable: true)"
+            )
+    rollout = config.explorer.rollout_model
+    if rollout.external_model != type(rollout.external_model)():  # a saved config has defaults
+        problems.append(
+            "explorer.rollout_model.external_model: the rollout model's API is set in "
+            "model.external_model; move it there"
+        )
+    if rollout.engine_type == "external":
+        key = "model.external_model.enable"
+        if not is_set(config.model.external_model, "enable"):
+            key = "explorer.rollout_model.engine_type = external"
+        if config.mode != "explore":
+            problems.append(
+                f"{key}: an external model cannot be trained (no weight sync to an API), so "
+                f"mode {config.mode} cannot run; use mode: explore"
+            )
+        if rollout.enable_history:
+            problems.append(
+                f"explorer.rollout_model.enable_history = true with {key}: an API's replies "
+                "carry no token ids to record; set enable_history: false"
+            )
+    teachers = config.explorer.auxiliary_models
+    if _uses_teacher(config) and teachers and teachers[0].engine_type == "external":
+        problems.append(
+            f"explorer.auxiliary_models[0].engine_type = external: "
+            f"{config.algorithm.algorithm_type} scores with the teacher's weights in the "
+            "trainer, which an API does not give; use a local model"
+        )
+    return problems
 
 
 def needs_groups(config: Config) -> bool:

@@ -219,7 +219,11 @@ class ModelWrapper:
     def _client(self, kind: str) -> Any:
         if kind not in self._clients:
             from trinity.engine import client
+            from trinity.engine.external import ExternalModel
 
+            if isinstance(self.engine, ExternalModel):  # the API's own URL and key
+                self._clients[kind] = self.engine.openai_client(is_async=kind == "async")
+                return self._clients[kind]
             api = self._api_address()
             make = client.openai_client if kind == "sync" else client.openai_async_client
             # A recorded reply also says which weights sampled it (see track_versions).
@@ -228,8 +232,9 @@ class ModelWrapper:
         return self._clients[kind]
 
     def get_openai_client(self) -> Any:
-        """An ``openai.OpenAI`` for the engine's server (``client.model_path``: the model name
-        to send). With ``enable_history`` its calls are recorded like ``chat``'s."""
+        """An ``openai.OpenAI`` for the engine's server, or for the API of an external model
+        (``client.model_path``: the model name to send). With ``enable_history`` its calls
+        are recorded like ``chat``'s."""
         return self._client("sync")
 
     def get_openai_async_client(self) -> Any:
