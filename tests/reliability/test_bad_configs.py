@@ -643,6 +643,41 @@ CASES: List[Bad] = [
         ["explorer.concurrent_mode", "multithreading", "multi-threading"],
         set={"explorer.concurrent_mode": "multithreading"},
     ),
+    # ---- external models ---------------------------------------------------------------
+    Bad(
+        "external-rollout-trained",
+        ["model.external_model.enable", "cannot be trained", "use mode: explore"],
+        set={"model.external_model": {"enable": True}},
+    ),
+    Bad(
+        "external-judge-url-unset",
+        [
+            "explorer.auxiliary_models[0].external_model.base_url_env = TRINITY_NO_SUCH_URL",
+            "TRINITY_NO_SUCH_URL is not set",
+        ],
+        set={
+            "explorer.auxiliary_models": [
+                {
+                    "engine_type": "external",
+                    "model_path": "judge",
+                    "external_model": {"base_url_env": "TRINITY_NO_SUCH_URL"},
+                }
+            ]
+        },
+    ),
+    Bad(
+        "external-judge-two-engines",
+        ["explorer.auxiliary_models[0].external_model.enable = true contradicts"],
+        set={
+            "explorer.auxiliary_models": [
+                {
+                    "engine_type": "transformers",
+                    "model_path": "j",
+                    "external_model": {"enable": True},
+                }
+            ]
+        },
+    ),
 ]
 
 
