@@ -268,13 +268,14 @@ def test_not_supported_values_are_reported_together(tmp_path):
         "synchronizer.sync_method=nccl",
         "monitor.monitor_type=wandb",
         "buffer.explorer_input.taskset.storage_type=sql",
-        "model.lora_configs=[{lora_rank: 8}]",
+        "model.lora_configs=[{lora_dtype: int8}]",
         "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
     ]
     found = problems(tmp_path, overrides=overrides)
     expected_starts = [
         "algorithm.algorithm_type = dpo is not supported yet (supported: grpo, sft)",
-        "model.lora_configs = [{'lora_rank': 8}] is not supported yet",
+        "model.lora_configs[0].lora_dtype = int8 is not supported yet (supported: auto, "
+        "float32, bfloat16, float16)",
         "buffer.explorer_input.tasksets[0].storage_type = sql is not supported yet",
         "explorer.rollout_model.engine_type = vllm is not supported yet (supported: "
         "transformers, external, unset)",

@@ -18,6 +18,7 @@ from typing import Dict, List, Tuple
 from trinity.common.config.base import ConfigError, is_set
 from trinity.common.config.config import Config
 from trinity.common.config.derive import derive
+from trinity.common.config.lora_checks import lora_folder_problems, lora_handover_problems
 from trinity.common.config.preflight_components import (
     component_problems,
     is_builtin,
@@ -78,9 +79,10 @@ def _merge_stage_labels(found: List[Tuple[str, str]], several: bool) -> List[str
 
 
 def _handover_problems(stage: Config) -> List[str]:
+    problems = lora_handover_problems(stage)
     if stage.trainer.save_hf_checkpoint != "never":
-        return []
-    return [
+        return problems
+    return problems + [
         "trainer.save_hf_checkpoint = never, but the next stage starts from this stage's "
         "final HF checkpoint; use last"
     ]
@@ -94,6 +96,7 @@ def stage_problems(config: Config, model_from_previous: bool, construct: bool) -
     """
     problems = component_problems(config, construct)
     problems += _model_problems(config, model_from_previous)
+    problems += lora_folder_problems(config, model_from_previous)
     problems += _data_problems(config)
     problems += _output_problems(config)
     return problems

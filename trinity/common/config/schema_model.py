@@ -10,15 +10,35 @@ from trinity.common.config.base import ConfigModel
 
 
 class LoRAConfig(ConfigModel):
-    """One entry of ``model.lora_configs``."""
+    """One entry of ``model.lora_configs`` (one is supported): the trainer trains a peft LoRA
+    adapter on the frozen base model, and the rollout engines sample with merged weights."""
 
-    name: Optional[str] = Field(None, description="Name of the LoRA adapter.")
-    path: Optional[str] = Field(None, description="Path of a pretrained adapter to start from.")
-    base_model_name: Optional[str] = Field(None, description="Name of the base model.")
-    lora_rank: int = Field(32, description="Rank of the adapter matrices.")
-    lora_alpha: int = Field(32, description="Scaling numerator of the adapter.")
-    lora_dtype: str = Field("auto", description="Data type of the adapter weights.")
-    target_modules: Any = Field("all-linear", description="Modules adapted (a name or list).")
+    name: Optional[str] = Field(None, description="Name of the adapter (a label in logs).")
+    path: Optional[str] = Field(
+        None,
+        description="A pretrained peft adapter folder to start from (its rank, alpha and "
+        "targets win).",
+    )
+    base_model_name: Optional[str] = Field(
+        None,
+        description="Base model name written in the exported adapter_config.json; unset: "
+        "model.model_path.",
+    )
+    lora_rank: int = Field(32, description="Rank r of the adapter matrices.")
+    lora_alpha: int = Field(32, description="Scaling numerator: the update is alpha / r * B @ A.")
+    lora_dtype: str = Field(
+        "auto",
+        description="Adapter parameters' dtype: auto (the model's), float32, bfloat16, float16.",
+    )
+    target_modules: Any = Field(
+        "all-linear",
+        description="Adapted Linear layers: all-linear, a list of names (q_proj, ...), or a "
+        "regular expression over module paths.",
+    )
+    save_merged: bool = Field(
+        False,
+        description="Also export the merged model to hf/merged (a later stage starts from it).",
+    )
 
 
 class TinkerConfig(ConfigModel):

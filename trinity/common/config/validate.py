@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from trinity.common.config.base import explicit_inert_values, is_set, join_path
 from trinity.common.config.config import Config
+from trinity.common.config.lora_checks import lora_problems
 from trinity.common.config.schema_buffer import MAX_TOP_LOGPROBS, StorageConfig
 
 logger = logging.getLogger("trinity.config")
@@ -59,7 +60,7 @@ Allowed = Union[Tuple[Any, ...], Callable[[Config], Tuple[Any, ...]]]
 SUPPORTED: Dict[str, Allowed] = {
     "mode": ("both", "train", "explore"),
     "algorithm.algorithm_type": _registered_algorithms,
-    "model.lora_configs": (None, []),
+    "model.lora_configs.*.lora_dtype": ("auto", "float32", "bfloat16", "float16"),
     "model.rope_scaling": (None,),
     "model.rope_theta": (None,),
     "model.tinker.enable": (False,),
@@ -95,6 +96,7 @@ MINIMUMS: Dict[str, float] = {
     "algorithm.optimizer.min_lr_ratio": 0.0,
     "algorithm.optimizer.weight_decay": 0.0,
     "model.min_response_tokens": 0,
+    "model.lora_configs.*.lora_rank": 1,
     "model.max_model_len": 1,
     "model.max_prompt_tokens": 1,
     "model.max_response_tokens": 1,
@@ -136,6 +138,7 @@ STORAGE_PATHS = (
 # Values that must be strictly greater than the given bound.
 ABOVE: Dict[str, float] = {
     "model.repetition_penalty": 0.0,
+    "model.lora_configs.*.lora_alpha": 0.0,
     "trainer.grad_clip": 0.0,  # clipping the gradient norm to 0 zeroes every update
 }
 
@@ -225,6 +228,7 @@ def check_consistency(config: Config) -> List[str]:
                 problems.append(f"{path} = {value} must be <= 1")
     problems += _check_sampling(config)
     problems += _check_model(config)
+    problems += lora_problems(config)
     problems += _check_run(config)
     problems += _check_openai_api(config)
     problems += _check_external(config)
