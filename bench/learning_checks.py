@@ -4,15 +4,15 @@
 - ``dpo``: on generated (correct, wrong) answer pairs, the chosen-over-rejected
   log-likelihood margin on held-out pairs.
 - ``sft``: held-out negative log-likelihood of the answers.
-- ``guess_number``: the multi-turn example (``examples/guess_number``), its own SFT warm-up
-  then GRPO on whole episodes: success rate on held-out games (opening ranges never trained
-  on), sampled at temperature 1; ``--plot`` draws its curve.
+- ``guess_number`` and ``calculator``: the multi-turn examples (``examples/guess_number``,
+  ``examples/calculator_agent``), each with its own SFT warm-up then GRPO on whole episodes:
+  success rate on held-out games / questions, sampled at temperature 1; ``--plot`` draws it.
 
 Usage::
 
     python bench/learning_checks.py --sft-checkpoint CKPT/hf --data ./quickstart --out out.json
-    python bench/learning_checks.py --only guess_number --out docs/results/guess_number.json \
-        --plot docs/results/guess_number.png
+    python bench/learning_checks.py --only calculator --out docs/results/calculator.json \
+        --plot docs/results/calculator.png
 
 Writes one JSON file with every curve and prints one line per check. It measures;
 it asserts nothing.
@@ -26,12 +26,14 @@ import json
 import os
 import random
 import time
-from typing import Any, Dict, List, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 
 from trinity.common.config import FormatConfig
 from trinity.common.experience import ExperienceBatch
+from trinity.demo.calculator import prepare_calculator
 from trinity.demo.guess_number import prepare_guess_number
 from trinity.monitor import read_metrics
 from trinity.runtime.launcher import run
@@ -40,7 +42,6 @@ from trinity.utils.synthetic import read_jsonl, write_jsonl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "examples", "quickstart", "arithmetic.yaml")
-GUESS_NUMBER = os.path.join(ROOT, "examples", "guess_number", "guess_number.yaml")
 QUICKSTART_CHECKS = ("ppo", "rloo", "dpo", "sft")
 
 
@@ -154,38 +155,75 @@ def random_policy_success(rows: List[Dict[str, Any]]) -> float:
     return sum(win(r["high"] - r["low"] + 1, r["max_turns"]) for r in rows) / len(rows)
 
 
-def guess_number_check(args: argparse.Namespace) -> Dict[str, Any]:
-    """Both stages of ``examples/guess_number`` on freshly prepared data; the held-out curve."""
-    root = os.path.join(os.environ["TRINITY_CHECKPOINT_ROOT_DIR"], "guess_number")
-    paths = prepare_guess_number(os.path.join(root, "data"), preset=args.preset, n_sft=args.n_sft)
-    os.environ["TRINITY_GUESS_NUMBER_DIR"] = os.path.join(root, "data")
+@dataclass(frozen=True)
+class MultiTurnExample:
+    """A multi-turn example: its config, plugins, data builder and held-out eval taskset."""
+
+    config: str
+    data_env: str  # the env var the config reads its data folder from
+    prepare: Callable[..., Dict[str, str]]
+    heldout: str  # the eval taskset's name
+    what: str  # what the success rate counts
+    plugin_dirs: Tuple[str, ...] = ()
+
+
+MULTI_TURN = {
+    "guess_number": MultiTurnExample(
+        os.path.join(ROOT, "examples", "guess_number", "guess_number.yaml"),
+        "TRINITY_GUESS_NUMBER_DIR",
+        prepare_guess_number,
+        "guess_number_test",
+        "held-out games (opening ranges never trained on) won within max_turns",
+    ),
+    "calculator": MultiTurnExample(
+        os.path.join(ROOT, "examples", "calculator_agent", "calculator_agent.yaml"),
+        "TRINITY_CALCULATOR_DIR",
+        prepare_calculator,
+        "calculator_test",
+        "held-out questions (first factors never trained on) answered right",
+        (os.path.join(ROOT, "examples", "calculator_agent"),),
+    ),
+}
+
+
+def multi_turn_check(name: str, args: argparse.Namespace) -> Dict[str, Any]:
+    """Both stages (SFT warm-up, GRPO) of example ``name`` on fresh data; held-out curves."""
+    example = MULTI_TURN[name]
+    root = os.path.join(os.environ["TRINITY_CHECKPOINT_ROOT_DIR"], name)
+    paths = example.prepare(os.path.join(root, "data"), preset=args.preset, n_sft=args.n_sft)
+    os.environ[example.data_env] = os.path.join(root, "data")
     overrides = [
         f"checkpoint_root_dir={root}",
         f"stages.0.buffer.total_epochs={args.sft_epochs}",
         f"buffer.total_steps={args.steps}",
         f"explorer.eval_interval={max(1, args.steps // 4)}",
+        *args.override,
     ]
     start = time.monotonic()
-    _, grpo = run(GUESS_NUMBER, overrides, [])
+    _, grpo = run(example.config, overrides, list(example.plugin_dirs))
     explorer = read_metrics(os.path.join(grpo.job_dir, "monitor", "explorer.jsonl"))
-    heldout = curve(explorer, "eval/guess_number_test/accuracy/mean")
-    return {
-        "metric": "success rate on held-out games (opening ranges never trained on), "
-        "4 episodes each at temperature 1, after the SFT warm-up (step 0) and along GRPO",
+    eval_key = f"eval/{example.heldout}"
+    heldout = curve(explorer, f"{eval_key}/accuracy/mean")
+    result = {
+        "metric": f"success rate: {example.what}, sampled at temperature 1, after the SFT "
+        "warm-up (step 0) and along GRPO",
         "before": heldout[0][1],
         "after": heldout[-1][1],
         "heldout_success": heldout,
-        "heldout_turns": curve(explorer, "eval/guess_number_test/turns/mean"),
         "train_success": curve(explorer, "rollout/accuracy/mean"),
-        "random_policy_success": random_policy_success(
-            read_jsonl(os.path.join(paths["rl_path"], "test.jsonl"))
-        ),
         "wall_seconds": round(time.monotonic() - start, 1),
         "settings": {"preset": args.preset, "n_sft": args.n_sft, "overrides": overrides},
     }
+    for metric in ("turns", "tool_calls"):  # what the example's workflow reports
+        if curve(explorer, f"{eval_key}/{metric}/mean"):
+            result[f"heldout_{metric}"] = curve(explorer, f"{eval_key}/{metric}/mean")
+    if name == "guess_number":
+        test_rows = read_jsonl(os.path.join(paths["rl_path"], "test.jsonl"))
+        result["random_policy_success"] = random_policy_success(test_rows)
+    return result
 
 
-def plot_guess_number(result: Dict[str, Any], path: str) -> None:
+def plot_multi_turn(name: str, result: Dict[str, Any], path: str) -> None:
     """The held-out and training success curves against GRPO step, as a PNG."""
     import matplotlib
 
@@ -194,18 +232,18 @@ def plot_guess_number(result: Dict[str, Any], path: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for key, label, style in (
-        ("heldout_success", "held-out games (eval, T=1)", "o-"),
+        ("heldout_success", "held-out (eval, T=1)", "o-"),
         ("train_success", "training rollouts (T=1)", "-"),
     ):
         steps, values = zip(*result[key], strict=True)
         ax.plot(steps, values, style, label=label, alpha=1.0 if "o" in style else 0.5)
-    ax.axhline(1.0, color="grey", lw=0.8, ls=":", label="binary search")
-    chance = result["random_policy_success"]
-    ax.axhline(chance, color="grey", lw=0.8, ls="--", label="random guess in the interval")
+    if "random_policy_success" in result:
+        chance = result["random_policy_success"]
+        ax.axhline(chance, color="grey", lw=0.8, ls="--", label="random guess in the interval")
     ax.set_xlabel("GRPO step (after the SFT warm-up)")
-    ax.set_ylabel("success rate (secret found within max_turns)")
+    ax.set_ylabel("success rate")
     ax.set_ylim(0, 1.05)
-    ax.set_title(f"Guess the number, {result['settings']['preset']} model on CPU")
+    ax.set_title(f"{name}, {result['settings']['preset']} model on CPU")
     ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -219,10 +257,11 @@ def main() -> None:
     parser.add_argument("--out", default="learning_checks.json")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--only", nargs="*", default=list(QUICKSTART_CHECKS))
-    parser.add_argument("--plot", help="guess_number: PNG of its curves (needs matplotlib)")
-    parser.add_argument("--preset", default="tiny", help="guess_number: the model's size")
-    parser.add_argument("--n-sft", type=int, default=4000, help="guess_number: SFT dialogues")
-    parser.add_argument("--sft-epochs", type=int, default=2, help="guess_number: SFT epochs")
+    parser.add_argument("--plot", help="multi-turn: PNG of its curves (needs matplotlib)")
+    parser.add_argument("--preset", default="tiny", help="multi-turn: the model's size")
+    parser.add_argument("--n-sft", type=int, default=2000, help="multi-turn: SFT dialogues")
+    parser.add_argument("--sft-epochs", type=int, default=2, help="multi-turn: SFT epochs")
+    parser.add_argument("--override", nargs="*", default=[], help="multi-turn: config overrides")
     args = parser.parse_args()
     quickstart = [c for c in args.only if c in QUICKSTART_CHECKS]
     if quickstart and not (args.sft_checkpoint and args.data):
@@ -230,10 +269,10 @@ def main() -> None:
     os.environ.setdefault("TRINITY_CHECKPOINT_ROOT_DIR", os.path.abspath("learning_checks_ckpt"))
     os.makedirs(os.environ["TRINITY_CHECKPOINT_ROOT_DIR"], exist_ok=True)
     results: Dict[str, Dict] = {}
-    if "guess_number" in args.only:
-        results["guess_number"] = guess_number_check(args)
+    for name in [c for c in args.only if c in MULTI_TURN]:
+        results[name] = multi_turn_check(name, args)
         if args.plot:
-            plot_guess_number(results["guess_number"], args.plot)
+            plot_multi_turn(name, results[name], args.plot)
     if quickstart:
         results.update(quickstart_checks(args, quickstart))
     for check, result in results.items():
