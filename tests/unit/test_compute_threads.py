@@ -7,11 +7,12 @@ import pytest
 from trinity.runtime import actors
 
 
-def _config(mode: str, engines: int = 1, offset: int = 0):
+def _config(mode: str, engines: int = 1, offset: int = 0, ranks: int = 1):
     return SimpleNamespace(
         mode=mode,
         explorer=SimpleNamespace(rollout_model=SimpleNamespace(engine_num=engines)),
         synchronizer=SimpleNamespace(sync_offset=offset),
+        trainer=SimpleNamespace(cpu_ranks=ranks),
     )
 
 
@@ -31,5 +32,20 @@ def test_threads_follow_what_runs_at_the_same_time(
 ):
     monkeypatch.setattr(actors.os, "cpu_count", lambda: 8)
     config = _config(mode, engines, offset)
+    assert actors.compute_threads(config, "engine") == engine_threads
+    assert actors.compute_threads(config, "trainer") == trainer_threads
+
+
+@pytest.mark.parametrize(
+    "mode, offset, engine_threads, trainer_threads",
+    [
+        ("both", 0, 8, 4),  # taking turns with the engine, the two ranks split every core
+        ("both", 1, 2, 2),  # engine and two ranks all overlap
+        ("train", 0, 4, 4),
+    ],
+)
+def test_trainer_ranks_split_the_cores(monkeypatch, mode, offset, engine_threads, trainer_threads):
+    monkeypatch.setattr(actors.os, "cpu_count", lambda: 8)
+    config = _config(mode, 1, offset, ranks=2)
     assert actors.compute_threads(config, "engine") == engine_threads
     assert actors.compute_threads(config, "trainer") == trainer_threads

@@ -183,9 +183,10 @@ def compute_threads(config: Any, role: str) -> int:
     """
     cores = os.cpu_count() or 1
     engines = config.explorer.rollout_model.engine_num if config.mode != "train" else 0
-    trainers = 1 if config.mode != "explore" else 0
+    # every rank of a sharded trainer (trainer.cpu_ranks) computes at the same time
+    trainers = config.trainer.cpu_ranks if config.mode != "explore" else 0
     if config.mode == "both" and config.synchronizer.sync_offset == 0:
-        return max(1, cores // engines) if role == "engine" else cores
+        return max(1, cores // engines) if role == "engine" else max(1, cores // trainers)
     return max(1, cores // max(1, engines + trainers))
 
 

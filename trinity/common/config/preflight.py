@@ -24,6 +24,7 @@ from trinity.common.config.preflight_components import (
     is_builtin,
     resolve_workflow,
 )
+from trinity.common.config.ranks import warn_ranks
 from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.config.validate import algorithm_module, external_models, warn_inert
 
@@ -61,6 +62,7 @@ def check_before_start(root: Config) -> List[Config]:
         raise ConfigError(_merge_stage_labels(found, several=len(raw) > 1))
     for stage in stages:
         warn_inert(stage)
+        warn_ranks(stage)
     return stages
 
 

@@ -18,7 +18,19 @@ class TrainerConfig(ConfigModel):
         "verl", description="Backend; verl (the guide's only value) runs the native trainer."
     )
     trainer_strategy: Literal["fsdp", "fsdp2", "megatron"] = Field(
-        "fsdp", description="Parallel strategy; fsdp and fsdp2 both run FSDP2 here."
+        "fsdp",
+        description=(
+            "Parallel strategy; fsdp and fsdp2 both mean FSDP2 (torch fully_shard). One trainer "
+            "rank (the default) shards nothing; trainer.cpu_ranks > 1 shards the models over "
+            "that many gloo ranks on CPU; GPU ranks and megatron are not supported yet."
+        ),
+    )
+    cpu_ranks: int = Field(
+        1,
+        description=(
+            "Trainer processes on a machine without GPUs, one gloo process group (FSDP2 "
+            "shards the models over them); with GPUs the ranks are the trainer's GPUs."
+        ),
     )
     total_steps: Optional[int] = Field(
         None, description="Training steps; copied from/to buffer.total_steps."
