@@ -44,6 +44,8 @@ def engine_kwargs(config: Any, auxiliary: Any = None) -> Dict[str, Any]:
         dtype=(auxiliary or rollout).dtype,
         seed=(auxiliary or rollout).seed,
         model_path=own.model_path,
+        # A LoRA run starting from a pretrained adapter samples base + adapter from step 1.
+        adapter_path=None if auxiliary or not m.lora_configs else m.lora_configs[0].path,
         max_model_len=own.max_model_len,
         max_prompt_tokens=own.max_prompt_tokens,
         max_response_tokens=own.max_response_tokens,
@@ -358,7 +360,9 @@ class TrainerActor:
 
     def _publish(self, version: int, model: Any) -> None:
         if self.config.synchronizer.sync_method == "memory":
-            weights = [ray.put(pack_state(model.state_dict()))]
+            from trinity.trainer.lora import sync_state_dict  # LoRA: merged adapted layers
+
+            weights = [ray.put(pack_state(sync_state_dict(model)))]
         else:
             self.trainer.save(final=False)
             from trinity.trainer.checkpoint import weights_path
@@ -382,6 +386,9 @@ class TrainerActor:
         from trinity.trainer.checkpoint import step_dir
 
         path = os.path.join(step_dir(self.config.checkpoint_job_dir, self.trainer.step), "hf")
+        merged = os.path.join(path, "merged")  # a LoRA stage's whole model (hf/: the adapter)
+        if os.path.isdir(merged):
+            return merged
         return path if os.path.isdir(path) else None
 
 

@@ -1,6 +1,7 @@
 """Checkpoints in ``<job_dir>/global_step_N/`` and veRL's ``latest_checkpointed_iteration.txt``.
 
-A checkpoint holds ``actor/model.safetensors`` (weights), ``actor/optim.pt`` (optimizer and
+A checkpoint holds ``actor/model.safetensors`` (weights; with LoRA only the adapter's
+tensors), ``actor/optim.pt`` (optimizer and
 lr scheduler), ``<name>.pt`` for further states (e.g. ``critic.pt``), ``extra.json`` (step,
 sample-strategy state) and, when asked, ``hf/`` (a folder ``AutoModelForCausalLM
 .from_pretrained`` loads, written by the trainer).
@@ -26,7 +27,7 @@ import os
 import pickle
 import re
 import shutil
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -210,13 +211,13 @@ def _remove_leftovers(job_dir: str) -> None:
 def _write_files(
     tmp: str,
     step: int,
-    model: torch.nn.Module,
+    weights: Dict[str, torch.Tensor],
     optim_state: Dict[str, Any],
     extra: Dict[str, Any],
     states: Optional[Dict[str, Any]],
 ) -> None:
     os.makedirs(os.path.join(tmp, "actor"))
-    save_weights(model.state_dict(), os.path.join(tmp, WEIGHTS_FILE))
+    save_weights(weights, os.path.join(tmp, WEIGHTS_FILE))
     _save_torch(optim_state, os.path.join(tmp, OPTIM_FILE))
     for name, state in (states or {}).items():
         _save_torch(state, os.path.join(tmp, f"{name}.pt"))
@@ -264,7 +265,7 @@ def apply_retention(job_dir: str, step: int, max_to_keep: Optional[int]) -> List
 def save_checkpoint(
     job_dir: str,
     step: int,
-    model: torch.nn.Module,
+    model: Union[torch.nn.Module, Dict[str, torch.Tensor]],
     optim_state: Dict[str, Any],
     extra: Dict[str, Any],
     max_to_keep: Optional[int] = None,
@@ -272,10 +273,12 @@ def save_checkpoint(
 ) -> str:
     """Write checkpoint ``step`` whole, mark it the latest, keep the newest ``max_to_keep``.
 
-    ``optim_state`` and ``states`` (further named states, e.g. ``critic``, each saved as
-    ``<name>.pt``) must hold only tensors and plain data, since they are loaded with
-    ``weights_only=True``; ``extra`` must be JSON. Raises ``CheckpointError`` on a disk
-    error, leaving the previous checkpoint and marker as they were.
+    ``model`` is a module (its whole state dict is saved) or the state dict to save (a
+    LoRA run's adapter tensors). ``optim_state`` and ``states`` (further named states,
+    e.g. ``critic``, each saved as ``<name>.pt``) must hold only tensors and plain data,
+    since they are loaded with ``weights_only=True``; ``extra`` must be JSON. Raises
+    ``CheckpointError`` on a disk error, leaving the previous checkpoint and marker as they
+    were.
     """
     os.makedirs(job_dir, exist_ok=True)
     _remove_leftovers(job_dir)
@@ -284,7 +287,8 @@ def save_checkpoint(
     tmp = f"{out}.tmp-{os.getpid()}"
     installed = False
     try:
-        _write_files(tmp, step, model, optim_state, extra, states)
+        weights = model if isinstance(model, dict) else model.state_dict()
+        _write_files(tmp, step, weights, optim_state, extra, states)
         _install(tmp, out)
         installed = True
         _write_marker(job_dir, step)

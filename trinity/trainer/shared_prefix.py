@@ -46,6 +46,8 @@ def distinct_prompts(batch: ExperienceBatch) -> Tuple[torch.Tensor, torch.Tensor
 
 
 def _checkpointing(model: torch.nn.Module) -> bool:
+    if hasattr(model, "get_base_model"):  # a peft (LoRA) model: the flag is its base model's
+        model = model.get_base_model()
     # transformers 5 renamed the flag (the old name warns); older versions only have the old.
     for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
         if hasattr(type(model), name):

@@ -24,6 +24,7 @@ from trinity.algorithm.optimizer import build_lr_scheduler, build_optimizer
 from trinity.common.config import effective_trainer_settings
 from trinity.common.experience import Experience, ExperienceBatch
 from trinity.trainer import checkpoint as ckpt
+from trinity.trainer import lora
 from trinity.trainer.critic import Critic
 from trinity.trainer.policy_step import LossFns, accumulate_gradients, reference_logprobs
 
@@ -68,20 +69,26 @@ class Trainer:
         path = cfg.model.model_path
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        self.lora = cfg.model.lora_configs[0] if cfg.model.lora_configs else None
+        if self.lora is not None:
+            self.model = lora.wrap(self.model, self.lora, self.lora.base_model_name or path)
         self.settings = effective_trainer_settings(cfg)
         if self.settings["enable_gradient_checkpointing"]:
             self.model.gradient_checkpointing_enable()
         self.model.train()
         self.algorithm = ALGORITHM_TYPE.get(algo.algorithm_type)
         self.ref_model = None
+        # With LoRA the reference is the policy with its adapter off: the base, no copy.
+        self.ref_is_base = False
         if needs_reference(
             self.algorithm, algo.kl_loss_fn, algo.kl_penalty_fn, algo.policy_loss_fn
         ):
-            self.ref_model = self._frozen(path)
+            self.ref_is_base = self.lora is not None
+            self.ref_model = None if self.ref_is_base else self._frozen(path)
         self.teacher = None
         if self.algorithm.use_teacher:
             self.teacher = self._frozen(cfg.explorer.auxiliary_models[0].model_path)
-        self.optimizer = build_optimizer(self.model.parameters(), algo.optimizer)
+        self.optimizer = build_optimizer(lora.trainable_parameters(self.model), algo.optimizer)
         self.scheduler = build_lr_scheduler(self.optimizer, algo.optimizer, self.planned_steps)
         self.fns = LossFns(
             policy_loss=POLICY_LOSS_FN.get(algo.policy_loss_fn)(**algo.policy_loss_fn_args),
@@ -148,7 +155,7 @@ class Trainer:
 
     def _resume(self, step: int) -> None:
         state = ckpt.load_checkpoint(self.job_dir, step)
-        self.model.load_state_dict(state["model"])
+        self._load_weights(state["model"], step)
         self.optimizer.load_state_dict(state["optim"]["optimizer"])
         self.scheduler.load_state_dict(state["optim"]["scheduler"])
         self._sampler_state = state["extra"].get("sample_strategy", {})
@@ -162,6 +169,22 @@ class Trainer:
             self.critic.load_state_dict(state["states"]["critic"])
         self.step = step
         logger.info("resumed the trainer from %s", ckpt.step_dir(self.job_dir, step))
+
+    def _load_weights(self, weights: Dict[str, torch.Tensor], step: int) -> None:
+        """Checkpointed weights back onto the model (with LoRA: the adapter onto the base)."""
+        source = ckpt.weights_path(self.job_dir, step)
+        if self.lora is not None:
+            try:
+                lora.load_adapter_state(self.model, weights, source)
+            except ValueError as exc:
+                raise ckpt.CheckpointError(str(exc)) from exc
+        elif any(".lora_A." in name for name in weights):
+            raise ckpt.CheckpointError(
+                f"{source} holds a LoRA adapter, not a whole model: set model.lora_configs as "
+                "in the run that wrote it, or set continue_from_checkpoint: false to start over"
+            )
+        else:
+            self.model.load_state_dict(weights)
 
     # ---- one step --------------------------------------------------------------------------
     @property
@@ -199,6 +222,9 @@ class Trainer:
         metrics: Dict[str, float] = {}
         if self.ref_model is not None:
             batch.ref_logprob = self._score(self.ref_model, batch)
+        elif self.ref_is_base:
+            with lora.adapter_disabled(self.model) as base:
+                batch.ref_logprob = self._score(base, batch)
         if self.teacher is not None:
             batch.extra["teacher_logprob"] = self._score(self.teacher, batch)
         if self.critic is not None:
@@ -306,7 +332,7 @@ class Trainer:
             ckpt.save_checkpoint(
                 self.job_dir,
                 self.step,
-                self.model,
+                lora.adapter_state_dict(self.model) if self.lora is not None else self.model,
                 {
                     "optimizer": self.optimizer.state_dict(),
                     "scheduler": self.scheduler.state_dict(),
@@ -324,7 +350,8 @@ class Trainer:
             self.export_hf(hf_dir)
 
     def export_hf(self, out_dir: str) -> None:
-        """Write a folder ``AutoModelForCausalLM.from_pretrained`` loads, whole or not at all.
+        """Write a folder ``AutoModelForCausalLM.from_pretrained`` loads (with LoRA: the
+        adapter ``PeftModel.from_pretrained`` loads onto the base), whole or not at all.
 
         A disk error raises ``CheckpointError`` naming it, with the partial folder removed.
         """
@@ -334,10 +361,9 @@ class Trainer:
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             try:
-                self.model.save_pretrained(tmp)
+                self._write_hf(tmp)
             except SafetensorError as exc:  # how transformers' weight writer reports I/O
                 raise ckpt.as_os_error(exc) from exc
-            self.tokenizer.save_pretrained(tmp)
             ckpt.fsync_tree(tmp)
             os.replace(tmp, out_dir)
         except OSError as exc:
@@ -345,3 +371,16 @@ class Trainer:
             kept = f"the checkpoint of step {self.step} itself is intact"
             message = ckpt.disk_error_message(exc, "the Hugging Face export", out_dir, kept)
             raise ckpt.CheckpointError(message) from exc
+
+    def _write_hf(self, out_dir: str) -> None:
+        """The model and tokenizer; with LoRA the adapter in peft's format, plus a whole
+        merged model in ``merged/`` when ``model.lora_configs[0].save_merged`` asks."""
+        if self.lora is None:
+            self.model.save_pretrained(out_dir)
+        else:
+            lora.export_adapter(self.model, out_dir)
+            if self.lora.save_merged:
+                merged = os.path.join(out_dir, lora.MERGED_DIR)
+                lora.export_merged(self.model, self.config.model.model_path, merged)
+                self.tokenizer.save_pretrained(merged)
+        self.tokenizer.save_pretrained(out_dir)

@@ -86,6 +86,7 @@ class TransformersEngine:
         seed: int = 0,
         max_num_seqs: int = 256,
         num_threads: Optional[int] = None,
+        adapter_path: Optional[str] = None,
     ) -> None:
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got '{dtype}'")
@@ -105,6 +106,10 @@ class TransformersEngine:
         if chat_template is not None:
             self.tokenizer.chat_template = chat_template
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=_DTYPES[dtype])
+        if adapter_path is not None:  # a peft LoRA adapter folder, merged into the weights
+            from trinity.trainer.lora import merge_adapter_folder
+
+            self.model = merge_adapter_folder(self.model, adapter_path)
         self.model.to(self.device).eval()
         # One cache copy per distinct prompt where the architecture allows it, on CPU only:
         # there decode attention is bound by reading the cache (1.3x faster, docs/
