@@ -89,3 +89,14 @@ def test_no_sharing_without_repeats_or_with_gradient_checkpointing(micro_model):
     # the fallback still scores correctly
     batch = _grouped_batch()
     assert torch.allclose(response_logprobs(model, batch)[0], _plain(model, batch), atol=1e-5)
+
+
+def test_one_token_responses_keep_their_batch_columns(micro_model):
+    """A micro-batch whose responses are all one token, in the columns of a batch with a
+    longer response (the response pass has no token to run)."""
+    model = AutoModelForCausalLM.from_pretrained(micro_model)
+    batch = _grouped_batch((1, 1, 4)).select(list(range(6)))  # the rows answered with 1 token
+    assert batch.response_len == 4
+    shared, _ = response_logprobs(model, batch)
+    mask = batch.action_mask.bool()
+    assert torch.allclose(shared[mask], _plain(model, batch)[mask], atol=1e-5)

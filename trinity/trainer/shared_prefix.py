@@ -95,6 +95,10 @@ def shared_prefix_logits(model: torch.nn.Module, batch: ExperienceBatch) -> Opti
         # Only tokens whose next token is real run the layers: right padding and each
         # row's last token (which predicts nothing) are skipped.
         lengths = (batch.attention_mask[:, P:].sum(-1) - 1).clamp(min=0)
+        if not bool(lengths.any()):  # every response is one token: nothing to run (R > 1
+            # only through padding to a longer row of the batch this micro-batch came from)
+            rest = first_logits.new_zeros((len(batch), R - 1, first_logits.shape[-1]))
+            return torch.cat([first_logits, rest], dim=1)
         rest = decoder.extend(batch.input_ids[:, P : P + R - 1], lengths)
         return torch.cat([first_logits, rest], dim=1)
     prefix = model(
