@@ -153,8 +153,14 @@ def merged_state_dict(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
     merged = {}
     for name, layer in _lora_layers(model):
         weight = layer.get_base_layer().weight
-        delta = layer.get_delta_weight(ADAPTER)
-        merged[f"{name}.weight"] = (weight + delta.to(weight.dtype)).detach()
+        a, b = layer.lora_A[ADAPTER].weight, layer.lora_B[ADAPTER].weight
+        if isinstance(layer.get_base_layer(), torch.nn.Linear) and a.dtype == weight.dtype:
+            # one fused W + scale * (B @ A): the merge is most of a LoRA sync's cost
+            scale = layer.scaling[ADAPTER]
+            merged[f"{name}.weight"] = torch.addmm(weight, b, a, alpha=scale).detach()
+        else:  # other layer kinds, or an adapter in another dtype: peft's own delta
+            delta = layer.get_delta_weight(ADAPTER)
+            merged[f"{name}.weight"] = (weight + delta.to(weight.dtype)).detach()
     return merged
 
 
