@@ -4,7 +4,10 @@ A checkpoint holds ``actor/model.safetensors`` (weights; with LoRA only the adap
 tensors), ``actor/optim.pt`` (optimizer and
 lr scheduler), ``<name>.pt`` for further states (e.g. ``critic.pt``), ``extra.json`` (step,
 sample-strategy state) and, when asked, ``hf/`` (a folder ``AutoModelForCausalLM
-.from_pretrained`` loads, written by the trainer).
+.from_pretrained`` loads, written by the trainer). A trainer of several ranks
+(``trainer.cpu_ranks``) also writes ``actor/shards/`` (its model and optimizer, one file per
+rank, by ``torch.distributed.checkpoint``); its ``model.safetensors`` holds the gathered
+whole weights and ``optim.pt`` the lr scheduler.
 
 Durability: a checkpoint is written into ``global_step_N.tmp-<pid>``, every file fsynced,
 then renamed to ``global_step_N``; the "latest" marker is written last, by rename. A run
@@ -37,6 +40,11 @@ LATEST_FILE = "latest_checkpointed_iteration.txt"
 WEIGHTS_FILE = os.path.join("actor", "model.safetensors")
 OPTIM_FILE = os.path.join("actor", "optim.pt")
 EXTRA_FILE = "extra.json"
+# Written by several trainer ranks: the sharded model and optimizer (torch.distributed
+# .checkpoint), and the rank count in extra.json (optim.pt then holds the lr scheduler only).
+SHARDS_DIR = os.path.join("actor", "shards")
+SHARDS_FILE = os.path.join(SHARDS_DIR, ".metadata")
+RANKS_KEY = "trainer_ranks"
 _LEFTOVER = re.compile(r"global_step_\d+\.(tmp|old)-\d+|" + re.escape(LATEST_FILE) + r"\.tmp")
 
 
@@ -216,7 +224,7 @@ def _write_files(
     extra: Dict[str, Any],
     states: Optional[Dict[str, Any]],
 ) -> None:
-    os.makedirs(os.path.join(tmp, "actor"))
+    os.makedirs(os.path.join(tmp, "actor"), exist_ok=True)  # ranks may have written shards
     save_weights(weights, os.path.join(tmp, WEIGHTS_FILE))
     _save_torch(optim_state, os.path.join(tmp, OPTIM_FILE))
     for name, state in (states or {}).items():
@@ -262,6 +270,17 @@ def apply_retention(job_dir: str, step: int, max_to_keep: Optional[int]) -> List
     return doomed
 
 
+def staging_dir(job_dir: str, step: int) -> str:
+    """A fresh temporary folder for checkpoint ``step``, after removing what a killed save
+    left behind; several trainer ranks write their shards into it before ``save_checkpoint``
+    (``staged``) completes and installs it."""
+    os.makedirs(job_dir, exist_ok=True)
+    _remove_leftovers(job_dir)
+    tmp = f"{step_dir(job_dir, step)}.tmp-{os.getpid()}"
+    os.makedirs(tmp)
+    return tmp
+
+
 def save_checkpoint(
     job_dir: str,
     step: int,
@@ -270,6 +289,7 @@ def save_checkpoint(
     extra: Dict[str, Any],
     max_to_keep: Optional[int] = None,
     states: Optional[Dict[str, Any]] = None,
+    staged: Optional[str] = None,
 ) -> str:
     """Write checkpoint ``step`` whole, mark it the latest, keep the newest ``max_to_keep``.
 
@@ -278,13 +298,14 @@ def save_checkpoint(
     e.g. ``critic``, each saved as ``<name>.pt``) must hold only tensors and plain data,
     since they are loaded with ``weights_only=True``; ``extra`` must be JSON. Raises
     ``CheckpointError`` on a disk error, leaving the previous checkpoint and marker as they
-    were.
+    were. ``staged``: the ``staging_dir`` other files (sharded state) were written into.
     """
-    os.makedirs(job_dir, exist_ok=True)
-    _remove_leftovers(job_dir)
+    if staged is None:
+        os.makedirs(job_dir, exist_ok=True)
+        _remove_leftovers(job_dir)
     previous = latest_step(job_dir)
     out = step_dir(job_dir, step)
-    tmp = f"{out}.tmp-{os.getpid()}"
+    tmp = staged or f"{out}.tmp-{os.getpid()}"
     installed = False
     try:
         weights = model if isinstance(model, dict) else model.state_dict()
@@ -323,10 +344,12 @@ def _load_torch(path: str) -> Any:
         raise CheckpointError(f"{path} is damaged (truncated or not a torch file): {exc}") from exc
 
 
-def load_checkpoint(job_dir: str, step: int) -> Dict[str, Any]:
-    """``{"model", "optim", "extra", "states"}`` of checkpoint ``step``."""
+def load_checkpoint(job_dir: str, step: int, ranks: int = 1) -> Dict[str, Any]:
+    """``{"model", "optim", "extra", "states"}`` of checkpoint ``step``, for a trainer of
+    ``ranks`` ranks; with several, ``model`` is None and the weights and optimizer are in
+    the sharded state (``trinity/trainer/sharded_checkpoint.py``)."""
     src = step_dir(job_dir, step)
-    required = (WEIGHTS_FILE, OPTIM_FILE, EXTRA_FILE)
+    required = (WEIGHTS_FILE, OPTIM_FILE, EXTRA_FILE) + ((SHARDS_FILE,) if ranks > 1 else ())
     missing = [f for f in required if not os.path.isfile(os.path.join(src, f))]
     if missing:
         raise CheckpointError(
@@ -336,6 +359,13 @@ def load_checkpoint(job_dir: str, step: int) -> Dict[str, Any]:
         )
     with open(os.path.join(src, EXTRA_FILE)) as f:
         extra = json.load(f)
+    saved = int(extra.get(RANKS_KEY, 1))
+    if saved != ranks:  # the optimizer state is laid out per rank
+        raise CheckpointError(
+            f"checkpoint {src} was written by {saved} trainer rank(s) (trainer.cpu_ranks = "
+            f"{saved}) and this run has {ranks}: resume with trainer.cpu_ranks: {saved}, or set "
+            "continue_from_checkpoint: false to start over"
+        )
     states = {
         name[: -len(".pt")]: _load_torch(os.path.join(src, name))
         for name in sorted(os.listdir(src))
@@ -343,7 +373,7 @@ def load_checkpoint(job_dir: str, step: int) -> Dict[str, Any]:
     }
     return {
         "states": states,
-        "model": load_weights(os.path.join(src, WEIGHTS_FILE)),
+        "model": load_weights(os.path.join(src, WEIGHTS_FILE)) if ranks == 1 else None,
         "optim": _load_torch(os.path.join(src, OPTIM_FILE)),
         "extra": extra,
     }

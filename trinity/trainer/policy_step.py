@@ -17,16 +17,18 @@ def response_logprobs(
     batch: ExperienceBatch,
     temperature: float = 1.0,
     with_entropy: bool = True,
+    share_prefix: bool = True,
 ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Logprobs (B, R) of the response tokens under ``model``, and their entropy (B, R).
 
     Logits at column ``t`` predict token ``t + 1``, so response column ``j`` (token at
     ``P + j``) is scored by the logits at ``P + j - 1``. Dividing by the rollout temperature
     makes these comparable with the engine's logprobs. Rows that repeat a prompt share one
-    pass over it (``shared_prefix.py``).
+    pass over it (``shared_prefix.py``) unless ``share_prefix`` is off: sharded ranks need
+    exactly one model call per micro-batch, whatever its rows.
     """
     P, R = batch.prompt_len, batch.response_len
-    logits = shared_prefix_logits(model, batch)
+    logits = shared_prefix_logits(model, batch) if share_prefix else None
     if logits is None:
         out = model(
             input_ids=batch.input_ids,
@@ -66,6 +68,8 @@ def micro_batches(
         size = max(1, max_tokens // batch.input_ids.shape[1])
     size = max(multiple, size - size % multiple)  # e.g. DPO pairs are never split
     rows = list(range(len(batch)))
+    if not rows:  # a sharded rank may hold none of a short batch's rows
+        return []
     if size >= len(rows):
         return [batch]
     return [batch.select(rows[i : i + size]) for i in range(0, len(rows), size)]
@@ -86,16 +90,34 @@ def accumulate_gradients(
     fns: LossFns,
     micro_batch_size: int,
     max_tokens: Optional[int] = None,
+    lockstep: Optional[Any] = None,
 ) -> Dict[str, float]:
-    """Backward of the full loss over micro-batches (gradients summed, each scaled by its share)."""
+    """Backward of the full loss over micro-batches (gradients summed, each scaled by its share).
+
+    With ``lockstep`` (``distributed.Lockstep``) ``batch`` is this rank's part of the step's
+    batch: shares are of the whole batch over all ranks, and zero-weight passes keep the
+    ranks' model calls in step.
+    """
     totals: Dict[str, float] = {}
     # Each micro-batch's loss is a mean over its own rows/tokens; weighting it by its share of
     # the whole batch makes the summed gradient equal that of the full-batch loss.
     by_tokens = fns.loss_agg_mode == "token-mean"
-    whole = batch.action_mask.sum().clamp(min=1.0) if by_tokens else len(batch)
-    for mb in micro_batches(batch, micro_batch_size, max_tokens, fns.row_multiple):
+    whole: Any = batch.action_mask.sum() if by_tokens else len(batch)
+    if lockstep is not None:  # every rank's tokens (rows): the whole batch's
+        whole = lockstep.total(float(whole))
+        whole = torch.tensor(whole, dtype=batch.action_mask.dtype) if by_tokens else int(whole)
+    whole = whole.clamp(min=1.0) if by_tokens else whole
+    parts = micro_batches(batch, micro_batch_size, max_tokens, fns.row_multiple)
+    plan = lockstep.pad(parts) if lockstep is not None else [(mb, True) for mb in parts]
+    for mb, real in plan:
+        if not real:  # only to run the collectives: a zero gradient, no loss function
+            logprob, _ = response_logprobs(model, mb, fns.temperature, False, False)
+            (logprob.sum() * 0.0).backward()
+            continue
         share = float(mb.action_mask.sum() / whole) if by_tokens else len(mb) / whole
-        logprob, entropy = response_logprobs(model, mb, fns.temperature)
+        logprob, entropy = response_logprobs(
+            model, mb, fns.temperature, share_prefix=lockstep is None
+        )
         pg_loss, metrics = fns.policy_loss(**_loss_inputs(fns, mb, logprob))
         loss = pg_loss
         if mb.ref_logprob is not None:
@@ -122,10 +144,15 @@ def reference_logprobs(
     micro_batch_size: int,
     temperature: float,
     max_tokens: Optional[int] = None,
+    lockstep: Optional[Any] = None,
 ) -> torch.Tensor:
-    """(B, R) logprobs of the response under the frozen reference model."""
-    parts = [
-        response_logprobs(model, mb, temperature, with_entropy=False)[0]
-        for mb in micro_batches(batch, micro_batch_size, max_tokens)
+    """(B, R) logprobs of the response under the frozen reference model (``lockstep``: as in
+    ``accumulate_gradients``; the fillers' logprobs are dropped)."""
+    parts = micro_batches(batch, micro_batch_size, max_tokens)
+    plan = lockstep.pad(parts) if lockstep is not None else [(mb, True) for mb in parts]
+    scored = [
+        (response_logprobs(model, mb, temperature, False, lockstep is None)[0], real)
+        for mb, real in plan
     ]
-    return torch.cat(parts, dim=0)
+    kept = [logprob for logprob, real in scored if real]
+    return torch.cat(kept, dim=0) if kept else torch.zeros(0, batch.response_len)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -26,6 +27,7 @@ from trinity.common.experience import Experience, ExperienceBatch
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer import lora
 from trinity.trainer.critic import Critic
+from trinity.trainer.distributed import as_number
 from trinity.trainer.policy_step import LossFns, accumulate_gradients, reference_logprobs
 
 logger = logging.getLogger(__name__)
@@ -88,6 +90,7 @@ class Trainer:
         self.teacher = None
         if self.algorithm.use_teacher:
             self.teacher = self._frozen(cfg.explorer.auxiliary_models[0].model_path)
+        self.model = self._distribute(self.model)
         self.optimizer = build_optimizer(lora.trainable_parameters(self.model), algo.optimizer)
         self.scheduler = build_lr_scheduler(self.optimizer, algo.optimizer, self.planned_steps)
         self.fns = LossFns(
@@ -130,7 +133,12 @@ class Trainer:
                 f"{path} has vocab_size {model.config.vocab_size}, the policy "
                 f"{self.model.config.vocab_size}: logprobs are only comparable on one vocabulary"
             )
-        return model.requires_grad_(False)
+        return self._distribute(model.requires_grad_(False))
+
+    def _distribute(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The model as this process trains it: whole here; sharded over several ranks
+        (``sharded.ShardedTrainer``)."""
+        return model
 
     def attach_reader(
         self, reader: Any, auxiliary_readers: Optional[Dict[str, Any]] = None
@@ -244,25 +252,24 @@ class Trainer:
         max_tokens = self._tokens("max_token_len_per_device", "use_dynamic_bsz")
         for _ in range(self.settings["ppo_epochs"]):
             self.optimizer.zero_grad(set_to_none=True)
-            totals = accumulate_gradients(
-                self.model,
-                batch,
-                self.fns,
-                self.settings["micro_batch_size_per_device"],
-                max_tokens,
+            totals = self._accumulate(batch, max_tokens)
+            grad_norm = as_number(
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings["grad_clip"])
             )
-            grad_norm = torch.nn.utils.clip_grad_norm_(
-                self.model.parameters(), self.settings["grad_clip"]
-            )
-            if torch.isfinite(grad_norm):
+            if math.isfinite(grad_norm):
                 self.optimizer.step()
             else:
                 logger.warning("step %d: non-finite grad norm, update skipped", self.step)
         metrics = {f"actor/{k}": v for k, v in totals.items()}
-        metrics["actor/grad_norm"] = float(grad_norm)
+        metrics["actor/grad_norm"] = grad_norm
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
         return metrics
+
+    def _accumulate(self, batch: ExperienceBatch, max_tokens: Optional[int]) -> Dict[str, float]:
+        """Gradients of the batch's loss; the loss terms' values (batch means)."""
+        micro_batch_size = self.settings["micro_batch_size_per_device"]
+        return accumulate_gradients(self.model, batch, self.fns, micro_batch_size, max_tokens)
 
     def train_step(self, experiences: List[Experience]) -> Dict[str, float]:
         """One update from one batch; ``self.step`` is the (1-based) step being trained."""
@@ -298,12 +305,8 @@ class Trainer:
         interval = cfg.synchronizer.sync_interval
         while self.step < self.planned_steps:
             start = time.monotonic()
-            if hasattr(self.reader, "begin_step"):  # an accounted buffer reads by step
-                self.reader.begin_step(self.step + 1)
             try:
-                experiences, sample_metrics = self.sampler.sample(
-                    self.step + 1, cfg.buffer.train_batch_size
-                )
+                experiences, sample_metrics = self._sample()
             except StopIteration:
                 break
             self.step += 1
@@ -323,6 +326,13 @@ class Trainer:
         if self.publish is not None:
             self.publish(self.step, self.model)
         return self.step
+
+    def _sample(self) -> Tuple[List[Experience], Dict[str, float]]:
+        """The next step's experiences and sampling metrics; StopIteration when the buffer
+        is exhausted."""
+        if hasattr(self.reader, "begin_step"):  # an accounted buffer reads by step
+            self.reader.begin_step(self.step + 1)
+        return self.sampler.sample(self.step + 1, self.config.buffer.train_batch_size)
 
     def save(self, final: bool) -> None:
         """Save the current step (once); HF export per ``trainer.save_hf_checkpoint``."""
