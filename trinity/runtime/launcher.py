@@ -18,6 +18,10 @@ class RunFailed(RuntimeError):
     """A component of a stage failed; the message names it and where its log is."""
 
 
+# When trainer rank 0 fails, how long to look for another rank's failure that caused it.
+RANK_FAILURE_WAIT_S = 2.0
+
+
 @dataclass
 class StageResult:
     name: str
@@ -127,6 +131,7 @@ class _Stage:
         )
         self.queue = _queue(config)
         self.trainer = self.explorer = None
+        self.ranks: List[Any] = []  # trainer ranks 1..N-1 (trainer.cpu_ranks > 1)
         self.roles: Dict[Any, str] = {}  # run() ref -> role
         self.preparing: Optional[str] = None  # the role whose prepare() is running
         self.failing: Optional[str] = None  # the role whose run() raised
@@ -144,7 +149,7 @@ class _Stage:
             self.trainer = TrainerActor.remote(
                 cfg, self.plugin_dirs, self.queue, self.sync, steps, self.status
             )
-            start = ray.get(self.trainer.prepare.remote())
+            start = self._prepare_trainer(steps)
         if cfg.mode in ("both", "explore"):
             self.preparing = "explorer"
             # An external model's URL and key, from this environment wherever the actor runs.
@@ -158,7 +163,33 @@ class _Stage:
         for role, actor in (("trainer", self.trainer), ("explorer", self.explorer)):
             if actor is not None:
                 self.roles[actor.run.remote()] = role
+        for rank, actor in enumerate(self.ranks, start=1):
+            self.roles[actor.run.remote()] = f"trainer rank {rank}"
         return start
+
+    def _prepare_trainer(self, steps: int) -> int:
+        """Prepare the trainer, with its other ranks when there are several (they form one
+        process group, so they prepare together); the step it resumes after. A rank that
+        fails is named as the failed role."""
+        import ray
+
+        from trinity.runtime.trainer_ranks import start_ranks
+
+        if self.config.trainer.cpu_ranks > 1:  # rank 0 picks the group's port first
+            where = ray.get(self.trainer.rendezvous.remote())
+            self.ranks = start_ranks(self.config, self.plugin_dirs, steps, where)
+        refs = {self.trainer.prepare.remote(): "trainer"}
+        for rank, actor in enumerate(self.ranks, start=1):
+            refs[actor.prepare.remote()] = f"trainer rank {rank}"
+        pending = list(refs)
+        while pending:  # the first failure ends the wait (the others may hang on it)
+            done, pending = ray.wait(pending, num_returns=1)
+            try:
+                ray.get(done[0])
+            except ray.exceptions.RayError:
+                self.preparing = refs[done[0]]
+                raise
+        return ray.get(next(iter(refs)))
 
     def snapshot(self, seen: int) -> Any:
         import ray
@@ -176,9 +207,25 @@ class _Stage:
 
         try:
             ray.get(ref)
-        except ray.exceptions.RayError:
-            self.failing = self.roles[ref]
-            raise
+        except ray.exceptions.RayError as exc:
+            self.failing, cause = self._first_cause(ref, exc)
+            raise cause from None
+
+    def _first_cause(self, ref: Any, exc: Exception) -> tuple:
+        """(role, error) to report: when rank 0 of several trainer ranks fails, a rank that
+        failed too is the likelier cause (rank 0's collectives fail when a rank dies)."""
+        import ray
+
+        others = [r for r, role in self.roles.items() if role.startswith("trainer rank ")]
+        if self.roles[ref] != "trainer" or not others:
+            return self.roles[ref], exc
+        done, _ = ray.wait(others, num_returns=len(others), timeout=RANK_FAILURE_WAIT_S)
+        for other in done:
+            try:
+                ray.get(other)
+            except ray.exceptions.RayError as rank_exc:
+                return self.roles[other], rank_exc
+        return self.roles[ref], exc
 
     def failed_role(self) -> str:
         """The role an error came from: the one being prepared, or whose run raised."""
@@ -187,7 +234,7 @@ class _Stage:
     def stop(self) -> None:
         import ray
 
-        for actor in (self.explorer, self.trainer, self.queue, self.sync, self.status):
+        for actor in (self.explorer, self.trainer, *self.ranks, self.queue, self.sync, self.status):
             if actor is not None:
                 ray.kill(actor, no_restart=True)
 
@@ -226,6 +273,10 @@ def _failure_message(exc: Exception, role: str, config: Any) -> str:
     else:
         text = f"{type(cause).__name__}: {cause}"
     name = config.trainer.name if role == "trainer" else config.explorer.name
+    if role.startswith("trainer rank "):
+        from trinity.runtime.trainer_ranks import rank_name
+
+        name = rank_name(config, int(role.rsplit(" ", 1)[1]))
     log = os.path.join(config.checkpoint_job_dir, "log", f"{name}.log")
     return (
         f"stage '{config.name}': the {role} failed: {text}\n"

@@ -290,7 +290,16 @@ class TrainerActor:
         self.planned_steps = planned_steps
         self.report = Reporter(status, "trainer")
 
+    def rendezvous(self) -> Any:
+        """(node id, port) where this actor, rank 0 of several trainer ranks, will listen."""
+        from trinity.runtime.trainer_ranks import rendezvous
+
+        where = rendezvous()
+        self.group_port = where[1]
+        return where
+
     def prepare(self) -> int:
+        from trinity.runtime.trainer_ranks import sharded_trainer
         from trinity.trainer.checkpoint import latest_step
         from trinity.trainer.trainer import Trainer
 
@@ -298,9 +307,16 @@ class TrainerActor:
         self.monitor = _monitor(self.config, "trainer", resumes_after)
         # Only a `both` run has an explorer waiting for weights in this job.
         publish = self._publish if self.config.mode == "both" else None
-        self.trainer = Trainer(
-            self.config, self.planned_steps, self.monitor.log, publish, self.report.event
+        kwargs = dict(
+            planned_steps=self.planned_steps,
+            log=self.monitor.log,
+            publish=publish,
+            report=self.report.event,
         )
+        if self.config.trainer.cpu_ranks > 1:  # rank 0 of several (trainer_ranks.py)
+            self.trainer = sharded_trainer(self.config, 0, self.group_port, **kwargs)
+        else:
+            self.trainer = Trainer(self.config, **kwargs)
         step = self.trainer.prepare_model()
         self.trainer.attach_reader(self._reader(), self._auxiliary_readers())
         if step and self.config.mode == "both":
@@ -362,7 +378,9 @@ class TrainerActor:
         if self.config.synchronizer.sync_method == "memory":
             from trinity.trainer.lora import sync_state_dict  # LoRA: merged adapted layers
 
-            weights = [ray.put(pack_state(sync_state_dict(model)))]
+            sharded = self.config.trainer.cpu_ranks > 1  # gathered from every rank
+            state = self.trainer.full_state_dict() if sharded else sync_state_dict(model)
+            weights = [ray.put(pack_state(state))]
         else:
             self.trainer.save(final=False)
             from trinity.trainer.checkpoint import weights_path
