@@ -1,6 +1,7 @@
 """Learning checks for the algorithm library, each from the same SFT warm-up checkpoint.
 
 - ``ppo`` (with critic) and ``rloo``: held-out greedy accuracy on the arithmetic test set.
+- ``lora``: the same for GRPO training only a LoRA adapter (``LORA_OVERRIDES``; ``--lora-lr``).
 - ``dpo``: on generated (correct, wrong) answer pairs, the chosen-over-rejected
   log-likelihood margin on held-out pairs.
 - ``sft``: held-out negative log-likelihood of the answers.
@@ -42,7 +43,10 @@ from trinity.utils.synthetic import read_jsonl, write_jsonl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "examples", "quickstart", "arithmetic.yaml")
-QUICKSTART_CHECKS = ("ppo", "rloo", "dpo", "sft")
+QUICKSTART_CHECKS = ("ppo", "rloo", "dpo", "sft", "lora")
+# GRPO with an adapter on every Linear layer; LoRA needs a far higher lr than the full
+# model's 3e-5 (the adapter starts at zero and holds few parameters).
+LORA_OVERRIDES = ["model.lora_configs=[{lora_rank: 16, lora_alpha: 32}]"]
 
 
 def _rl_config() -> str:
@@ -55,9 +59,9 @@ def _rl_config() -> str:
     return path
 
 
-def rl_check(algorithm: str, ckpt: str, steps: int, extra: List[str]) -> Dict:
+def rl_check(algorithm: str, ckpt: str, steps: int, extra: List[str], name: str = "") -> Dict:
     overrides = [
-        f"name={algorithm}",
+        f"name={name or algorithm}",
         f"algorithm.algorithm_type={algorithm}",
         f"model.model_path={ckpt}",
         f"model.critic_model_path={ckpt}",
@@ -257,6 +261,7 @@ def main() -> None:
     parser.add_argument("--out", default="learning_checks.json")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--only", nargs="*", default=list(QUICKSTART_CHECKS))
+    parser.add_argument("--lora-lr", type=float, default=2e-3, help="lora: the adapter's lr")
     parser.add_argument("--plot", help="multi-turn: PNG of its curves (needs matplotlib)")
     parser.add_argument("--preset", default="tiny", help="multi-turn: the model's size")
     parser.add_argument("--n-sft", type=int, default=2000, help="multi-turn: SFT dialogues")
@@ -282,7 +287,7 @@ def main() -> None:
 
 
 def quickstart_checks(args: argparse.Namespace, checks: List[str]) -> Dict[str, Dict]:
-    """ppo, rloo, dpo and sft from the quickstart's SFT warm-up."""
+    """ppo, rloo, dpo, sft and lora from the quickstart's SFT warm-up."""
     os.environ["TRINITY_QUICKSTART_DIR"] = os.path.abspath(args.data)
     rl_dir = os.path.join(args.data, "data", "rl")
     train, test = (
@@ -296,6 +301,10 @@ def quickstart_checks(args: argparse.Namespace, checks: List[str]) -> Dict[str, 
                 ["algorithm.repeat_times=1", "buffer.batch_size=64"] if algorithm == "ppo" else []
             )
             results[algorithm] = rl_check(algorithm, args.sft_checkpoint, args.steps, extra)
+        elif algorithm == "lora":
+            extra = [*LORA_OVERRIDES, f"algorithm.optimizer.lr={args.lora_lr}"]
+            result = rl_check("grpo", args.sft_checkpoint, args.steps, extra, name="lora")
+            results["lora"] = {**result, "lr": args.lora_lr, "overrides": extra}
         elif algorithm == "dpo":
             pair_dir = os.path.join(os.environ["TRINITY_CHECKPOINT_ROOT_DIR"], "dpo_data")
             write_jsonl(os.path.join(pair_dir, "train.jsonl"), make_pairs(train, seed=0))
