@@ -293,6 +293,18 @@ def test_a_good_lora_config_passes(tmp_path, micro_model, arithmetic_data):
             "lm_head, o_proj, q_proj, up_proj, v_proj",
         ),
         (
+            "{target_modules: [q_proj, lm_head]}",
+            "model.lora_configs[0].target_modules: 'lm_head' takes in the output layer, which "
+            "shares its weight with the input embeddings (tie_word_embeddings), so merged "
+            "weights would change both; leave it out",
+        ),
+        (
+            "{target_modules: '.*'}",
+            "model.lora_configs[0].target_modules: '.*' takes in the output layer, which "
+            "shares its weight with the input embeddings (tie_word_embeddings), so merged "
+            "weights would change both; leave it out",
+        ),
+        (
             "{path: /nonexistent/adapter}",
             "model.lora_configs[0].path = /nonexistent/adapter: no such folder (a peft adapter "
             "folder is expected)",

@@ -104,29 +104,34 @@ def _adapter_folder(entry: Any, key: str) -> tuple:
 
 
 def _linear_modules(model_path: str) -> tuple:
-    """(names of Linear layers, names of other modules) of the model, built on meta."""
+    """(names of Linear layers, names of other modules, name of the output layer when it
+    shares the input embeddings' weight) of the model, built on meta."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(model_path, local_files_only=True)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
-    linear, other = [], []
+    linear, other, tied = [], [], None
+    output = model.get_output_embeddings() if config.get_text_config().tie_word_embeddings else None
     for name, module in model.named_modules():
         (linear if isinstance(module, torch.nn.Linear) else other).append(name)
-    return linear, other
+        tied = name if module is output else tied
+    return linear, other, tied
 
 
 def _target_problems(key: str, targets: Any, model_path: str) -> List[str]:
     """Each named target matches a Linear layer (peft's rule: the module path or its end)."""
     try:
-        linear, other = _linear_modules(model_path)
+        linear, other, tied = _linear_modules(model_path)
     except Exception as exc:  # the model folder's own check reports an unreadable config
         return [f"{key}: cannot list the layers of {model_path}: {exc}"]
     leaves = sorted({name.rsplit(".", 1)[-1] for name in linear})
-    if targets == "all-linear":
+    if targets == "all-linear":  # peft leaves the output layer out
         return []
     if isinstance(targets, str):  # peft reads one string as a regex over module paths
+        if tied and re.fullmatch(targets, tied):
+            return [_tied_problem(key, targets)]
         if any(re.fullmatch(targets, name) for name in linear):
             return []
         return [
@@ -137,14 +142,22 @@ def _target_problems(key: str, targets: Any, model_path: str) -> List[str]:
         return [f"{key} must be all-linear, a list of layer names or a regular expression"]
     problems = []
     for target in targets:
-        if _matches(target, linear):
-            continue
-        what = "is not a Linear layer" if _matches(target, other) else "names no layer"
-        problems.append(
-            f"{key}: '{target}' {what} of {model_path}; LoRA adapts Linear layers, here named "
-            f"{', '.join(leaves)}"
-        )
+        if tied and _matches(target, [tied]):
+            problems.append(_tied_problem(key, target))
+        elif not _matches(target, linear):
+            what = "is not a Linear layer" if _matches(target, other) else "names no layer"
+            problems.append(
+                f"{key}: '{target}' {what} of {model_path}; LoRA adapts Linear layers, here "
+                f"named {', '.join(leaves)}"
+            )
     return problems
+
+
+def _tied_problem(key: str, target: str) -> str:
+    return (
+        f"{key}: '{target}' takes in the output layer, which shares its weight with the input "
+        "embeddings (tie_word_embeddings), so merged weights would change both; leave it out"
+    )
 
 
 def _matches(target: str, names: Sequence[str]) -> bool:
