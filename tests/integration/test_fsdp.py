@@ -77,3 +77,36 @@ def test_two_rank_grpo_syncs_gathered_weights_and_resumes(
     one_rank = [o for o in resumed if o != "trainer.cpu_ranks=2"] + ["buffer.total_steps=4"]
     with pytest.raises(RunFailed, match=r"written by 2 trainer rank\(s\).*this run has 1"):
         run(CONFIG, one_rank, [])
+
+
+def test_a_rank_that_dies_fails_the_run_naming_it(
+    tmp_path, micro_model, arithmetic_data, ray_cluster
+):
+    import threading
+    import time
+
+    import ray
+
+    overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
+        "trainer.cpu_ranks=2",
+        "buffer.explorer_input.eval_tasksets=[]",
+        "buffer.total_steps=3",
+    ]
+    metrics = os.path.join(tmp_path, "tests", "grpo_small", "monitor", "trainer.jsonl")
+
+    def kill_rank_1_after_step_1() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not (
+            os.path.exists(metrics) and os.path.getsize(metrics) > 0
+        ):
+            time.sleep(0.2)
+        ray.kill(ray.get_actor("trainer_rank_1"), no_restart=True)
+
+    killer = threading.Thread(target=kill_rank_1_after_step_1, daemon=True)
+    killer.start()
+    with pytest.raises(RunFailed) as excinfo:
+        run(CONFIG, overrides, [])
+    killer.join(timeout=10)
+    message = str(excinfo.value)
+    assert "the trainer rank 1 failed" in message
+    assert os.path.join("log", "trainer_rank_1.log") in message
