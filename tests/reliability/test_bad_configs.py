@@ -678,6 +678,23 @@ CASES: List[Bad] = [
             ]
         },
     ),
+    # ---- trainer ranks (trainer.cpu_ranks) ---------------------------------------------
+    Bad("cpu-ranks-zero", ["trainer.cpu_ranks = 0 must be >= 1"], set={"trainer.cpu_ranks": 0}),
+    Bad(
+        "cpu-ranks-with-gpus",
+        ["trainer.cpu_ranks = 2 with cluster.gpu_per_node = 8", "trainer.cpu_ranks: 1"],
+        set={"trainer.cpu_ranks": 2, "cluster.gpu_per_node": 8},
+    ),
+    Bad(
+        "cpu-ranks-split-batch",
+        ["buffer.train_batch_size = 16 is not a multiple of 3", "trainer.cpu_ranks = 3"],
+        set={"trainer.cpu_ranks": 3},
+    ),
+    Bad(
+        "cpu-ranks-critic",
+        ["algorithm.algorithm_type = ppo trains a critic", "trainer.cpu_ranks = 2"],
+        set={"trainer.cpu_ranks": 2, "algorithm.algorithm_type": "ppo"},
+    ),
 ]
 
 
