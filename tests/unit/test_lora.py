@@ -325,6 +325,9 @@ def test_two_adapters_explore_mode_and_checkpoint_sync_are_refused(
     ]
     found = _problems(tmp_path, micro_model, arithmetic_data, LORA, "mode: explore\n")
     assert len(found) == 1 and found[0].startswith("model.lora_configs is set in mode explore")
+    ranks = "trainer: {cpu_ranks: 2}\n"
+    (found,) = _problems(tmp_path, micro_model, arithmetic_data, LORA, ranks)
+    assert "model.lora_configs" in found and "trainer.cpu_ranks = 2" in found
     sync = "synchronizer: {sync_method: checkpoint}\n"
     assert _problems(tmp_path, micro_model, arithmetic_data, LORA, sync) == [
         "synchronizer.sync_method = checkpoint with model.lora_configs: a LoRA checkpoint holds "
