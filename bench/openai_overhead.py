@@ -1,16 +1,17 @@
 """The same GRPO run through ``model.chat`` and through the OpenAI client with history.
 
-Both runs explore the quickstart's arithmetic tasks with the same tiny model, batch geometry
-and sampling, one after the other in this process (each with its own Ray): the first with the
-built-in ``math_workflow`` (``model.chat``), the second with a workflow that makes the same
-request over HTTP (``explorer.rollout_model.enable_openai_api`` + ``enable_history``, see
-``bench/openai_plugins/openai_math.py``). Rollout samples/s is counted over the explore steps
-(``time/explore_step``)::
+Both paths explore the quickstart's arithmetic tasks with the same tiny model, batch geometry
+and sampling, in this process on one Ray: ``direct`` with the built-in ``math_workflow``
+(``model.chat``), ``openai`` with a workflow that makes the same request over HTTP
+(``explorer.rollout_model.enable_openai_api`` + ``enable_history``, see
+``bench/openai_plugins/openai_math.py``). The paths alternate for ``--rounds`` rounds, so a
+drift in the machine's load hits both. Rollout samples/s is counted over the explore steps
+(``time/explore_step``, the first of each run left out as warm-up)::
 
-    python bench/openai_overhead.py --steps 12 --out docs/results/openai_overhead.json
+    python bench/openai_overhead.py --steps 12 --rounds 3 --out docs/results/openai_overhead.json
 
-Writes JSON and prints a one-line summary with the ratio (HTTP / direct). It measures; it
-asserts nothing.
+Writes JSON and prints a one-line summary with the ratio (HTTP / direct: the median of the
+rounds' ratios). It measures; it asserts nothing.
 """
 
 from __future__ import annotations
@@ -39,9 +40,17 @@ def grpo_config(workdir: str) -> str:
     return path
 
 
-def one_run(config: str, name: str, extra: List[str], args: argparse.Namespace) -> Dict:
-    import ray
+PATHS = {
+    "direct": [],
+    "openai": [
+        "buffer.explorer_input.default_workflow_type=openai_math_bench",
+        "explorer.rollout_model.enable_openai_api=true",
+        "explorer.rollout_model.enable_history=true",
+    ],
+}
 
+
+def one_run(config: str, name: str, extra: List[str], args: argparse.Namespace) -> Dict:
     from trinity.runtime.launcher import run
 
     overrides = [
@@ -53,18 +62,19 @@ def one_run(config: str, name: str, extra: List[str], args: argparse.Namespace) 
         f"buffer.total_steps={args.steps}",
         f"buffer.batch_size={args.batch_size}",
         "continue_from_checkpoint=false",
+        # Both paths sample the same lengths: without max_tokens the API would allow what is
+        # left of max_model_len (the guide's rule), model.chat max_response_tokens.
+        "buffer.explorer_input.taskset.rollout_args.max_tokens=8",
         "trainer.save_hf_checkpoint=never",
         *extra,
     ]
-    try:
-        (result,) = run(config, overrides, [PLUGINS])
-    finally:
-        ray.shutdown()
+    (result,) = run(config, overrides, [PLUGINS])
     records = read_metrics(os.path.join(result.job_dir, "monitor", "explorer.jsonl"))
     steps = [r for r in records if "time/explore_step" in r][1:]  # the first warms up
     samples = args.batch_size * 8  # repeat_times of the quickstart
     per_step = [samples / r["time/explore_step"] for r in steps]
     return {
+        "path": name.split("_")[0],
         "samples_per_s": statistics.median(per_step),
         "explore_step_s": [r["time/explore_step"] for r in steps],
         "reward_mean": statistics.mean(r["rollout/reward/mean"] for r in steps),
@@ -78,6 +88,7 @@ def main() -> None:
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--model", default=None, help="an HF folder (default: a fresh tiny)")
     parser.add_argument("--data", default=None, help="arithmetic data (default: generated)")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each path, alternated")
     parser.add_argument("--out", default="openai_overhead.json")
     args = parser.parse_args()
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="openai-overhead-")
@@ -91,25 +102,41 @@ def main() -> None:
         args.data = os.path.join(args.workdir, "rl")
         make_arithmetic(args.data, n_train=args.steps * args.batch_size, n_test=8, digits=2, seed=0)
     config = grpo_config(args.workdir)
-    direct = one_run(config, "direct", [], args)
-    over_http = one_run(
-        config,
-        "openai",
-        [
-            "buffer.explorer_input.default_workflow_type=openai_math_bench",
-            "explorer.rollout_model.enable_openai_api=true",
-            "explorer.rollout_model.enable_history=true",
-        ],
-        args,
-    )
-    ratio = over_http["samples_per_s"] / direct["samples_per_s"]
-    result = {"steps": args.steps, "direct": direct, "openai": over_http, "ratio": ratio}
+    import ray
+
+    from trinity.runtime.launcher import init_ray
+
+    init_ray("bench_openai_overhead")  # one Ray for every run: no start-up cost in a run
+    try:
+        runs = [
+            one_run(config, f"{path}_{r}", extra, args)
+            for r in range(args.rounds)
+            for path, extra in PATHS.items()
+        ]
+    finally:
+        ray.shutdown()
+    ratios = [
+        h["samples_per_s"] / d["samples_per_s"] for d, h in zip(runs[::2], runs[1::2], strict=True)
+    ]
+    by_path = {
+        path: statistics.median(r["samples_per_s"] for r in runs if r["path"] == path)
+        for path in PATHS
+    }
+    ratio = statistics.median(ratios)
+    result = {
+        "setup": {k: v for k, v in vars(args).items() if k != "workdir"},
+        "cpu_count": os.cpu_count(),
+        "runs": runs,
+        "samples_per_s": by_path,
+        "round_ratios": ratios,
+        "ratio": ratio,
+    }
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
     print(
-        f"openai_overhead {args.steps} steps x {args.batch_size * 8} samples: model.chat "
-        f"{direct['samples_per_s']:.1f} samples/s, OpenAI client + history "
-        f"{over_http['samples_per_s']:.1f} samples/s = {ratio:.2f}x"
+        f"openai_overhead {args.steps} steps x {args.batch_size * 8} samples, {args.rounds} "
+        f"rounds: model.chat {by_path['direct']:.1f} samples/s, OpenAI client + history "
+        f"{by_path['openai']:.1f} samples/s = {ratio:.2f}x (median of the rounds' ratios)"
     )
 
 

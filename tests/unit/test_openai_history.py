@@ -225,3 +225,25 @@ def test_config_keys_of_the_api(tmp_path):
         problem
         == "explorer.rollout_model.openai_api_port = 70000 must be in [0, 65535] (0: a free port)"
     )
+
+
+def test_clients_share_one_http_pool_and_closing_one_spares_the_others(local):
+    import gc
+
+    from trinity.engine import client as client_module
+
+    first, second = wrapper(local), wrapper(local)
+    one, other = first.get_openai_client(), second.get_openai_client()
+    assert one._client is other._client  # one connection pool for the process
+    with one:  # a workflow closing its client (or leaving a with-block)...
+        one.chat.completions.create(model=one.model_path, messages=USER, max_tokens=2)
+    other.chat.completions.create(model=other.model_path, messages=USER, max_tokens=2)
+    # ...closes nothing the other clients use, and each reply went to its own wrapper.
+    assert len(first.extract_experience_from_history()) == 1
+    assert len(second.extract_experience_from_history()) == 1
+
+    key = one.default_headers[client_module.RECORDER_HEADER]
+    assert key in client_module._RECORDERS
+    del first, one
+    gc.collect()
+    assert key not in client_module._RECORDERS  # a collected wrapper's recorder goes with it

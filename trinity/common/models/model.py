@@ -226,10 +226,13 @@ class ModelWrapper:
                 return self._clients[kind]
             api = self._api_address()
             make = client.openai_client if kind == "sync" else client.openai_async_client
-            # A recorded reply also says which weights sampled it (see track_versions).
-            record = (lambda exps: self._seen(self._record(exps))) if self.enable_history else None
+            record = self._record_reply if self.enable_history else None
             self._clients[kind] = make(api["url"], api["model"], record, self.session)
         return self._clients[kind]
+
+    def _record_reply(self, experiences: List[Experience]) -> None:
+        # A recorded reply also says which weights sampled it (see track_versions).
+        self._seen(self._record(experiences))
 
     def get_openai_client(self) -> Any:
         """An ``openai.OpenAI`` for the engine's server, or for the API of an external model
