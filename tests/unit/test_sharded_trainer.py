@@ -3,7 +3,8 @@
 One module fixture runs the 2-rank side once in two spawned processes: a GRPO step on a
 batch the ranks split unevenly (with a reference model, and micro-batches of 2 rows so one
 rank also runs a zero-weight pass), a sharded save, and a resume into fresh ranks. Rank 0
-writes what it saw to files; the tests compare them with a 1-rank ``Trainer`` in this process.
+writes what it saw to files; the tests compare them with a 1-rank ``Trainer`` in this process,
+and with three ranks resuming the same checkpoint.
 """
 
 from __future__ import annotations
@@ -118,6 +119,26 @@ def _rank_main(rank: int, world: int, port: int, config_path: str, out: str) -> 
     close_group()
 
 
+def _resume_main(rank: int, world: int, port: int, config_path: str, out: str) -> None:
+    """One of ``world`` ranks resuming the 2-rank checkpoint (resharded by DCP)."""
+    from trinity.common.config import load_config
+    from trinity.trainer.distributed import close_group, init_group
+    from trinity.trainer.sharded import ShardedTrainer
+
+    torch.set_num_threads(1)
+    ranks = init_group(rank, world, port, timeout_s=300)
+    config = load_config(config_path).check_and_update()
+    trainer = ShardedTrainer(config, 4, log=lambda metrics, step: None, ranks=ranks)
+    step = trainer.prepare_model()
+    weights, optim = trainer.full_state_dict(), _optimizer_tensors(trainer)
+    if rank == 0:
+        save_file({k: v.contiguous() for k, v in weights.items()}, f"{out}/weights.safetensors")
+        save_file(optim, os.path.join(out, "optim.safetensors"))
+        with open(os.path.join(out, "result.json"), "w") as f:
+            json.dump({"resumed_step": step}, f)
+    close_group()
+
+
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory, micro_model, arithmetic_data) -> dict:
     import torch.multiprocessing as mp
@@ -134,6 +155,7 @@ def two_ranks(tmp_path_factory, micro_model, arithmetic_data) -> dict:
     from trinity.common.config import load_config
 
     result["job"] = load_config(config).check_and_update().checkpoint_job_dir
+    result["config"] = config
     return result
 
 
@@ -215,13 +237,25 @@ def test_gathered_weights_are_the_export_and_the_checkpoint_weights(two_ranks):
     _assert_close(exported.state_dict(), two_ranks["weights"], atol=0.0)
 
 
-def test_resuming_with_another_rank_count_names_both(two_ranks):
+def test_three_ranks_resume_the_two_rank_checkpoint(two_ranks, tmp_path):
+    import torch.multiprocessing as mp
+
+    from trinity.trainer.distributed import free_port
+
+    mp.spawn(_resume_main, args=(3, free_port(), two_ranks["config"], str(tmp_path)), nprocs=3)
+    with open(os.path.join(tmp_path, "result.json")) as f:
+        assert json.load(f)["resumed_step"] == 1
+    _assert_close(load_file(f"{tmp_path}/weights.safetensors"), two_ranks["weights"], atol=0.0)
+    _assert_close(load_file(f"{tmp_path}/optim.safetensors"), two_ranks["optim"], atol=0.0)
+
+
+def test_resuming_sharded_state_in_one_process_names_both_counts(two_ranks):
     job = two_ranks["job"]
     with pytest.raises(ckpt.CheckpointError) as excinfo:
         ckpt.load_checkpoint(job, 1, ranks=1)
     message = str(excinfo.value)
     assert "written by 2 trainer rank(s) (trainer.cpu_ranks = 2) and this run has 1" in message
-    assert "resume with trainer.cpu_ranks: 2" in message
+    assert "resume with trainer.cpu_ranks: 2 (or any count above 1)" in message
 
 
 def test_split_rows_balances_tokens_or_keeps_runs_and_pairs():

@@ -360,10 +360,11 @@ def load_checkpoint(job_dir: str, step: int, ranks: int = 1) -> Dict[str, Any]:
     with open(os.path.join(src, EXTRA_FILE)) as f:
         extra = json.load(f)
     saved = int(extra.get(RANKS_KEY, 1))
-    if saved != ranks:  # the optimizer state is laid out per rank
+    if (saved > 1) != (ranks > 1):  # shards reshard to any count above 1, never to one file
+        fits = f"{saved}" if saved == 1 else f"{saved} (or any count above 1)"
         raise CheckpointError(
             f"checkpoint {src} was written by {saved} trainer rank(s) (trainer.cpu_ranks = "
-            f"{saved}) and this run has {ranks}: resume with trainer.cpu_ranks: {saved}, or set "
+            f"{saved}) and this run has {ranks}: resume with trainer.cpu_ranks: {fits}, or set "
             "continue_from_checkpoint: false to start over"
         )
     states = {
