@@ -87,9 +87,6 @@ class RankGroup:
         text = json.dumps(value) if self.is_main else ""
         return json.loads(self.broadcast_bytes(text.encode()).decode())
 
-    def barrier(self) -> None:
-        dist.barrier()
-
 
 def init_group(rank: int, world: int, port: int, timeout_s: float) -> RankGroup:
     """Join the trainer's gloo process group on 127.0.0.1:``port`` (rank 0 listens there).
