@@ -1,11 +1,19 @@
 """``concurrent_mode: multi-threading`` against ``asynchronous`` on a multi-turn workflow.
 
 The same explore-only run (no trainer: explore steps are what the mode changes) once per
-mode, side by side in one process: each task is one episode of three turns
-(``bench/plugins/multi_turn_arithmetic.py``: the question, then two follow-ups; the reward
-scores the last reply) on the quickstart's arithmetic data with the tiny model::
+mode, side by side in one process; each task is one episode of a multi-turn workload:
+
+- ``arithmetic3`` (default): three turns (``bench/plugins/multi_turn_arithmetic.py``: the
+  question, then two follow-ups; the reward scores the last reply) on the quickstart's
+  arithmetic data with the tiny model;
+- ``guess_number``: the multi-turn example's game (``guess_number_workflow``, which defines
+  ``run`` and ``run_async``) on its training games; give ``--model`` a warmed-up checkpoint
+  (e.g. the example's SFT stage), as an untrained model's first reply usually ends the game.
+
+::
 
     python bench/concurrency.py --out docs/results/concurrency.json
+    python bench/concurrency.py --workload guess_number --model CKPT/hf --max-tokens 4
 
 Each runner holds ``batch_size * repeat_times / runners`` episodes at once: threads of a
 threaded actor in one mode, coroutines on an async actor's event loop in the other. Writes
@@ -33,21 +41,34 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGINS = os.path.join(ROOT, "bench", "plugins")
 MODES = ("multi-threading", "asynchronous")
-TURNS = 3  # bench/plugins/multi_turn_arithmetic.py: the question and two follow-ups
+TURNS = 3  # arithmetic3 (bench/plugins/multi_turn_arithmetic.py): question and two follow-ups
 # TransformersInferenceModel's DEBUG line for each batch it generated
 BATCH_LINE = re.compile(r"generated \d+ request\(s\), \d+ row\(s\) in ([\d.]+)s")
 
 
-def prepare(args: argparse.Namespace, workdir: str) -> Dict[str, str]:
-    """The model and the arithmetic taskset: given, or built as the quickstart builds them."""
-    from trinity.common.models.tiny import build_tiny_preset
-    from trinity.utils.synthetic import make_arithmetic
+# workload -> (workflow, taskset format)
+WORKLOADS = {
+    "arithmetic3": ("multi_turn_arithmetic", {"prompt_key": "question", "response_key": "answer"}),
+    "guess_number": ("guess_number_workflow", {}),
+}
 
-    model = args.model or build_tiny_preset(os.path.join(workdir, "model"), args.preset)
+
+def prepare(args: argparse.Namespace, workdir: str) -> Dict[str, str]:
+    """The model and the workload's taskset: given, or built as the demos build them."""
+    from trinity.common.models.tiny import build_tiny_preset
+
     data = args.data
-    if data is None:
+    if args.workload == "guess_number" and data is None:
+        from trinity.demo.guess_number import prepare_guess_number
+
+        built = prepare_guess_number(os.path.join(workdir, "guess_number"), preset=args.preset)
+        data = built["rl_path"]
+    elif data is None:
+        from trinity.utils.synthetic import make_arithmetic
+
         data = os.path.join(workdir, "data", "rl")
         make_arithmetic(data, n_train=args.batch_size * args.steps, n_test=16, digits=2, seed=0)
+    model = args.model or build_tiny_preset(os.path.join(workdir, "model"), args.preset)
     return {"model": os.path.abspath(model), "data": os.path.abspath(data)}
 
 
@@ -69,13 +90,13 @@ def write_config(args: argparse.Namespace, paths: Dict[str, str], mode: str, tag
             "batch_size": args.batch_size,
             "total_steps": args.steps,
             "explorer_input": {
-                "default_workflow_type": "multi_turn_arithmetic",
+                "default_workflow_type": WORKLOADS[args.workload][0],
                 "taskset": {
-                    "name": "arithmetic_train",
+                    "name": f"{args.workload}_train",
                     "storage_type": "file",
                     "path": paths["data"],
                     "split": "train",
-                    "format": {"prompt_key": "question", "response_key": "answer"},
+                    "format": WORKLOADS[args.workload][1],
                     "rollout_args": {"temperature": 1.0},
                 },
             },
@@ -92,6 +113,8 @@ def write_config(args: argparse.Namespace, paths: Dict[str, str], mode: str, tag
             "concurrent_mode": mode,
             "max_repeat_times_per_runner": 1,  # a task is one episode
             "eval_on_startup": False,
+            # guess_number_workflow builds each episode from the recorded calls
+            "rollout_model": {"enable_history": args.workload == "guess_number"},
         },
         "monitor": {"monitor_type": "tensorboard"},
         # the engine logs each batch it generates at DEBUG: engine_busy_s below
@@ -128,6 +151,8 @@ def timed_run(args: argparse.Namespace, paths: Dict[str, str], mode: str, round_
     samples = args.batch_size * args.repeat_times
     steady = seconds[1:] or seconds
     busy = engine_busy(result.job_dir)
+    turns = [r["rollout/turns/mean"] for r in steps if "rollout/turns/mean" in r]
+    turns_mean = statistics.fmean(turns) if turns else TURNS
     return {
         "mode": mode,
         "round": round_,
@@ -137,7 +162,8 @@ def timed_run(args: argparse.Namespace, paths: Dict[str, str], mode: str, round_
         "tasks_failed": sum(r.get("rollout/tasks_failed", 0.0) for r in steps),
         "reward_mean": statistics.fmean(r.get("rollout/reward/mean", 0.0) for r in steps),
         "samples_per_s": samples * len(steady) / sum(steady),
-        "model_calls_per_s": samples * TURNS * len(steady) / sum(steady),
+        "turns_mean": turns_mean,
+        "model_calls_per_s": samples * turns_mean * len(steady) / sum(steady),
         # what the mode can change: exploring time the engine was not generating (runners,
         # transport, batching windows); the rest is model compute, which other load skews
         "engine_busy_s": busy,
@@ -164,7 +190,8 @@ def summarize(runs: List[Dict], args: argparse.Namespace) -> Dict[str, Any]:
     ratio = statistics.median(ratios)
     episodes = args.batch_size * args.repeat_times
     summary = (
-        f"concurrency ({TURNS}-turn episodes, {episodes} per step over {args.runners} runners, "
+        f"concurrency ({args.workload}: {statistics.fmean(r['turns_mean'] for r in runs):.1f}-turn "
+        f"episodes, {episodes} per step over {args.runners} runners, "
         f"{args.steps} steps, {args.rounds} round(s)): "
         + ", ".join(
             f"{mode} {m['samples_per_s']:.1f} samples/s ({m['explore_s_total']:.1f}s exploring, "
@@ -178,9 +205,10 @@ def summarize(runs: List[Dict], args: argparse.Namespace) -> Dict[str, Any]:
 
 def main(argv: List[str] | None = None) -> Dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="arithmetic3")
     parser.add_argument("--model", help="a model folder (default: build the tiny preset)")
     parser.add_argument("--preset", default="tiny", help="tiny preset built without --model")
-    parser.add_argument("--data", help="an arithmetic taskset folder (default: generate one)")
+    parser.add_argument("--data", help="the workload's taskset folder (default: generate one)")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--repeat-times", type=int, default=8)
