@@ -59,13 +59,17 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 def _reader(path: str) -> Any:
     from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import StorageMeta
 
     class SafeReader(FileSystemReader):
+        """DCP's file reader, its metadata read by ``_MetadataUnpickler``."""
+
         def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
             with open(os.path.join(path, ".metadata"), "rb") as f:
                 metadata = _MetadataUnpickler(f).load()
-            if getattr(metadata, "storage_meta", None) is not None:
-                metadata.storage_meta.load_id = self.load_id
+            if getattr(metadata, "storage_meta", None) is None:  # as DCP's own reader does
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
             return metadata
 
     return SafeReader(path)
@@ -112,6 +116,21 @@ def _os_error(exc: BaseException) -> OSError:
     return OSError(errno.EIO, str(exc))
 
 
+def _staging(job_dir: str, step: int) -> Dict[str, str]:
+    """Rank 0's staging folder (``tmp``), or the disk error that prevented it (``error``)."""
+    try:
+        return {"tmp": ckpt.staging_dir(job_dir, step)}
+    except OSError as exc:
+        kept, out = _kept(ckpt.latest_step(job_dir)), ckpt.step_dir(job_dir, step)
+        return {"error": ckpt.disk_error_message(exc, f"checkpoint step {step}", out, kept)}
+
+
+def _kept(previous: Optional[int]) -> str:
+    if previous is None:
+        return "no earlier checkpoint exists"
+    return f"the previous checkpoint (step {previous}) is intact"
+
+
 def save_sharded(
     group: RankGroup,
     job_dir: str,
@@ -128,7 +147,10 @@ def save_sharded(
 
     weights = full_state_dict(model)
     state = _sharded_state(model, optimizer)
-    tmp = group.broadcast_json(ckpt.staging_dir(job_dir, step) if group.is_main else None)
+    staged = group.broadcast_json(_staging(job_dir, step) if group.is_main else None)
+    if "error" in staged:
+        raise ckpt.CheckpointError(staged["error"])
+    tmp = staged["tmp"]
     shards = os.path.join(tmp, ckpt.SHARDS_DIR)
     error = None
     try:
@@ -161,12 +183,7 @@ def _finish(
     message, or ""."""
     if failed:
         shutil.rmtree(tmp, ignore_errors=True)
-        previous, out = ckpt.latest_step(job_dir), ckpt.step_dir(job_dir, step)
-        kept = (
-            f"the previous checkpoint (step {previous}) is intact"
-            if previous is not None
-            else "no earlier checkpoint exists"
-        )
+        kept, out = _kept(ckpt.latest_step(job_dir)), ckpt.step_dir(job_dir, step)
         if error is None:  # another rank's disk error: its own log names it
             return (
                 f"a trainer rank failed to write its shards of checkpoint step {step} to {out} "
