@@ -180,5 +180,5 @@ def test_prepare_builds_model_and_data_once_and_the_cli_names_demos(tmp_path):
 
     bad = CliRunner().invoke(app, ["prepare-quickstart", "--task", "chess", "--out", "x"])
     assert bad.exit_code == 2 and "guess_number" in bad.output
-    with pytest.raises(KeyError, match="choose one of arithmetic, guess_number"):
+    with pytest.raises(KeyError, match="choose one of arithmetic, calculator, guess_number"):
         prepare_demo("chess", str(tmp_path))
