@@ -22,9 +22,15 @@ logger = logging.getLogger(__name__)
 
 
 def setup_process(
-    plugin_dirs: List[str], job_dir: str, actor_name: str, level: str = "INFO", threads: int = 1
+    plugin_dirs: List[str],
+    job_dir: str,
+    actor_name: str,
+    level: str = "INFO",
+    threads: int = 1,
+    by_node: bool = False,
 ) -> None:
-    """Plugins, logging to ``<job_dir>/log/<actor_name>.log``, and ``threads`` torch threads.
+    """Plugins, logging to ``<job_dir>/log/<actor_name>.log`` (``log/<node ip>/`` with
+    ``by_node``: ``log.group_by_node``), and ``threads`` torch threads.
 
     Compute actors split the cores between them: on a small machine, two processes each
     running all-core OpenMP loops spin against each other and slow down many times over.
@@ -33,6 +39,8 @@ def setup_process(
 
     load_plugins(plugin_dirs)
     log_dir = os.path.join(job_dir, "log")
+    if by_node:
+        log_dir = os.path.join(log_dir, ray.util.get_node_ip_address())
     os.makedirs(log_dir, exist_ok=True)
     handler = logging.FileHandler(os.path.join(log_dir, f"{actor_name}.log"))
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -49,9 +57,15 @@ class RunnerActor(WorkflowRunner):
     """A threaded actor: ``max_concurrency`` tasks at once, one per thread."""
 
     def __init__(
-        self, plugin_dirs: List[str], job_dir: str, name: str, level: str, **kwargs: Any
+        self,
+        plugin_dirs: List[str],
+        job_dir: str,
+        name: str,
+        level: str,
+        by_node: bool = False,
+        **kwargs: Any,
     ) -> None:
-        setup_process(plugin_dirs, job_dir, name, level)
+        setup_process(plugin_dirs, job_dir, name, level, by_node=by_node)
         super().__init__(**kwargs)
 
 
@@ -61,9 +75,15 @@ class AsyncRunnerActor(AsyncWorkflowRunner):
     as coroutines on its one event loop."""
 
     def __init__(
-        self, plugin_dirs: List[str], job_dir: str, name: str, level: str, **kwargs: Any
+        self,
+        plugin_dirs: List[str],
+        job_dir: str,
+        name: str,
+        level: str,
+        by_node: bool = False,
+        **kwargs: Any,
     ) -> None:
-        setup_process(plugin_dirs, job_dir, name, level)
+        setup_process(plugin_dirs, job_dir, name, level, by_node=by_node)
         super().__init__(**kwargs)
 
 
@@ -84,9 +104,10 @@ class EngineActor:
         level: str,
         threads: int,
         openai_api: Optional[Dict[str, Any]] = None,
+        by_node: bool = False,
         **engine_kwargs: Any,
     ) -> None:
-        setup_process([], job_dir, name, level, threads=threads)
+        setup_process([], job_dir, name, level, threads=threads, by_node=by_node)
         from trinity.common.models.transformers_model import TransformersInferenceModel
 
         self.model = TransformersInferenceModel(num_threads=threads, **engine_kwargs)
@@ -172,7 +193,9 @@ class QueueActor:
 StatusActor = ray.remote(num_cpus=0)(RunStatus)
 
 
-def compute_threads(config: Any, role: str) -> int:
+def compute_threads(
+    config: Any, role: str, node_cpus: Optional[int] = None, engines_here: int = 1
+) -> int:
     """Torch threads for a compute actor of a stage: ``role`` is "engine" or "trainer".
 
     Actors that compute at the same time split the cores: two processes each running
@@ -180,7 +203,14 @@ def compute_threads(config: Any, role: str) -> int:
     ``sync_offset: 0`` in a ``both`` run the engines and the trainer strictly alternate (the
     explorer waits for each update, the trainer for each batch), so each side gets every core
     while the other waits; otherwise they overlap and share.
+
+    With ``cluster.node_num`` >= 2 the roles run on nodes of their own (``placement.py``):
+    ``node_cpus`` is Ray's CPU count of the actor's node, split only with the other actors of
+    its role there (``engines_here`` engines, or the trainer's ranks).
     """
+    if node_cpus is not None:
+        sharing = engines_here if role == "engine" else config.trainer.cpu_ranks
+        return max(1, node_cpus // max(1, sharing))
     cores = os.cpu_count() or 1
     engines = config.explorer.rollout_model.engine_num if config.mode != "train" else 0
     # every rank of a sharded trainer (trainer.cpu_ranks) computes at the same time

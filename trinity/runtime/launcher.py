@@ -6,11 +6,19 @@ from the previous stage's final weights (its HF export).
 
 from __future__ import annotations
 
+import glob
 import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from trinity.runtime.placement import (
+    Placement,
+    alive_nodes,
+    check_cluster_address,
+    check_node_count,
+    pinned,
+)
 from trinity.runtime.progress import ProgressPrinter, eval_summary
 
 
@@ -62,7 +70,9 @@ def init_ray(namespace: str) -> None:
 
     A local Ray listens on loopback only (DESIGN.md decision 13): Ray's single-node switch
     makes every Ray process take 127.0.0.1 as the node address, which its servers bind to.
-    It must be set before ``ray`` is imported, and child processes inherit it.
+    It must be set before ``ray`` is imported, and child processes inherit it. Without
+    ``RAY_ADDRESS`` the run never joins a cluster ``ray start`` left on this machine (Ray's
+    own default would): joining one is asked for explicitly (``RAY_ADDRESS=auto`` does).
     """
     address = os.environ.get("RAY_ADDRESS") or None
     if address is None:
@@ -72,7 +82,7 @@ def init_ray(namespace: str) -> None:
     if ray.is_initialized():
         return
     ray.init(
-        address=address,
+        address=address or "local",
         namespace=namespace,
         include_dashboard=False,
         log_to_driver=False,  # actors log to <job_dir>/log/; the driver prints progress
@@ -121,6 +131,10 @@ class _Stage:
         from trinity.runtime.synchronizer import Synchronizer
 
         self.config, self.plugin_dirs = config, plugin_dirs
+        # cluster.node_num >= 2: the trainer and the engines on nodes of their own
+        self.placement = (
+            Placement.plan(config, alive_nodes()) if config.cluster.node_num >= 2 else Placement()
+        )
         sync_cfg = config.synchronizer
         self.status = StatusActor.remote()
         self.sync = ray.remote(num_cpus=0)(Synchronizer).remote(
@@ -146,7 +160,7 @@ class _Stage:
         cfg, start = self.config, 0
         if cfg.mode in ("both", "train"):
             self.preparing = "trainer"
-            self.trainer = TrainerActor.remote(
+            self.trainer = TrainerActor.options(**pinned(self.placement.trainer_node)).remote(
                 cfg, self.plugin_dirs, self.queue, self.sync, steps, self.status
             )
             start = self._prepare_trainer(steps)
@@ -155,8 +169,9 @@ class _Stage:
             # An external model's URL and key, from this environment wherever the actor runs.
             env = external_env(cfg)
             self.explorer = ExplorerActor.options(
-                runtime_env={"env_vars": env} if env else None
-            ).remote(cfg, self.plugin_dirs, self.queue, self.sync, self.status)
+                runtime_env={"env_vars": env} if env else None,
+                **pinned(self.placement.explorer_node),
+            ).remote(cfg, self.plugin_dirs, self.queue, self.sync, self.status, self.placement)
             explored = ray.get(self.explorer.prepare.remote(start))
             start = start if self.trainer is not None else explored
         self.preparing = None
@@ -277,11 +292,24 @@ def _failure_message(exc: Exception, role: str, config: Any) -> str:
         from trinity.runtime.trainer_ranks import rank_name
 
         name = rank_name(config, int(role.rsplit(" ", 1)[1]))
-    log = os.path.join(config.checkpoint_job_dir, "log", f"{name}.log")
+    log = log_file(config, name)
     return (
         f"stage '{config.name}': the {role} failed: {text}\n"
         f"full log: {log}\noutputs written so far are kept in {config.checkpoint_job_dir}"
     )
+
+
+def log_file(config: Any, name: str) -> str:
+    """Where actor ``name`` of a stage logs: ``log/<name>.log``, or with
+    ``log.group_by_node`` the newest ``log/<node ip>/<name>.log`` (the job dir is on a
+    filesystem every node shares; when none is found there, the path with a placeholder)."""
+    root = os.path.join(config.checkpoint_job_dir, "log")
+    if not config.log.group_by_node:
+        return os.path.join(root, f"{name}.log")
+    found = glob.glob(os.path.join(glob.escape(root), "*", f"{glob.escape(name)}.log"))
+    if found:
+        return max(found, key=os.path.getmtime)
+    return os.path.join(root, "<node ip>", f"{name}.log")
 
 
 def _last_line(text: str) -> str:
@@ -300,7 +328,9 @@ def run(config_path: str, overrides: List[str], plugin_dirs: List[str]) -> List[
     # Every stage finalized and checked (models, data, names, arguments) in one pass: all
     # problems in one ConfigError before anything starts.
     stages = check_before_start(root)
+    check_cluster_address(stages)  # cluster.node_num >= 2 needs a cluster to join
     init_ray(stages[0].ray_namespace)
+    check_node_count(stages)
     printer = ProgressPrinter()
     results: List[StageResult] = []
     for stage in stages:

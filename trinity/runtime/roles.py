@@ -19,6 +19,7 @@ from trinity.runtime.actors import (
     compute_threads,
     setup_process,
 )
+from trinity.runtime.placement import Placement, own_node_cpus, pinned
 from trinity.runtime.status import Reporter
 from trinity.runtime.synchronizer import SyncTimeoutError, last_readable_step, pack_state
 
@@ -108,10 +109,20 @@ def _monitor(config: Any, role: str, resumes_after: int) -> Any:
 @ray.remote(num_cpus=0)
 class ExplorerActor:
     def __init__(
-        self, config: Any, plugin_dirs: List[str], queue: Any, sync: Any, status: Any = None
+        self,
+        config: Any,
+        plugin_dirs: List[str],
+        queue: Any,
+        sync: Any,
+        status: Any = None,
+        placement: Optional[Placement] = None,
     ) -> None:
         setup_process(
-            plugin_dirs, config.checkpoint_job_dir, config.explorer.name, config.log.level
+            plugin_dirs,
+            config.checkpoint_job_dir,
+            config.explorer.name,
+            config.log.level,
+            by_node=config.log.group_by_node,
         )
         self.config, self.plugin_dirs, self.queue, self.sync_actor = (
             config,
@@ -119,6 +130,7 @@ class ExplorerActor:
             queue,
             sync,
         )
+        self.placement = placement or Placement()  # the engines' (and runners') nodes
         self.report = Reporter(status, "explorer")
         self.loaded_version = 0
 
@@ -174,12 +186,15 @@ class ExplorerActor:
         if served.engine_type == "external":
             return [external_engine(cfg, auxiliary)] * served.engine_num
         return [
-            EngineActor.options(name=f"{prefix}_engine_{i}").remote(
+            EngineActor.options(
+                name=f"{prefix}_engine_{i}", **pinned(self.placement.engine_node(i))
+            ).remote(
                 cfg.checkpoint_job_dir,
                 f"{prefix}_engine_{i}",
                 cfg.log.level,
-                compute_threads(cfg, "engine"),
+                self.placement.engine_threads(cfg, i),
                 openai_api=_openai_api(cfg, auxiliary),
+                by_node=cfg.log.group_by_node,
                 **engine_kwargs(cfg, auxiliary),
             )
             for i in range(served.engine_num)
@@ -195,6 +210,7 @@ class ExplorerActor:
         return actor.options(
             name=name,
             max_concurrency=self.slots,
+            **pinned(self.placement.engine_node(index % len(self.engines))),
             runtime_env={"env_vars": dict(cfg.explorer.env_vars)}
             if cfg.explorer.env_vars
             else None,
@@ -203,6 +219,7 @@ class ExplorerActor:
             cfg.checkpoint_job_dir,
             name,
             cfg.log.level,
+            by_node=cfg.log.group_by_node,
             engine=self.engines[index % len(self.engines)],
             auxiliary_engines=[engines[index % len(engines)] for engines in self.auxiliary],
             default_params={
@@ -284,7 +301,8 @@ class TrainerActor:
             config.checkpoint_job_dir,
             config.trainer.name,
             config.log.level,
-            threads=compute_threads(config, "trainer"),
+            threads=compute_threads(config, "trainer", own_node_cpus(config)),
+            by_node=config.log.group_by_node,
         )
         self.config, self.queue, self.sync_actor = config, queue, sync
         self.planned_steps = planned_steps

@@ -15,6 +15,7 @@ from typing import Any, List, Tuple
 import ray
 
 from trinity.runtime.actors import compute_threads, setup_process
+from trinity.runtime.placement import own_node_cpus
 
 logger = logging.getLogger(__name__)
 
@@ -71,8 +72,9 @@ class TrainerRankActor:
         self, config: Any, plugin_dirs: List[str], planned_steps: int, rank: int, port: int
     ) -> None:
         name = rank_name(config, rank)
-        threads = compute_threads(config, "trainer")
-        setup_process(plugin_dirs, config.checkpoint_job_dir, name, config.log.level, threads)
+        threads = compute_threads(config, "trainer", own_node_cpus(config))
+        job_dir, by_node = config.checkpoint_job_dir, config.log.group_by_node
+        setup_process(plugin_dirs, job_dir, name, config.log.level, threads, by_node=by_node)
         self.config, self.planned_steps, self.rank, self.port = config, planned_steps, rank, port
 
     def prepare(self) -> int:

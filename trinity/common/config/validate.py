@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from trinity.common.config.base import explicit_inert_values, is_set, join_path
 from trinity.common.config.config import Config
 from trinity.common.config.lora_checks import lora_problems
+from trinity.common.config.nodes import node_problems
 from trinity.common.config.ranks import rank_problems
 from trinity.common.config.schema_buffer import MAX_TOP_LOGPROBS, StorageConfig
 
@@ -237,6 +238,7 @@ def check_consistency(config: Config) -> List[str]:
     problems += _check_datasets(config)
     problems += _check_buffer_path(config)
     problems += rank_problems(config)
+    problems += node_problems(config)
     return problems
 
 
