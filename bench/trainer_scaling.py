@@ -1,0 +1,372 @@
+"""Trainer tokens/s and memory per rank with 1 and 2 trainer ranks (``trainer.cpu_ranks``).
+
+Workload: SFT steps (``algorithm_type: sft``: the actor only, no reference, no advantages)
+on fixed batches of ``--rows`` rows of ``--prompt-tokens`` + ``--response-tokens`` random
+token ids, the same batches for both sides, one micro-batch size per rank. SFT is the
+simplest step that exercises the whole sharded path (split rows, FSDP2 forward/backward,
+summed gradients, clipped AdamW update) without a second model's memory in the figures.
+
+Each side runs its ranks as spawned processes, as ``trinity run`` does with Ray actors
+(``runtime/trainer_ranks.py``): 1 rank is the plain ``Trainer`` (what ``cpu_ranks: 1``
+runs), 2 ranks are ``ShardedTrainer``s in one gloo group. Each rank gets ``cores // ranks``
+torch threads (``runtime/actors.py: compute_threads`` in train mode), so both sides use the
+same cores: on a 2-core machine the 2 ranks share them, one thread each.
+
+Per side: tokens/s over ``--steps`` steps after one warm-up step (every token of the batch,
+prompt and response, goes through forward and backward), the loss of each step (equal on
+both sides: the same update). Per rank: peak RSS at start-up (loading and sharding) and
+while training after the warm-up (``VmHWM`` of /proc/self/status, reset between phases
+through /proc/self/clear_refs; ``ru_maxrss`` where that is missing), and the bytes of the
+tensors the rank holds: its parameter shards, gradient shards and AdamW state
+(``DTensor.to_local()``). It measures; it asserts nothing.
+
+Usage::
+
+    python -m bench.trainer_scaling --out docs/results/trainer_scaling.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import tempfile
+import textwrap
+import time
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+import torch
+
+CONFIG = """
+project: bench
+name: trainer_scaling_{ranks}
+checkpoint_root_dir: {root}
+mode: train
+continue_from_checkpoint: false
+model: {{model_path: {model}, max_prompt_tokens: {prompt}, max_response_tokens: {response}}}
+algorithm: {{algorithm_type: sft, optimizer: {{lr: 0.0001}}}}
+buffer:
+  train_batch_size: {rows}
+  total_steps: {steps}
+  trainer_input:
+    experience_buffer:
+      name: unused
+      storage_type: file
+      path: {root}/unused
+      format: {{prompt_key: prompt, response_key: response}}
+trainer:
+  cpu_ranks: {ranks}
+  use_dynamic_bsz: false
+  trainer_config: {{actor_rollout_ref: {{actor: {{ppo_micro_batch_size_per_gpu: {micro}}}}}}}
+"""
+
+STARTUP_NOTE = (
+    "each rank loads the whole model (from_pretrained) before fully_shard keeps its shard, so "
+    "start_up_peak_rss_mb holds a whole copy of the weights on every rank; rank 0 also holds "
+    "a whole CPU copy while it publishes, saves model.safetensors or exports hf/ (not measured "
+    "here: no sync or save in this loop)"
+)
+
+
+# ---- memory --------------------------------------------------------------------------------
+
+
+def _status_mb(field: str) -> Optional[float]:
+    """A ``Vm*`` line of /proc/self/status in MB (None off Linux)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def _reset_peak() -> bool:
+    """Set the peak RSS (VmHWM) back to the current RSS; False where the kernel refuses."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_mb() -> float:
+    """Peak RSS since the last reset (or since the process started) in MB."""
+    peak = _status_mb("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _local_bytes(tensors: Iterable[Any]) -> int:
+    """Bytes this rank holds of ``tensors`` (a DTensor counts its local shard only)."""
+    total = 0
+    for tensor in tensors:
+        if tensor is None or not isinstance(tensor, torch.Tensor):
+            continue
+        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+        total += local.numel() * local.element_size()
+    return total
+
+
+def _held_bytes(trainer: Any) -> Dict[str, int]:
+    """Bytes of this rank's parameters, gradients and optimizer state."""
+    params = list(trainer.model.parameters())
+    state = [v for s in trainer.optimizer.state.values() for v in s.values()]
+    return {
+        "param_bytes": _local_bytes(params),
+        "grad_bytes": _local_bytes(p.grad for p in params),
+        "optimizer_state_bytes": _local_bytes(state),
+    }
+
+
+# ---- one rank ------------------------------------------------------------------------------
+
+
+def _experiences(rows: int, prompt: int, response: int, tokenizer: Any, seed: int) -> List[Any]:
+    """``rows`` fixed-length rows of random ordinary token ids (no special token)."""
+    from trinity.common.experience import Experience
+
+    generator = torch.Generator().manual_seed(seed)
+    low = max(tokenizer.all_special_ids) + 1
+    tokens = torch.randint(low, len(tokenizer), (rows, prompt + response), generator=generator)
+    return [Experience(row, prompt) for row in tokens]
+
+
+def _train(trainer: Any, batch: List[Any], steps: int) -> Dict[str, Any]:
+    """One warm-up step, then ``steps`` timed steps; per-step seconds and metrics."""
+    trainer.step = 1
+    trainer.train_step(batch)
+    reset = _reset_peak()
+    seconds, losses, norms = [], [], []
+    start = time.perf_counter()
+    for step in range(2, steps + 2):
+        trainer.step = step
+        began = time.perf_counter()
+        metrics = trainer.train_step(batch)
+        seconds.append(time.perf_counter() - began)
+        losses.append(metrics["actor/sft_loss"])
+        norms.append(metrics["actor/grad_norm"])
+    return {
+        "wall_s": time.perf_counter() - start,
+        "step_seconds": seconds,
+        "sft_loss": losses,
+        "grad_norm": norms,
+        "training_peak_rss_mb": _peak_mb(),
+        "training_peak_is_since_warm_up": reset,
+    }
+
+
+def _rank_main(rank: int, world: int, port: int, setup: Dict[str, Any]) -> None:
+    """One rank of a side (spawned): load, shard, train; writes ``rank_<rank>.json``."""
+    from trinity.common.config import load_config
+
+    threads = max(1, setup["cores"] // world)
+    torch.set_num_threads(threads)
+    config = load_config(setup["config"]).check_and_update()
+    ranks = None
+    if world > 1:
+        from trinity.trainer.distributed import init_group
+
+        ranks = init_group(rank, world, port, timeout_s=900)
+    rss_before = _status_mb("VmRSS")
+    _reset_peak()
+    trainer = _build(config, setup["steps"] + 1, ranks)
+    trainer.prepare_model()
+    start_up_peak, rss_prepared = _peak_mb(), _status_mb("VmRSS")
+    shape = (setup["rows"], setup["prompt"], setup["response"])
+    batch = _experiences(*shape, trainer.tokenizer, setup["seed"])
+    result = {"rank": rank, "threads": threads, "rss_mb_before_model": rss_before}
+    result["gradient_checkpointing"] = trainer.settings["enable_gradient_checkpointing"]
+    result.update(start_up_peak_rss_mb=start_up_peak, rss_mb_after_prepare=rss_prepared)
+    result.update(_train(trainer, batch, setup["steps"]))
+    result.update(_held_bytes(trainer), rss_mb_end=_status_mb("VmRSS"))
+    result["tokens_per_step"] = setup["rows"] * (setup["prompt"] + setup["response"])
+    with open(os.path.join(setup["out_dir"], f"rank_{rank}.json"), "w") as f:
+        json.dump(result, f)
+    if ranks is not None:
+        from trinity.trainer.distributed import close_group
+
+        close_group()
+
+
+def _build(config: Any, planned_steps: int, ranks: Any) -> Any:
+    """The trainer ``cpu_ranks`` selects: ``Trainer`` alone, ``ShardedTrainer`` in a group."""
+    from trinity.trainer.sharded import ShardedTrainer
+    from trinity.trainer.trainer import Trainer
+
+    def log(metrics: Dict[str, float], step: int) -> None:
+        return None
+
+    if ranks is None:
+        return Trainer(config, planned_steps, log=log)
+    return ShardedTrainer(config, planned_steps, log=log, ranks=ranks)
+
+
+# ---- a side and the report -----------------------------------------------------------------
+
+
+def _write_config(root: str, world: int, model: str, args: argparse.Namespace) -> str:
+    """The train-mode SFT config of a ``world``-rank side (its data file is never read)."""
+    os.makedirs(root, exist_ok=True)
+    path = os.path.join(root, "config.yaml")
+    text = CONFIG.format(
+        ranks=world,
+        root=root,
+        model=model,
+        prompt=args.prompt_tokens,
+        response=args.response_tokens,
+        rows=args.rows,
+        steps=args.steps + 1,
+        micro=args.micro_batch,
+    )
+    with open(path, "w") as f:
+        f.write(textwrap.dedent(text))
+    return path
+
+
+def _round(
+    world: int, model: str, root: str, args: argparse.Namespace
+) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
+    """Run ``world`` ranks once on the shared workload; tokens/s and each rank's figures."""
+    import torch.multiprocessing as mp
+
+    from trinity.trainer.distributed import free_port
+
+    setup = {"config": _write_config(root, world, model, args), "out_dir": root}
+    setup.update(cores=args.cores, seed=args.seed, steps=args.steps)
+    setup.update(rows=args.rows, prompt=args.prompt_tokens, response=args.response_tokens)
+    load = os.getloadavg()[0]
+    mp.spawn(_rank_main, args=(world, free_port(), setup), nprocs=world)
+    ranks = []
+    for rank in range(world):
+        with open(os.path.join(root, f"rank_{rank}.json")) as f:
+            ranks.append(json.load(f))
+    wall = max(r["wall_s"] for r in ranks)  # the ranks wait for each other every step
+    tokens = ranks[0]["tokens_per_step"] * args.steps
+    return {"tokens_per_s": tokens / wall, "seconds": wall, "load_avg_1m_before": load}, ranks
+
+
+def _side(rounds: List[Any], world: int) -> Dict[str, Any]:
+    """A rank count's rounds: tokens/s best and median; the last round's ranks in full."""
+    speeds = [r["tokens_per_s"] for r, _ in rounds]
+    ranks = rounds[-1][1]
+    return {
+        "ranks": world,
+        "threads_per_rank": ranks[0]["threads"],
+        "tokens_per_step": ranks[0]["tokens_per_step"],
+        "tokens_per_s_best": max(speeds),
+        "tokens_per_s_median": statistics.median(speeds),
+        "rounds": [r for r, _ in rounds],
+        "sft_loss": ranks[0]["sft_loss"],
+        "grad_norm": ranks[0]["grad_norm"],
+        "per_rank": ranks,
+    }
+
+
+def _ratios(one: Dict[str, Any], two: Dict[str, Any]) -> Dict[str, float]:
+    """2-rank figure / 1-rank figure; memory figures per rank (the larger of the 2 ranks)."""
+
+    def most(side: Dict[str, Any], key: str) -> float:
+        return max(r[key] for r in side["per_rank"])
+
+    def held(side: Dict[str, Any]) -> float:
+        return most(side, "param_bytes") + most(side, "optimizer_state_bytes")
+
+    out = {key: two[key] / one[key] for key in ("tokens_per_s_best", "tokens_per_s_median")}
+    for key in ("param_bytes", "grad_bytes", "optimizer_state_bytes"):
+        out[f"per_rank_{key}"] = most(two, key) / most(one, key)
+    out["per_rank_param_plus_optimizer_bytes"] = held(two) / held(one)
+    for key in ("start_up_peak_rss_mb", "training_peak_rss_mb"):
+        out[f"per_rank_{key}"] = most(two, key) / most(one, key)
+    return out
+
+
+def _gpu_note() -> str:
+    if torch.cuda.is_available():
+        return "a GPU is visible but trainer ranks on GPUs are not supported yet: not measured"
+    return "no GPU on this machine: not measured"
+
+
+def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
+    """Run 1 rank then 2 ranks on one workload, write the JSON to ``--out``, print a line."""
+    from trinity.common.models.tiny import TINY_PRESETS, build_tiny_preset
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", default="25m", choices=sorted(TINY_PRESETS))
+    parser.add_argument("--rows", type=int, default=16, help="rows per step (even)")
+    parser.add_argument("--prompt-tokens", type=int, default=64)
+    parser.add_argument("--response-tokens", type=int, default=192)
+    parser.add_argument("--micro-batch", type=int, default=4, help="rows per micro-batch")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps after 1 warm-up")
+    parser.add_argument("--repeats", type=int, default=2, help="alternated rounds per side")
+    parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="trainer_scaling.json")
+    parser.add_argument(
+        "--cache-dir", default=os.path.join(tempfile.gettempdir(), "trinity-bench-models")
+    )
+    args = parser.parse_args(argv)
+    model = build_tiny_preset(os.path.join(args.cache_dir, args.preset), args.preset)
+    rounds: Dict[int, List[Any]] = {1: [], 2: []}
+    with tempfile.TemporaryDirectory(prefix="trainer-scaling-") as work:
+        for index in range(args.repeats):  # alternated: a busy spell hits both sides
+            for world in (1, 2):
+                root = os.path.join(work, f"ranks_{world}_round_{index}")
+                rounds[world].append(_round(world, model, root, args))
+    one, two = (_side(rounds[world], world) for world in (1, 2))
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        parameters = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model))
+    report = {
+        "benchmark": "trainer_scaling",
+        "config": {
+            "preset": args.preset,
+            "parameters": sum(p.numel() for p in parameters.parameters()),
+            "workload": "sft on fixed random-token rows, the same batch every step",
+            "rows_per_step": args.rows,
+            "prompt_tokens": args.prompt_tokens,
+            "response_tokens": args.response_tokens,
+            "micro_batch_rows_per_rank": args.micro_batch,
+            "gradient_checkpointing": one["per_rank"][0]["gradient_checkpointing"],
+            "steps_timed_after_1_warm_up": args.steps,
+            "cores": args.cores,
+            "dtype": "float32",
+            "torch": torch.__version__,
+            "machine": f"{os.cpu_count()} cpus, {platform.machine()}",
+        },
+        "notes": {
+            "cores": f"both sides use the same {args.cores} core(s): threads per rank = "
+            "cores // ranks, so the 2 ranks share them; other processes on the machine take "
+            "cores too (load_avg_1m_before of each round), and a multi-threaded rank loses "
+            "most when they do (its threads wait for a descheduled one)",
+            "start_up": STARTUP_NOTE,
+            "gpu": _gpu_note(),
+        },
+        "one_rank": one,
+        "two_ranks": two,
+        "ratios_two_over_one": _ratios(one, two),
+    }
+    ratios = report["ratios_two_over_one"]
+    report["summary"] = (
+        f"trainer on {args.preset}, {args.cores} cores, best of {args.repeats}: 1 rank "
+        f"{one['tokens_per_s_best']:.0f} tok/s, 2 ranks {two['tokens_per_s_best']:.0f} tok/s "
+        f"(x{ratios['tokens_per_s_best']:.2f}, median x{ratios['tokens_per_s_median']:.2f}); "
+        "per rank, "
+        f"params+AdamW state x{ratios['per_rank_param_plus_optimizer_bytes']:.2f}, "
+        f"training peak RSS x{ratios['per_rank_training_peak_rss_mb']:.2f}, "
+        f"start-up peak RSS x{ratios['per_rank_start_up_peak_rss_mb']:.2f}"
+    )
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=2)
+    print(report["summary"])
+    return report
+
+
+if __name__ == "__main__":
+    main()
