@@ -49,7 +49,11 @@ def setup_process(
     root.setLevel(level)
     import torch
 
-    torch.set_num_threads(max(1, threads))
+    threads = max(1, threads)
+    torch.set_num_threads(threads)
+    node = ray.get_runtime_context().get_node_id()
+    ip = ray.util.get_node_ip_address()
+    logger.info("%s runs on node %s (%s) with %d torch thread(s)", actor_name, node, ip, threads)
 
 
 @ray.remote(num_cpus=0)
