@@ -165,3 +165,30 @@ def test_log_file_of_an_actor_grouped_by_node(tmp_path):
     (older / "trainer_rank_1.log").write_text("x")
     assert log_file(config, "trainer") == str(newer / "trainer.log")
     assert log_file(config, "trainer_rank_1") == str(older / "trainer_rank_1.log")
+
+
+def test_a_failure_names_the_log_in_its_node_folder(tmp_path):
+    from trinity.runtime.launcher import _failure_message
+
+    config = SimpleNamespace(
+        name="exp",
+        checkpoint_job_dir=str(tmp_path),
+        log=SimpleNamespace(group_by_node=True),
+        trainer=SimpleNamespace(name="trainer"),
+        explorer=SimpleNamespace(name="explorer"),
+    )
+    (tmp_path / "log" / "127.0.0.2").mkdir(parents=True)
+    (tmp_path / "log" / "127.0.0.2" / "trainer_rank_1.log").write_text("x")
+    message = _failure_message(RuntimeError("gloo timed out"), "trainer rank 1", config)
+    assert message.splitlines()[:2] == [
+        "stage 'exp': the trainer rank 1 failed: RuntimeError: gloo timed out",
+        f"full log: {tmp_path / 'log' / '127.0.0.2' / 'trainer_rank_1.log'}",
+    ]
+
+
+def test_one_node_counts_nothing(monkeypatch):
+    def no_ray():
+        raise AssertionError("one node must not ask Ray for its nodes")
+
+    monkeypatch.setattr(placement, "alive_nodes", no_ray)
+    assert placement.check_node_count([_stage(nodes=1)]) == []

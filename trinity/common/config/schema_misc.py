@@ -68,4 +68,6 @@ class LogConfig(ConfigModel):
     """``log``: Ray actor logging."""
 
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
-    group_by_node: bool = Field(False, description="One log folder per node IP.")
+    group_by_node: bool = Field(
+        False, description="Each actor logs to log/<its node's IP>/ instead of log/."
+    )

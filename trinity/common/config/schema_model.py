@@ -112,7 +112,11 @@ class ModelConfig(ConfigModel):
 class ClusterConfig(ConfigModel):
     """``cluster``: nodes and GPUs."""
 
-    node_num: int = Field(1, description="Number of nodes.")
+    node_num: int = Field(
+        1,
+        description="Ray nodes the run takes; >= 2 (CPU only): the trainer on the driver's "
+        "node, the rollout engines on the others (needs RAY_ADDRESS).",
+    )
     gpu_per_node: Optional[int] = Field(
         None, description="GPUs per node; unset: detected on this machine (guide default 8)."
     )
