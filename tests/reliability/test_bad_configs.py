@@ -695,6 +695,17 @@ CASES: List[Bad] = [
         ["algorithm.algorithm_type = ppo trains a critic", "trainer.cpu_ranks = 2"],
         set={"trainer.cpu_ranks": 2, "algorithm.algorithm_type": "ppo"},
     ),
+    # ---- nodes (cluster.node_num) -------------------------------------------------------
+    Bad(
+        "nodes-with-gpus",
+        ["cluster.node_num = 2 with cluster.gpu_per_node = 8", "not supported yet"],
+        set={"cluster.node_num": 2, "cluster.gpu_per_node": 8},
+    ),
+    Bad(
+        "nodes-without-engines",
+        ["explorer.rollout_model.engine_num = 1 with cluster.node_num = 3", "engine_num >= 2"],
+        set={"cluster.node_num": 3},
+    ),
 ]
 
 
