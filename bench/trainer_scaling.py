@@ -10,7 +10,10 @@ Each side runs its ranks as spawned processes, as ``trinity run`` does with Ray 
 (``runtime/trainer_ranks.py``): 1 rank is the plain ``Trainer`` (what ``cpu_ranks: 1``
 runs), 2 ranks are ``ShardedTrainer``s in one gloo group. Each rank gets ``cores // ranks``
 torch threads (``runtime/actors.py: compute_threads`` in train mode), so both sides use the
-same cores: on a 2-core machine the 2 ranks share them, one thread each.
+same cores: on a 2-core machine the 2 ranks share them, one thread each. A third side, one
+rank with the 2-rank side's threads per rank, separates what the split buys from what
+threading does. The sides alternate, ``--repeats`` rounds each, so a busy spell of other
+processes hits all of them; each round records the load average before it.
 
 Per side: tokens/s over ``--steps`` steps after one warm-up step (every token of the batch,
 prompt and response, goes through forward and backward), the loss of each step (equal on
@@ -18,11 +21,14 @@ both sides: the same update). Per rank: peak RSS at start-up (loading and shardi
 while training after the warm-up (``VmHWM`` of /proc/self/status, reset between phases
 through /proc/self/clear_refs; ``ru_maxrss`` where that is missing), and the bytes of the
 tensors the rank holds: its parameter shards, gradient shards and AdamW state
-(``DTensor.to_local()``). It measures; it asserts nothing.
+(``DTensor.to_local()``). ``--malloc-mmap-threshold`` fixes glibc's mmap threshold in the
+ranks so that freed tensors leave RSS (the default allocator keeps many of them). It
+measures; it asserts nothing.
 
 Usage::
 
     python -m bench.trainer_scaling --out docs/results/trainer_scaling.json
+    python -m bench.trainer_scaling --malloc-mmap-threshold 131072 --out mmap.json
 """
 
 from __future__ import annotations
@@ -165,7 +171,7 @@ def _rank_main(rank: int, world: int, port: int, setup: Dict[str, Any]) -> None:
     """One rank of a side (spawned): load, shard, train; writes ``rank_<rank>.json``."""
     from trinity.common.config import load_config
 
-    threads = max(1, setup["cores"] // world)
+    threads = setup["threads"]
     torch.set_num_threads(threads)
     config = load_config(setup["config"]).check_and_update()
     ranks = None
@@ -230,7 +236,7 @@ def _write_config(root: str, world: int, model: str, args: argparse.Namespace) -
 
 
 def _round(
-    world: int, model: str, root: str, args: argparse.Namespace
+    world: int, threads: int, model: str, root: str, args: argparse.Namespace
 ) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
     """Run ``world`` ranks once on the shared workload; tokens/s and each rank's figures."""
     import torch.multiprocessing as mp
@@ -238,7 +244,7 @@ def _round(
     from trinity.trainer.distributed import free_port
 
     setup = {"config": _write_config(root, world, model, args), "out_dir": root}
-    setup.update(cores=args.cores, seed=args.seed, steps=args.steps)
+    setup.update(threads=threads, seed=args.seed, steps=args.steps)
     setup.update(rows=args.rows, prompt=args.prompt_tokens, response=args.response_tokens)
     load = os.getloadavg()[0]
     mp.spawn(_rank_main, args=(world, free_port(), setup), nprocs=world)
@@ -252,7 +258,7 @@ def _round(
 
 
 def _side(rounds: List[Any], world: int) -> Dict[str, Any]:
-    """A rank count's rounds: tokens/s best and median; the last round's ranks in full."""
+    """A side's rounds: tokens/s best and median; the last round's ranks in full."""
     speeds = [r["tokens_per_s"] for r, _ in rounds]
     ranks = rounds[-1][1]
     return {
@@ -268,21 +274,53 @@ def _side(rounds: List[Any], world: int) -> Dict[str, Any]:
     }
 
 
+def _sides(cores: int) -> Dict[str, Tuple[int, int]]:
+    """Side name -> (ranks, threads per rank): 1 and 2 ranks on the same cores, and 1 rank
+    with the 2-rank side's threads per rank (what the split itself buys)."""
+    half = max(1, cores // 2)
+    sides = {"one_rank": (1, cores), "two_ranks": (2, half)}
+    if half != cores:
+        sides["one_rank_same_threads"] = (1, half)
+    return sides
+
+
+def _run(model: str, args: argparse.Namespace) -> Dict[str, Dict[str, Any]]:
+    """Every side, ``--repeats`` rounds each, alternated so a busy spell hits all sides."""
+    sides = _sides(args.cores)
+    rounds: Dict[str, List[Any]] = {name: [] for name in sides}
+    saved = os.environ.get("MALLOC_MMAP_THRESHOLD_")
+    if args.malloc_mmap_threshold:  # read by glibc when each spawned rank starts
+        os.environ["MALLOC_MMAP_THRESHOLD_"] = str(args.malloc_mmap_threshold)
+    try:
+        with tempfile.TemporaryDirectory(prefix="trainer-scaling-") as work:
+            for index in range(args.repeats):
+                for name, (world, threads) in sides.items():
+                    root = os.path.join(work, f"{name}_{index}")
+                    rounds[name].append(_round(world, threads, model, root, args))
+    finally:
+        if args.malloc_mmap_threshold:
+            os.environ.pop("MALLOC_MMAP_THRESHOLD_")
+            if saved is not None:
+                os.environ["MALLOC_MMAP_THRESHOLD_"] = saved
+    return {name: _side(rounds[name], sides[name][0]) for name in sides}
+
+
+def _most(side: Dict[str, Any], key: str) -> float:
+    return max(r[key] for r in side["per_rank"])
+
+
 def _ratios(one: Dict[str, Any], two: Dict[str, Any]) -> Dict[str, float]:
     """2-rank figure / 1-rank figure; memory figures per rank (the larger of the 2 ranks)."""
 
-    def most(side: Dict[str, Any], key: str) -> float:
-        return max(r[key] for r in side["per_rank"])
-
     def held(side: Dict[str, Any]) -> float:
-        return most(side, "param_bytes") + most(side, "optimizer_state_bytes")
+        return _most(side, "param_bytes") + _most(side, "optimizer_state_bytes")
 
     out = {key: two[key] / one[key] for key in ("tokens_per_s_best", "tokens_per_s_median")}
     for key in ("param_bytes", "grad_bytes", "optimizer_state_bytes"):
-        out[f"per_rank_{key}"] = most(two, key) / most(one, key)
+        out[f"per_rank_{key}"] = _most(two, key) / _most(one, key)
     out["per_rank_param_plus_optimizer_bytes"] = held(two) / held(one)
     for key in ("start_up_peak_rss_mb", "training_peak_rss_mb"):
-        out[f"per_rank_{key}"] = most(two, key) / most(one, key)
+        out[f"per_rank_{key}"] = _most(two, key) / _most(one, key)
     return out
 
 
@@ -292,38 +330,86 @@ def _gpu_note() -> str:
     return "no GPU on this machine: not measured"
 
 
-def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
-    """Run 1 rank then 2 ranks on one workload, write the JSON to ``--out``, print a line."""
-    from trinity.common.models.tiny import TINY_PRESETS, build_tiny_preset
+def _notes(args: argparse.Namespace) -> Dict[str, str]:
+    allocator = (
+        f"MALLOC_MMAP_THRESHOLD_={args.malloc_mmap_threshold}: every allocation above it is "
+        "its own mapping, unmapped when freed, so RSS follows the live tensors"
+        if args.malloc_mmap_threshold
+        else "glibc's default malloc (what trinity run gets): freed tensors below its dynamic "
+        "mmap threshold (up to 32 MB, raised by each freed mapping, e.g. a decoder layer's "
+        "all-gather buffer) stay in the process, so RSS counts them after they are freed"
+    )
+    return {
+        "cores": f"one_rank and two_ranks use the same {args.cores} core(s) (threads per rank "
+        "= cores // ranks, as runtime/actors.py gives a train-mode trainer); "
+        "one_rank_same_threads has two_ranks' threads per rank. Other processes on the "
+        "machine take cores too (load_avg_1m_before of each round), and a multi-threaded "
+        "rank loses most when they do (its threads wait for a descheduled one)",
+        "memory": "param/grad/optimizer_state bytes: tensors this rank holds after a step "
+        "(local shards); peak RSS: the whole process (Python, torch, gloo, activations, "
+        "allocator). " + allocator,
+        "start_up": STARTUP_NOTE,
+        "gpu": _gpu_note(),
+    }
+
+
+def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
+    from trinity.common.models.tiny import TINY_PRESETS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="25m", choices=sorted(TINY_PRESETS))
-    parser.add_argument("--rows", type=int, default=16, help="rows per step (even)")
-    parser.add_argument("--prompt-tokens", type=int, default=64)
-    parser.add_argument("--response-tokens", type=int, default=192)
-    parser.add_argument("--micro-batch", type=int, default=4, help="rows per micro-batch")
-    parser.add_argument("--steps", type=int, default=3, help="timed steps after 1 warm-up")
+    parser.add_argument("--rows", type=int, default=8, help="rows per step (even)")
+    parser.add_argument("--prompt-tokens", type=int, default=32)
+    parser.add_argument("--response-tokens", type=int, default=96)
+    parser.add_argument("--micro-batch", type=int, default=2, help="rows per micro-batch")
+    parser.add_argument("--steps", type=int, default=2, help="timed steps after 1 warm-up")
     parser.add_argument("--repeats", type=int, default=2, help="alternated rounds per side")
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--malloc-mmap-threshold",
+        type=int,
+        default=0,
+        help="bytes; set MALLOC_MMAP_THRESHOLD_ in the ranks (0: glibc's default)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="trainer_scaling.json")
     parser.add_argument(
         "--cache-dir", default=os.path.join(tempfile.gettempdir(), "trinity-bench-models")
     )
-    args = parser.parse_args(argv)
-    model = build_tiny_preset(os.path.join(args.cache_dir, args.preset), args.preset)
-    rounds: Dict[int, List[Any]] = {1: [], 2: []}
-    with tempfile.TemporaryDirectory(prefix="trainer-scaling-") as work:
-        for index in range(args.repeats):  # alternated: a busy spell hits both sides
-            for world in (1, 2):
-                root = os.path.join(work, f"ranks_{world}_round_{index}")
-                rounds[world].append(_round(world, model, root, args))
-    one, two = (_side(rounds[world], world) for world in (1, 2))
+    return parser.parse_args(argv)
+
+
+def _summary(report: Dict[str, Any], args: argparse.Namespace) -> str:
+    one, two = report["one_rank"], report["two_ranks"]
+    ratios = report["ratios"]["two_ranks_over_one_rank"]
+    line = (
+        f"trainer on {args.preset}, {args.cores} cores, best of {args.repeats}: 1 rank "
+        f"{one['tokens_per_s_best']:.0f} tok/s, 2 ranks {two['tokens_per_s_best']:.0f} tok/s "
+        f"(x{ratios['tokens_per_s_best']:.2f}, median x{ratios['tokens_per_s_median']:.2f}"
+    )
+    same = report["ratios"].get("two_ranks_over_one_rank_same_threads")
+    if same is not None:
+        line += f"; x{same['tokens_per_s_best']:.2f} over 1 rank with as many threads per rank"
+    return line + (
+        f"); per rank: params+AdamW state x{ratios['per_rank_param_plus_optimizer_bytes']:.2f}"
+        f", training peak RSS x{ratios['per_rank_training_peak_rss_mb']:.2f}, "
+        f"start-up peak RSS x{ratios['per_rank_start_up_peak_rss_mb']:.2f}"
+    )
+
+
+def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
+    """Run every side on one workload, write the JSON to ``--out``, print one line."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from trinity.common.models.tiny import build_tiny_preset
+
+    args = _parse(argv)
+    model = build_tiny_preset(os.path.join(args.cache_dir, args.preset), args.preset)
+    sides = _run(model, args)
     with torch.device("meta"):
         parameters = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model))
-    report = {
+    one, two = sides["one_rank"], sides["two_ranks"]
+    report: Dict[str, Any] = {
         "benchmark": "trainer_scaling",
         "config": {
             "preset": args.preset,
@@ -335,33 +421,23 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
             "micro_batch_rows_per_rank": args.micro_batch,
             "gradient_checkpointing": one["per_rank"][0]["gradient_checkpointing"],
             "steps_timed_after_1_warm_up": args.steps,
+            "repeats": args.repeats,
             "cores": args.cores,
+            "malloc_mmap_threshold": args.malloc_mmap_threshold or None,
             "dtype": "float32",
             "torch": torch.__version__,
             "machine": f"{os.cpu_count()} cpus, {platform.machine()}",
         },
-        "notes": {
-            "cores": f"both sides use the same {args.cores} core(s): threads per rank = "
-            "cores // ranks, so the 2 ranks share them; other processes on the machine take "
-            "cores too (load_avg_1m_before of each round), and a multi-threaded rank loses "
-            "most when they do (its threads wait for a descheduled one)",
-            "start_up": STARTUP_NOTE,
-            "gpu": _gpu_note(),
-        },
-        "one_rank": one,
-        "two_ranks": two,
-        "ratios_two_over_one": _ratios(one, two),
+        "notes": _notes(args),
+        **sides,
+        "ratios": {"two_ranks_over_one_rank": _ratios(one, two)},
     }
-    ratios = report["ratios_two_over_one"]
-    report["summary"] = (
-        f"trainer on {args.preset}, {args.cores} cores, best of {args.repeats}: 1 rank "
-        f"{one['tokens_per_s_best']:.0f} tok/s, 2 ranks {two['tokens_per_s_best']:.0f} tok/s "
-        f"(x{ratios['tokens_per_s_best']:.2f}, median x{ratios['tokens_per_s_median']:.2f}); "
-        "per rank, "
-        f"params+AdamW state x{ratios['per_rank_param_plus_optimizer_bytes']:.2f}, "
-        f"training peak RSS x{ratios['per_rank_training_peak_rss_mb']:.2f}, "
-        f"start-up peak RSS x{ratios['per_rank_start_up_peak_rss_mb']:.2f}"
-    )
+    if "one_rank_same_threads" in sides:
+        same = sides["one_rank_same_threads"]
+        report["ratios"]["two_ranks_over_one_rank_same_threads"] = {
+            key: two[key] / same[key] for key in ("tokens_per_s_best", "tokens_per_s_median")
+        }
+    report["summary"] = _summary(report, args)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2)
     print(report["summary"])
