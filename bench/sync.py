@@ -98,6 +98,8 @@ def _sides(method: str, job_dir: str, model: torch.nn.Module, folder: str, threa
         mode="both",
         checkpoint_job_dir=job_dir,
         synchronizer=SimpleNamespace(sync_method=method, sync_timeout=600.0),
+        trainer=SimpleNamespace(cpu_ranks=1),  # one trainer process
+        explorer=SimpleNamespace(rollout_model=SimpleNamespace(engine_type="transformers")),
     )
     sync = ray.remote(num_cpus=0)(Synchronizer).remote(method, job_dir, 600.0, has_trainer=True)
     engine = EngineActor.remote(
