@@ -48,12 +48,15 @@ class ToolAgent:
         """The final text answer (None if the turns ran out) and the whole conversation."""
         messages: Messages = [{"role": "user", "content": question}]
         for _ in range(self.max_turns):
-            reply = self.client.chat.completions.create(
-                model=self.model,
-                messages=messages,
-                tools=[schema for schema, _ in self.tools.values()],
-                **self.sampling,
-            )
+            try:
+                reply = self.client.chat.completions.create(
+                    model=self.model,
+                    messages=messages,
+                    tools=[schema for schema, _ in self.tools.values()],
+                    **self.sampling,
+                )
+            except openai.BadRequestError:  # e.g. the conversation outgrew the context
+                return None, messages
             message = reply.choices[0].message
             messages.append(message.model_dump(exclude_none=True))  # sent back as returned
             if not message.tool_calls:
@@ -100,7 +103,7 @@ class CalculatorAgentWorkflow(Workflow):
             client,
             client.models.list().data[0].id,
             {"calc": (CALC_TOOL, calculate)},
-            max_turns=int(self.task.workflow_args.get("max_turns", 3)),
+            max_turns=int(self.task.workflow_args.get("max_turns", 2)),
             temperature=args.temperature,
             top_p=args.top_p,
             max_tokens=args.max_tokens,
