@@ -336,8 +336,8 @@ def _notes(args: argparse.Namespace) -> Dict[str, str]:
         "its own mapping, unmapped when freed, so RSS follows the live tensors"
         if args.malloc_mmap_threshold
         else "glibc's default malloc (what trinity run gets): freed tensors below its dynamic "
-        "mmap threshold (up to 32 MB, raised by each freed mapping, e.g. a decoder layer's "
-        "all-gather buffer) stay in the process, so RSS counts them after they are freed"
+        "mmap threshold (up to 32 MB, raised by each freed mapping) stay in the process, so "
+        "RSS counts them after they are freed; --malloc-mmap-threshold shows live memory"
     )
     return {
         "cores": f"one_rank and two_ranks use the same {args.cores} core(s) (threads per rank "
@@ -348,6 +348,9 @@ def _notes(args: argparse.Namespace) -> Dict[str, str]:
         "memory": "param/grad/optimizer_state bytes: tensors this rank holds after a step "
         "(local shards); peak RSS: the whole process (Python, torch, gloo, activations, "
         "allocator). " + allocator,
+        "workload": "every row has its own random prompt, so the 1-rank trainer's shared-prefix "
+        "scoring (rows sharing a prompt, as GRPO groups do; off with several ranks and with "
+        "gradient checkpointing) does not apply: both sides compute the same tokens",
         "start_up": STARTUP_NOTE,
         "gpu": _gpu_note(),
     }
@@ -362,8 +365,8 @@ def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--prompt-tokens", type=int, default=32)
     parser.add_argument("--response-tokens", type=int, default=96)
     parser.add_argument("--micro-batch", type=int, default=2, help="rows per micro-batch")
-    parser.add_argument("--steps", type=int, default=2, help="timed steps after 1 warm-up")
-    parser.add_argument("--repeats", type=int, default=2, help="alternated rounds per side")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps after 1 warm-up")
+    parser.add_argument("--repeats", type=int, default=3, help="alternated rounds per side")
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
     parser.add_argument(
         "--malloc-mmap-threshold",
