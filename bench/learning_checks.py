@@ -148,7 +148,7 @@ def random_policy_success(rows: List[Dict[str, Any]]) -> float:
     def win(size: int, turns: int) -> float:
         # The secret is uniform among ``size`` numbers; a guess at position i leaves i below
         # and size - 1 - i above, each side reached with probability (its size) / size.
-        if turns == 0:
+        if turns == 0 or size == 0:  # no guess left, or a side that cannot hold the secret
             return 0.0
         total = sum(
             1 + i * win(i, turns - 1) + (size - 1 - i) * win(size - 1 - i, turns - 1)
