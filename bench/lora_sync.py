@@ -44,7 +44,8 @@ def _rounds(folder: str, model: torch.nn.Module, args: argparse.Namespace) -> Di
     whether the engine ended up with exactly what ``sync_state_dict`` sends."""
     import ray
 
-    from trinity.runtime.roles import ExplorerActor, TrainerActor
+    from trinity.runtime.explorer_role import ExplorerActor
+    from trinity.runtime.trainer_role import TrainerActor
 
     publish = TrainerActor.__ray_actor_class__._publish
     receive = ExplorerActor.__ray_actor_class__._sync

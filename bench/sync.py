@@ -115,7 +115,7 @@ def _sides(method: str, job_dir: str, model: torch.nn.Module, folder: str, threa
     trainer = SimpleNamespace(
         config=config, sync_actor=sync, trainer=_WeightsOnlySaver(job_dir, model)
     )
-    from trinity.runtime.roles import ExplorerActor
+    from trinity.runtime.explorer_role import ExplorerActor
     from trinity.runtime.status import Reporter
 
     explorer = SimpleNamespace(
@@ -134,7 +134,8 @@ def bench_method(method: str, folder: str, model: torch.nn.Module, args: argpars
     """Warm-up round plus ``repeats`` timed rounds of one sync method; medians in seconds."""
     import ray
 
-    from trinity.runtime.roles import ExplorerActor, TrainerActor
+    from trinity.runtime.explorer_role import ExplorerActor
+    from trinity.runtime.trainer_role import TrainerActor
 
     publish = TrainerActor.__ray_actor_class__._publish  # the undecorated methods
     receive = ExplorerActor.__ray_actor_class__._sync

@@ -435,7 +435,7 @@ def test_train_mode_needs_an_experience_buffer(tmp_path):
 
 
 def test_rollout_engine_gets_its_dtype_and_seed(tmp_path):
-    from trinity.runtime.roles import engine_kwargs
+    from trinity.runtime.explorer_role import engine_kwargs
 
     default = engine_kwargs(finalized(tmp_path))
     assert (default["dtype"], default["seed"]) == ("float32", 42)

@@ -18,7 +18,7 @@ from trinity.common.config.schema_model import ExternalModelConfig
 from trinity.common.models.model import ModelWrapper
 from trinity.common.models.sampling import SamplingParams
 from trinity.engine.external import NO_KEY, ExternalModel, external_env
-from trinity.runtime.roles import external_engine
+from trinity.runtime.explorer_role import external_engine
 
 BASE = """
 model: {model_path: /m, max_prompt_tokens: 8, max_response_tokens: 4}

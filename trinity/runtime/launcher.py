@@ -155,7 +155,8 @@ class _Stage:
         import ray
 
         from trinity.engine.external import external_env
-        from trinity.runtime.roles import ExplorerActor, TrainerActor
+        from trinity.runtime.explorer_role import ExplorerActor
+        from trinity.runtime.trainer_role import TrainerActor
 
         cfg, start = self.config, 0
         if cfg.mode in ("both", "train"):

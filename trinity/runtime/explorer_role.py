@@ -1,0 +1,271 @@
+"""The explorer actor: starts the engines and runners, feeds the plain ``Explorer`` its tasks
+and weights, and writes what it makes to the experience queue."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any, Dict, List, Optional
+
+import ray
+
+from trinity.runtime.actors import (
+    AsyncRunnerActor,
+    EngineActor,
+    RayRunnerPool,
+    RunnerActor,
+    setup_process,
+)
+from trinity.runtime.placement import Placement, pinned
+from trinity.runtime.roles import WAIT_SLICE_S, role_monitor
+from trinity.runtime.status import Reporter
+from trinity.runtime.synchronizer import SyncTimeoutError
+
+logger = logging.getLogger(__name__)
+
+
+def _chat_template(model_cfg: Any) -> Optional[str]:
+    if model_cfg.chat_template_path:
+        with open(model_cfg.chat_template_path, encoding="utf-8") as f:
+            return f.read()
+    return model_cfg.custom_chat_template
+
+
+def engine_kwargs(config: Any, auxiliary: Any = None) -> Dict[str, Any]:
+    """The engine arguments of the rollout model, or of one of ``explorer.auxiliary_models``
+    (its own folder, limits and template; the sampling rules of ``model`` apply to both)."""
+    m, rollout = config.model, config.explorer.rollout_model
+    own = auxiliary or m
+    return dict(
+        dtype=(auxiliary or rollout).dtype,
+        seed=(auxiliary or rollout).seed,
+        model_path=own.model_path,
+        # A LoRA run starting from a pretrained adapter samples base + adapter from step 1.
+        adapter_path=None if auxiliary or not m.lora_configs else m.lora_configs[0].path,
+        max_model_len=own.max_model_len,
+        max_prompt_tokens=own.max_prompt_tokens,
+        max_response_tokens=own.max_response_tokens,
+        min_response_tokens=m.min_response_tokens,
+        enable_prompt_truncation=m.enable_prompt_truncation,
+        chat_template=auxiliary.chat_template if auxiliary else _chat_template(m),
+        repetition_penalty=m.repetition_penalty,
+    )
+
+
+def _openai_api(config: Any, auxiliary: Any = None) -> Optional[Dict[str, Any]]:
+    """Where an engine serves its OpenAI-compatible API, or None when it is off. Auxiliary
+    models are always served: workflows reach them only through it."""
+    served = auxiliary or config.explorer.rollout_model
+    if auxiliary is None and not served.enable_openai_api:
+        return None
+    return {"host": served.openai_api_host, "port": served.openai_api_port}
+
+
+def external_engine(config: Any, auxiliary: Any = None) -> Any:
+    """An ``ExternalModel`` for the rollout model's API (``model.external_model``) or for an
+    auxiliary model's, read from this process's environment. The rollout model makes
+    experiences with the tokenizer at ``model.model_path``."""
+    from trinity.engine.external import ExternalModel
+
+    if auxiliary is None:
+        rollout = config.explorer.rollout_model
+        return ExternalModel.from_config(
+            config.model.external_model,
+            "model.external_model",
+            rollout.model_path,
+            tokenizer_path=config.model.model_path,
+            chat_template=_chat_template(config.model),
+        )
+    index = next(i for i, a in enumerate(config.explorer.auxiliary_models) if a is auxiliary)
+    key = f"explorer.auxiliary_models[{index}].external_model"
+    return ExternalModel.from_config(auxiliary.external_model, key, auxiliary.model_path)
+
+
+def runner_slots(config: Any, runners: int) -> int:
+    """Samples (and so tasks) one runner has in flight: a whole step's batch spread over the
+    runners in ``multi-threading`` and ``asynchronous`` modes, one task at a time when
+    ``sequential``."""
+    if config.explorer.concurrent_mode == "sequential":
+        return 1
+    rows = config.buffer.batch_size * config.algorithm.repeat_times
+    return max(1, math.ceil(rows / max(1, runners)))
+
+
+@ray.remote(num_cpus=0)
+class ExplorerActor:
+    def __init__(
+        self,
+        config: Any,
+        plugin_dirs: List[str],
+        queue: Any,
+        sync: Any,
+        status: Any = None,
+        placement: Optional[Placement] = None,
+    ) -> None:
+        setup_process(
+            plugin_dirs,
+            config.checkpoint_job_dir,
+            config.explorer.name,
+            config.log.level,
+            by_node=config.log.group_by_node,
+        )
+        self.config, self.plugin_dirs, self.queue, self.sync_actor = (
+            config,
+            plugin_dirs,
+            queue,
+            sync,
+        )
+        self.placement = placement or Placement()  # the engines' (and runners') nodes
+        self.report = Reporter(status, "explorer")
+        self.loaded_version = 0
+
+    def prepare(self, start_step: int) -> int:
+        """Build engines, runners and readers; returns the step exploring resumes after.
+
+        With a queue that already holds explored steps (a resumed run), exploring continues
+        after the last step written: what was explored is trained on, not explored again.
+        """
+        from trinity.buffer import MixedTaskReader, TaskReader
+        from trinity.explorer.explorer import Explorer
+
+        cfg = self.config
+        self.engines = self._start_engines(cfg.explorer.name, cfg.explorer.rollout_model)
+        # engines of explorer.auxiliary_models[i]: not trained, served over the OpenAI API
+        self.auxiliary = [
+            self._start_engines(f"{cfg.explorer.name}_auxiliary_{i}", aux, aux)
+            for i, aux in enumerate(cfg.explorer.auxiliary_models)
+        ]
+        runners = cfg.explorer.runner_per_model * len(self.engines)
+        self.slots = runner_slots(cfg, runners)
+        pool = RayRunnerPool(
+            self._make_runner,
+            runners,
+            cfg.explorer.max_timeout,
+            self.slots,
+            max_retry_times=cfg.explorer.max_retry_times,
+            report=self.report,
+        )
+        if self.queue is not None:
+            start_step = max(start_step, ray.get(self.queue.last_step.remote()))
+        buf = cfg.buffer
+        readers = [
+            TaskReader(ts, buf.total_epochs, buf.total_steps) for ts in buf.explorer_input.tasksets
+        ]
+        reader = readers[0] if len(readers) == 1 else MixedTaskReader(readers)
+        for _ in range(start_step):  # resume: skip the batches already explored and trained on
+            reader.read(cfg.buffer.batch_size)
+        evals = {ts.name: TaskReader(ts) for ts in cfg.buffer.explorer_input.eval_tasksets}
+        self.monitor = role_monitor(cfg, "explorer", start_step)
+        write = (
+            (lambda exps, step: ray.get(self.queue.put.remote(exps, step))) if self.queue else None
+        )
+        self.explorer = Explorer(
+            cfg, pool, reader, evals, self._sync, write, self.monitor.log, start_step, self.report
+        )
+        return start_step
+
+    def _start_engines(self, prefix: str, served: Any, auxiliary: Any = None) -> List[Any]:
+        """``served.engine_num`` engine actors named ``<prefix>_engine_<i>``; for an external
+        model, as many references to its API (no engine starts, runners call it directly)."""
+        cfg = self.config
+        if served.engine_type == "external":
+            return [external_engine(cfg, auxiliary)] * served.engine_num
+        return [
+            EngineActor.options(
+                name=f"{prefix}_engine_{i}", **pinned(self.placement.engine_node(i))
+            ).remote(
+                cfg.checkpoint_job_dir,
+                f"{prefix}_engine_{i}",
+                cfg.log.level,
+                self.placement.engine_threads(cfg, i),
+                openai_api=_openai_api(cfg, auxiliary),
+                by_node=cfg.log.group_by_node,
+                **engine_kwargs(cfg, auxiliary),
+            )
+            for i in range(served.engine_num)
+        ]
+
+    def _make_runner(self, index: int) -> Any:
+        cfg = self.config
+        name = f"{cfg.explorer.name}_runner_{index}"
+        is_async = cfg.explorer.concurrent_mode == "asynchronous"
+        # An async runner runs its slots as coroutines; blocking workflows get a thread each.
+        options = {"threads": self.slots} if is_async else {}
+        actor = AsyncRunnerActor if is_async else RunnerActor
+        return actor.options(
+            name=name,
+            max_concurrency=self.slots,
+            **pinned(self.placement.engine_node(index % len(self.engines))),
+            runtime_env={"env_vars": dict(cfg.explorer.env_vars)}
+            if cfg.explorer.env_vars
+            else None,
+        ).remote(
+            self.plugin_dirs,
+            cfg.checkpoint_job_dir,
+            name,
+            cfg.log.level,
+            by_node=cfg.log.group_by_node,
+            engine=self.engines[index % len(self.engines)],
+            auxiliary_engines=[engines[index % len(engines)] for engines in self.auxiliary],
+            default_params={
+                "max_tokens": cfg.model.max_response_tokens,
+                "min_tokens": cfg.model.min_response_tokens,
+            },
+            max_retry_times=cfg.explorer.max_retry_times,
+            enable_history=cfg.explorer.rollout_model.enable_history,
+            **options,
+        )
+
+    def _sync(self, version: int) -> int:
+        """Make every engine hold weights >= ``version`` (``explore`` mode: the newest on disk).
+
+        Also reloads an engine that came back from a restart with its initial weights.
+        """
+        if self.config.explorer.rollout_model.engine_type == "external":
+            return self.loaded_version  # an API takes no weights (validated: explore mode)
+        if self.config.mode == "explore":
+            found = ray.get(self.sync_actor.wait_for.remote(self.loaded_version + 1, 0.0))
+        else:
+            found = self._wait_for_trainer(version)
+        versions = ray.get([e.model_version.remote() for e in self.engines])
+        stale = [e for e, v in zip(self.engines, versions, strict=True) if v < self.loaded_version]
+        if found is not None and found[0] > self.loaded_version and found[1]:
+            stale, self.loaded_version = self.engines, found[0]
+        if stale:
+            found = found or ray.get(self.sync_actor.wait_for.remote(self.loaded_version, 0.0))
+            if found is not None and found[1]:
+                ray.get([e.load_weights.remote(found[1][0], found[0]) for e in stale])
+        return self.loaded_version
+
+    def _wait_for_trainer(self, version: int) -> Any:
+        """(version, weights) from the synchronizer, waiting in slices and saying so."""
+        timeout = self.config.synchronizer.sync_timeout
+        start, since = time.monotonic(), time.time()
+        while (left := timeout - (time.monotonic() - start)) > 0:
+            found = ray.get(self.sync_actor.wait_for.remote(version, min(WAIT_SLICE_S, left)))
+            if found is not None:
+                self.report.done()
+                return found
+            self.report.wait(
+                f"the trainer to publish model version {version} "
+                f"(synchronizer.sync_timeout={timeout:g}s)",
+                since=since,
+            )
+        latest = ray.get(self.sync_actor.published.remote())
+        raise SyncTimeoutError(
+            f"the trainer did not publish model version {version} within "
+            f"synchronizer.sync_timeout={timeout:g}s (latest published: {latest}); "
+            "it is slow or stuck: see its log"
+        )
+
+    def run(self) -> int:
+        try:
+            return self.explorer.run()
+        except BaseException:
+            logger.exception("the explorer failed")
+            raise
+        finally:
+            if self.queue is not None:
+                ray.get(self.queue.close.remote())
+            self.monitor.close()

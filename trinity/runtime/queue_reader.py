@@ -1,0 +1,85 @@
+"""The trainer's view of the experience queue actor: reads that wait only for what will come."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, List, Optional
+
+import ray
+
+from trinity.runtime.roles import WAIT_SLICE_S
+from trinity.runtime.status import Reporter
+
+
+class ReadTimeoutError(TimeoutError):
+    """No experience of a step the trainer waits for arrived within ``max_read_timeout``."""
+
+
+class QueueReader:
+    """The trainer's view of the queue: ``begin_step(t)``, then ``read(n)`` for step ``t``.
+
+    A read takes experiences of the explore steps train step ``t`` may wait for
+    (``max_step_of(t)``) and waits only while one of them is still being explored. When
+    ``max_read_timeout`` passes, what arrived is trained on (the configuration guide's
+    "incomplete batch"), said on the console; if nothing arrived, the trainer fails naming
+    the step it waited for. A strategy's own shorter ``timeout`` just gets what is there.
+    """
+
+    def __init__(
+        self,
+        queue: Any,
+        max_read_timeout: float,
+        max_step_of: Any,
+        whole_groups: bool = False,
+        report: Optional[Reporter] = None,
+    ) -> None:
+        self.queue, self.max_read_timeout = queue, max_read_timeout
+        self.max_step_of, self.whole_groups = max_step_of, whole_groups
+        self.report = report or Reporter(None, "trainer")
+        self.step = 1
+
+    def begin_step(self, step: int) -> None:
+        self.step = step
+
+    def read(self, batch_size: int, timeout: Optional[float] = None) -> List[Any]:
+        limit = self.max_read_timeout if timeout is None else timeout
+        start, since, max_step = time.monotonic(), time.time(), self.max_step_of(self.step)
+        while True:
+            left = max(0.0, limit - (time.monotonic() - start))
+            final = left <= WAIT_SLICE_S
+            result = ray.get(
+                self.queue.get.remote(
+                    batch_size,
+                    max_step=max_step,
+                    timeout=min(WAIT_SLICE_S, left),
+                    whole_groups=self.whole_groups,
+                    consumer=self.step,
+                    take_partial=final,
+                )
+            )
+            if result.state != "timeout" or final:
+                break
+            self.report.wait(
+                f"the explorer to finish step {result.waiting_for} "
+                f"(buffer.trainer_input.experience_buffer.max_read_timeout={limit:g}s)",
+                since=since,
+            )
+        self.report.done()
+        exps = result.experiences
+        if result.state == "ended" and not exps:
+            raise StopIteration("the explorer has finished and the queue is drained")
+        if result.state == "timeout" and timeout is None:
+            self._timed_out(exps, batch_size, result.waiting_for)
+        return exps
+
+    def _timed_out(self, exps: List[Any], batch_size: int, waiting_for: int) -> None:
+        where = (
+            f"explore step {waiting_for} did not finish within "
+            f"buffer.trainer_input.experience_buffer.max_read_timeout={self.max_read_timeout:g}s"
+        )
+        if not exps:
+            raise ReadTimeoutError(f"{where}: no experience to train on; see the explorer's log")
+        self.report.event(
+            f"train step {self.step}: {where}; training on the {len(exps)} of {batch_size} "
+            "experiences that arrived"
+        )

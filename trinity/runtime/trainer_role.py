@@ -1,0 +1,163 @@
+"""The trainer actor (rank 0): builds the plain ``Trainer``, attaches its experience reader
+(the queue, or a file dataset in ``train`` mode) and publishes weights to the synchronizer."""
+
+from __future__ import annotations
+
+import logging
+import os
+import traceback
+from typing import Any, Dict, List, Optional
+
+import ray
+
+from trinity.runtime.actors import compute_threads, setup_process
+from trinity.runtime.placement import own_node_cpus
+from trinity.runtime.queue_reader import QueueReader
+from trinity.runtime.roles import role_monitor
+from trinity.runtime.status import Reporter
+from trinity.runtime.synchronizer import last_readable_step, pack_state
+
+logger = logging.getLogger(__name__)
+
+
+@ray.remote(num_cpus=0)
+class TrainerActor:
+    def __init__(
+        self,
+        config: Any,
+        plugin_dirs: List[str],
+        queue: Any,
+        sync: Any,
+        planned_steps: int,
+        status: Any = None,
+    ):
+        setup_process(
+            plugin_dirs,
+            config.checkpoint_job_dir,
+            config.trainer.name,
+            config.log.level,
+            threads=compute_threads(config, "trainer", own_node_cpus(config)),
+            by_node=config.log.group_by_node,
+        )
+        self.config, self.queue, self.sync_actor = config, queue, sync
+        self.planned_steps = planned_steps
+        self.report = Reporter(status, "trainer")
+
+    def rendezvous(self) -> Any:
+        """(node id, port) where this actor, rank 0 of several trainer ranks, will listen."""
+        from trinity.runtime.trainer_ranks import rendezvous
+
+        where = rendezvous()
+        self.group_port = where[1]
+        return where
+
+    def prepare(self) -> int:
+        from trinity.runtime.trainer_ranks import sharded_trainer
+        from trinity.trainer.checkpoint import latest_step
+        from trinity.trainer.trainer import Trainer
+
+        resumes_after = latest_step(self.config.checkpoint_job_dir) or 0
+        self.monitor = role_monitor(self.config, "trainer", resumes_after)
+        # Only a `both` run has an explorer waiting for weights in this job.
+        publish = self._publish if self.config.mode == "both" else None
+        kwargs = dict(
+            planned_steps=self.planned_steps,
+            log=self.monitor.log,
+            publish=publish,
+            report=self.report.event,
+        )
+        if self.config.trainer.cpu_ranks > 1:  # rank 0 of several (trainer_ranks.py)
+            self.trainer = sharded_trainer(self.config, 0, self.group_port, **kwargs)
+        else:
+            self.trainer = Trainer(self.config, **kwargs)
+        step = self.trainer.prepare_model()
+        self.trainer.attach_reader(self._reader(), self._auxiliary_readers())
+        if step and self.config.mode == "both":
+            self._publish(step, self.trainer.model)
+        return step
+
+    def _reader(self) -> Any:
+        """The experience buffer: the queue in ``both`` mode, else a file dataset whose rows
+        become experiences per the algorithm's schema (SFT rows, or DPO pairs)."""
+        cfg = self.config
+        storage = cfg.buffer.trainer_input.experience_buffer
+        if self.queue is not None:
+            sync = cfg.synchronizer
+            return QueueReader(
+                self.queue,
+                storage.max_read_timeout,
+                lambda t: last_readable_step(t, sync.sync_interval, sync.sync_offset),
+                whole_groups=self.trainer.needs_groups,
+                report=self.report,
+            )
+        return self._file_reader(storage, cfg.buffer.total_epochs, cfg.buffer.total_steps)
+
+    def _file_reader(self, storage: Any, total_epochs: int, total_steps: Optional[int]) -> Any:
+        from trinity.algorithm.algorithm import PairExperienceModel
+        from trinity.buffer import SFTReader
+        from trinity.buffer.dpo import DPOReader
+
+        cfg = self.config
+        paired = self.trainer.algorithm.schema is PairExperienceModel
+        # DPO reads train_batch_size experiences = half as many (chosen, rejected) pairs.
+        size = cfg.buffer.train_batch_size // 2 if paired else cfg.buffer.train_batch_size
+        reader_cls = DPOReader if paired else SFTReader
+        return reader_cls(
+            storage,
+            self.trainer.tokenizer,
+            size,
+            total_epochs,
+            total_steps,
+            cfg.model.max_model_len,
+        )
+
+    def _auxiliary_readers(self) -> Dict[str, Any]:
+        """``buffer.trainer_input.auxiliary_buffers``: SFT data, cycled while training runs."""
+        from trinity.buffer import SFTReader
+
+        cfg = self.config
+        return {
+            name: SFTReader(
+                storage,
+                self.trainer.tokenizer,
+                cfg.buffer.train_batch_size,
+                total_epochs=10**9,  # an auxiliary dataset repeats; the main buffer ends the run
+                max_model_len=cfg.model.max_model_len,
+            )
+            for name, storage in cfg.buffer.trainer_input.auxiliary_buffers.items()
+        }
+
+    def _publish(self, version: int, model: Any) -> None:
+        if self.config.synchronizer.sync_method == "memory":
+            from trinity.trainer.lora import sync_state_dict  # LoRA: merged adapted layers
+
+            sharded = self.config.trainer.cpu_ranks > 1  # gathered from every rank
+            state = self.trainer.full_state_dict() if sharded else sync_state_dict(model)
+            weights = [ray.put(pack_state(state))]
+        else:
+            self.trainer.save(final=False)
+            from trinity.trainer.checkpoint import weights_path
+
+            weights = [weights_path(self.config.checkpoint_job_dir, version)]
+        ray.get(self.sync_actor.publish.remote(version, weights))
+
+    def run(self) -> int:
+        try:
+            step = self.trainer.run()
+            ray.get(self.sync_actor.trainer_finished.remote())
+            return step
+        except BaseException:
+            logger.exception("the trainer failed")
+            ray.get(self.sync_actor.trainer_finished.remote(traceback.format_exc(limit=3)))
+            raise
+        finally:
+            self.monitor.close()
+
+    def final_hf_dir(self) -> Optional[str]:
+        from trinity.trainer.checkpoint import step_dir
+
+        path = os.path.join(step_dir(self.config.checkpoint_job_dir, self.trainer.step), "hf")
+        merged = os.path.join(path, "merged")  # a LoRA stage's whole model (hf/: the adapter)
+        if os.path.isdir(merged):
+            return merged
+        return path if os.path.isdir(path) else None
