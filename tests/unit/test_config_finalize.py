@@ -266,7 +266,7 @@ def test_not_supported_values_are_reported_together(tmp_path):
         "algorithm.algorithm_type=dpo",
         "explorer.rollout_model.engine_type=vllm",
         "synchronizer.sync_method=nccl",
-        "monitor.monitor_type=wandb",
+        "monitor.monitor_type=neptune",
         "buffer.explorer_input.taskset.storage_type=sql",
         "model.lora_configs=[{lora_dtype: int8}]",
         "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
@@ -282,7 +282,8 @@ def test_not_supported_values_are_reported_together(tmp_path):
         "synchronizer.sync_method = nccl is not supported yet",
         "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size = 2 is "
         "not supported yet",
-        "monitor.monitor_type = wandb is not supported yet (supported: tensorboard)",
+        "monitor.monitor_type = neptune is not supported yet (supported: tensorboard, wandb, "
+        "mlflow)",
     ]
     assert len(found) == len(expected_starts)
     for problem, start in zip(found, expected_starts, strict=True):
@@ -367,6 +368,20 @@ def test_verl_keys_map_onto_the_native_trainer(tmp_path, caplog):
     # rollout keys are accepted but have no effect: the warning names them and their home.
     assert "trainer.trainer_config.actor_rollout_ref.rollout.n = 4" in caplog.text
     assert "set algorithm.repeat_times" in caplog.text
+
+
+def test_keys_without_effect_here_are_named_in_the_warning(tmp_path, caplog):
+    overrides = [
+        "trainer.save_strategy=single_node",
+        "ignore_validator_suggestions=true",
+        "trainer.trainer_config.actor_rollout_ref.actor.shuffle=true",
+    ]
+    with caplog.at_level(logging.WARNING, logger="trinity.config"):
+        config = finalized(tmp_path, BASE, overrides)
+    assert "trainer.save_strategy = single_node" in caplog.text
+    assert "ignore_validator_suggestions = true" in caplog.text
+    assert "trainer.trainer_config.actor_rollout_ref.actor.shuffle = true" in caplog.text
+    assert "shuffle" not in effective_trainer_settings(config)  # nothing reads it
 
 
 def test_verl_key_conflicting_with_trinity_key_is_an_error(tmp_path):

@@ -196,6 +196,28 @@ def test_the_batch_is_split_unevenly_between_the_ranks(micro_model):
     assert sorted(len(s) for s in shares) == [2, 4]  # 2 micro-batches against 1
 
 
+def test_balance_batch_false_keeps_contiguous_runs_per_rank():
+    from types import SimpleNamespace
+
+    from trinity.trainer.sharded import ShardedTrainer
+
+    batch = SimpleNamespace(attention_mask=torch.tensor([[1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 0, 0]]))
+
+    def shares(balance_batch, can_balance=True):
+        trainer = SimpleNamespace(
+            algorithm=SimpleNamespace(can_balance_batch=can_balance),
+            settings={"balance_batch": balance_batch},
+            ranks=SimpleNamespace(world=2),
+            fns=SimpleNamespace(row_multiple=1),
+        )
+        return ShardedTrainer._shares(trainer, batch)
+
+    # tokens 4, 1, 2: balanced puts the 4-token row alone; contiguous splits 2 + 1 rows
+    assert shares(True) == [[0], [1, 2]]
+    assert shares(False) == [[0, 1], [2]]
+    assert shares(True, can_balance=False) == [[0, 1], [2]]
+
+
 def test_two_ranks_step_equals_the_one_rank_step(two_ranks, one_rank):
     two, one = two_ranks["metrics"], one_rank["metrics"]
     actor = sorted(k for k in one if k.startswith("actor/"))

@@ -76,7 +76,8 @@ class ShardedTrainer(Trainer):
     def _shares(self, batch: ExperienceBatch) -> List[List[int]]:
         """Every rank's rows of ``batch`` (the same on every rank)."""
         tokens = batch.attention_mask.sum(-1).tolist()
-        balance = self.algorithm.can_balance_batch
+        # trainer_config.trainer.balance_batch: false keeps contiguous runs of rows per rank
+        balance = self.algorithm.can_balance_batch and self.settings["balance_batch"]
         return split_rows(tokens, self.ranks.world, balance, self.fns.row_multiple)
 
     def _own(self, batch: ExperienceBatch) -> Tuple[ExperienceBatch, Lockstep]:

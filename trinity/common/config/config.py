@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Literal, Optional
 
 from pydantic import Field, field_validator
 
-from trinity.common.config.base import ConfigError, ConfigModel, Name, validate_model
+from trinity.common.config.base import ConfigError, ConfigModel, Name, inert, validate_model
 from trinity.common.config.schema_algorithm import AlgorithmConfig
 from trinity.common.config.schema_buffer import BufferConfig
 from trinity.common.config.schema_explorer import ExplorerConfig, SynchronizerConfig
@@ -50,8 +50,10 @@ class Config(ConfigModel):
     ray_namespace: Optional[str] = Field(
         None, description="Ray namespace; unset: <project>/<name>."
     )
-    ignore_validator_suggestions: bool = Field(
-        False, description="Skip the GPU memory suggestions of the validator."
+    ignore_validator_suggestions: bool = inert(
+        False,
+        description="Skip the GPU memory suggestions of the validator.",
+        reason="no GPU memory check runs here: GPU training is not supported yet",
     )
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="Algorithm.")
     model: ModelConfig = Field(default_factory=ModelConfig, description="Model and token limits.")

@@ -6,7 +6,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from trinity.common.config.base import ConfigModel, Name
+from trinity.common.config.base import ConfigModel, Name, inert
 from trinity.common.config.verl import VerlTrainerConfig
 
 
@@ -37,7 +37,11 @@ class TrainerConfig(ConfigModel):
     )
     save_interval: int = Field(0, description="Save a checkpoint every this many steps; 0: last.")
     save_strategy: Literal["single_thread", "single_process", "single_node", "unrestricted"] = (
-        Field("unrestricted", description="Which savers may write at the same time.")
+        inert(
+            "unrestricted",
+            description="Which savers may write at the same time.",
+            reason="each checkpoint file has one writer (rank 0, or each rank its own shard)",
+        )
     )
     save_hf_checkpoint: Literal["last", "always", "never"] = Field(
         "last", description="Which checkpoints are also exported in HF format."

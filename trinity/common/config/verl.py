@@ -19,6 +19,10 @@ _FSDP = "FSDP tuning of veRL; the native trainer shards and places weights itsel
 _PADDING = "the native trainer computes on padded batches"
 _KERNELS = "the native trainer uses the model's own kernels"
 _ROLLOUT = "veRL rollout keys are not used (the explorer rolls out)"
+# veRL shuffles the mini-batches of a pass; here a pass is one update over the whole batch
+_ONE_UPDATE = (
+    "each ppo epoch is one optimizer step over the whole batch: row order cannot change it"
+)
 
 
 class VerlOptimConfig(OptimizerConfig):
@@ -124,7 +128,9 @@ class VerlActorConfig(ConfigModel):
     )
     grad_clip: float = Field(1.0, description="Gradient norm clip; copied to trainer.grad_clip.")
     ppo_epochs: int = Field(1, description="Passes over each training batch.")
-    shuffle: bool = Field(False, description="Shuffle the batch between passes.")
+    shuffle: bool = inert(
+        False, description="Shuffle the batch between passes.", reason=_ONE_UPDATE
+    )
     ulysses_sequence_parallel_size: int = Field(1, description="Sequence parallel degree.")
     entropy_from_logits_with_chunking: bool = inert(
         False, description="Chunked entropy.", reason=_KERNELS
@@ -277,7 +283,9 @@ class VerlCriticConfig(ConfigModel):
     )
     ulysses_sequence_parallel_size: int = Field(1, description="Sequence parallel degree.")
     ppo_epochs: Optional[int] = Field(None, description="Passes per batch; unset: the actor's.")
-    shuffle: Optional[bool] = Field(None, description="Shuffle between passes; unset: the actor's.")
+    shuffle: Optional[bool] = inert(
+        None, description="Shuffle between passes; unset: the actor's.", reason=_ONE_UPDATE
+    )
     grad_clip: float = Field(1.0, description="Critic gradient norm clip.")
     cliprange_value: float = Field(0.5, description="Value clipping range of the value loss.")
 

@@ -61,7 +61,7 @@ def _carry(
 def effective_trainer_settings(config: Config) -> Dict[str, Any]:
     """The values the native trainer uses, from a finalized config.
 
-    Keys: micro_batch_size_per_device, grad_clip, ppo_epochs, shuffle,
+    Keys: micro_batch_size_per_device, grad_clip, ppo_epochs,
     enable_gradient_checkpointing, use_dynamic_bsz, max_token_len_per_device,
     ulysses_sequence_parallel_size, ref_micro_batch_size_per_device, ref_use_dynamic_bsz,
     ref_max_token_len_per_device, balance_batch, critic_warmup, and ``critic`` (a dict of the
@@ -74,7 +74,6 @@ def effective_trainer_settings(config: Config) -> Dict[str, Any]:
         "micro_batch_size_per_device": arr.actor.ppo_micro_batch_size_per_gpu,
         "grad_clip": trainer.grad_clip,
         "ppo_epochs": arr.actor.ppo_epochs,
-        "shuffle": arr.actor.shuffle,
         "enable_gradient_checkpointing": arr.model.enable_gradient_checkpointing,
         "use_dynamic_bsz": trainer.use_dynamic_bsz,
         "max_token_len_per_device": trainer.max_token_len_per_gpu,
@@ -108,7 +107,6 @@ def _critic_settings(config: Config) -> Dict[str, Any]:
             critic.forward_max_token_len_per_gpu, critic.ppo_max_token_len_per_gpu
         ),
         "ppo_epochs": _or(critic.ppo_epochs, actor.ppo_epochs),
-        "shuffle": _or(critic.shuffle, actor.shuffle),
         "grad_clip": critic.grad_clip,
         "cliprange_value": critic.cliprange_value,
         "enable_gradient_checkpointing": critic.model.enable_gradient_checkpointing,
