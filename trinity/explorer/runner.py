@@ -17,6 +17,8 @@ from typing import Any, Callable, Dict, Generator, List, Optional
 from trinity.common.experience import Experience
 from trinity.common.models.model import ModelWrapper
 from trinity.common.workflows.workflow import Task, Workflow
+from trinity.explorer.runner_state import RunnerState, start_reporting
+from trinity.runtime.status import Reporter
 
 
 @dataclass
@@ -39,10 +41,17 @@ class WorkflowRunner:
         max_retry_times: int = 2,
         auxiliary_engines: Optional[List] = None,
         enable_history: bool = False,
+        report: Optional[Reporter] = None,
+        report_interval: float = 0,
     ) -> None:
         """``auxiliary_engines``: one engine of each of ``explorer.auxiliary_models``; workflows
-        get an ``openai.OpenAI`` for each (the developer guide's ``auxiliary_models``)."""
+        get an ``openai.OpenAI`` for each (the developer guide's ``auxiliary_models``).
+        ``report``: where this runner's state goes every ``report_interval`` seconds (0: never;
+        ``explorer.runner_state_report_interval``)."""
         self.model = ModelWrapper(engine, default_params, enable_history)
+        self.state = RunnerState()
+        if report is not None and report_interval > 0:
+            start_reporting(self.state, report, report_interval)
         self.max_retry_times = max_retry_times
         self.auxiliary_engines = list(auxiliary_engines or [])
         # Resettable workflows not in use, by class, reused across tasks. A task takes one out
@@ -89,8 +98,20 @@ class WorkflowRunner:
         """
         start = time.monotonic()
         result = TaskResult(task=task)
+        outcome = None  # stays None when the caller gives up on the task (cancelled)
+        try:
+            yield from self._attempt_loop(task, is_async, result)
+            outcome = result.error is None
+        finally:
+            self.state.end(id(result), outcome)
+        result.seconds = time.monotonic() - start
+        return result
+
+    def _attempt_loop(self, task: Task, is_async: bool, result: TaskResult) -> Generator:
+        """Up to ``max_retry_times + 1`` attempts of ``task``, filling ``result``."""
         for attempt in range(1, self.max_retry_times + 2):
             result.attempts = attempt
+            self.state.attempt(id(result), task.task_id, attempt)
             try:
                 workflow = self._checkout(task)
                 with self.model.track_versions() as seen:
@@ -116,8 +137,6 @@ class WorkflowRunner:
                 break
             except Exception:  # a workflow or reward fn that raises: retry, then report
                 result.error = traceback.format_exc()
-        result.seconds = time.monotonic() - start
-        return result
 
     def _version_call(self, is_async: bool) -> Callable:
         if is_async:

@@ -214,6 +214,8 @@ class ExplorerActor:
             },
             max_retry_times=cfg.explorer.max_retry_times,
             enable_history=cfg.explorer.rollout_model.enable_history,
+            report=Reporter(self.report.board, name),
+            report_interval=cfg.explorer.runner_state_report_interval,
             **options,
         )
 
