@@ -43,3 +43,25 @@ def ray_cluster():
         ray.init(include_dashboard=False, log_to_driver=False, namespace="trinity-tests")
     yield
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A real PostgreSQL server for the session (tests/pg.py); skipped only when the system
+    has no PostgreSQL binaries."""
+    from tests.pg import PostgresServer, postgres_bin_dir
+
+    bin_dir = postgres_bin_dir()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql; .ci/run does)")
+    server = PostgresServer(bin_dir).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request, tmp_path) -> str:
+    """A fresh database URL: a SQLite file, then an empty PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'test.db'}"
+    return request.getfixturevalue("postgres_server").new_database()

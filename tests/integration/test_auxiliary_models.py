@@ -26,7 +26,10 @@ def test_llm_judge_workflow_trains_with_a_judge_model(
         assert len(f.readlines()) == 2
     db = os.path.join(result.job_dir, "buffer", "experience_buffer.db")
     with sqlite3.connect(db) as conn:
-        rows = [decode_experience(blob) for (blob,) in conn.execute("SELECT data FROM experiences")]
+        rows = [
+            decode_experience(blob)
+            for (blob,) in conn.execute("SELECT data FROM experience_buffer")
+        ]
     assert len(rows) == 2 * 4 * 4
     # every answer went to the judge, whose reply decided the reward
     for exp in rows:

@@ -46,7 +46,7 @@ def test_sft_then_grpo_through_the_openai_client(tmp_path, monkeypatch, ray_clus
 
     engine = sa.create_engine(f"sqlite:///{grpo.job_dir}/buffer/calculator_buffer.db")
     with engine.connect() as conn:
-        rows = conn.execute(sa.text("SELECT data FROM experiences ORDER BY id")).fetchall()
+        rows = conn.execute(sa.text("SELECT data FROM calculator_buffer ORDER BY id")).fetchall()
     episodes = [decode_experience(row.data) for row in rows]
     assert len(episodes) == 2 * 4 * 4  # steps x questions x episodes
     tokenizer = build_char_tokenizer()

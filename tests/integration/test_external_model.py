@@ -52,7 +52,10 @@ def records(job_dir: str, role: str) -> list:
 def stored(job_dir: str) -> list:
     db = os.path.join(job_dir, "buffer", "experience_buffer.db")
     with sqlite3.connect(db) as conn:
-        return [decode_experience(blob) for (blob,) in conn.execute("SELECT data FROM experiences")]
+        return [
+            decode_experience(blob)
+            for (blob,) in conn.execute("SELECT data FROM experience_buffer")
+        ]
 
 
 def test_a_judge_behind_an_external_api_scores_a_grpo_run(

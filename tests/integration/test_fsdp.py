@@ -17,11 +17,11 @@ from trinity.trainer import checkpoint as ckpt
 
 def _explored(job_dir: str, tmp_path, step: int) -> list:
     """Experiences of explore step ``step``, from a copy of the run's queue store."""
-    from trinity.buffer import SQLiteExperienceStore
+    from trinity.buffer import SQLExperienceStore
 
     copy = os.path.join(tmp_path, "queue_copy.db")
     shutil.copy(os.path.join(job_dir, "buffer", "experience_buffer.db"), copy)
-    store = SQLiteExperienceStore(copy)
+    store = SQLExperienceStore(copy, "experience_buffer")  # the table is the buffer name
     store.unconsume_after(0)  # every row, whichever train step read it
     rows = [exp for _, explored, exp in store.unconsumed() if explored == step]
     store.close()

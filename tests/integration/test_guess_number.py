@@ -23,7 +23,7 @@ def stored_experiences(job_dir: str) -> list:
     """Every experience the explorer wrote to the queue's store, trained on or not."""
     engine = sa.create_engine(f"sqlite:///{job_dir}/buffer/guess_number_buffer.db")
     with engine.connect() as conn:
-        rows = conn.execute(sa.text("SELECT data FROM experiences ORDER BY id")).fetchall()
+        rows = conn.execute(sa.text("SELECT data FROM guess_number_buffer ORDER BY id")).fetchall()
     return [decode_experience(row.data) for row in rows]
 
 

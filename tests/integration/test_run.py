@@ -125,7 +125,7 @@ def test_checkpoint_sync_method(tmp_path, micro_model, arithmetic_data, ray_clus
 def test_explore_mode_writes_the_experience_buffer(
     tmp_path, micro_model, arithmetic_data, ray_cluster
 ):
-    from trinity.buffer import SQLiteExperienceStore
+    from trinity.buffer import SQLExperienceStore
 
     overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
         "mode=explore",
@@ -136,7 +136,7 @@ def test_explore_mode_writes_the_experience_buffer(
     ]
     (result,) = run(CONFIG, overrides, [])
     assert result.final_hf is None
-    store = SQLiteExperienceStore(os.path.join(tmp_path, "backup.db"))  # the path asked for
+    store = SQLExperienceStore(os.path.join(tmp_path, "backup.db"), "eb")  # path, name asked
     stored = store.unconsumed()
     assert len(stored) == 2 * 4 * 4  # steps x batch_size x repeat_times, none consumed
     assert all(exp.group_id and exp.logprobs is not None for _, _, exp in stored)

@@ -212,8 +212,8 @@ def test_kill_9_and_resume_trains_every_experience_once(tmp_path, micro_model, a
     explored = [r["step"] for r in records(job_dir, "explorer") if "rollout/model_version" in r]
     assert explored == list(range(1, 31))  # nothing explored twice
     with sqlite3.connect(os.path.join(job_dir, "buffer", "experience_buffer.db")) as db:
-        written = db.execute("SELECT COUNT(*) FROM experiences").fetchone()[0]
-        unread = db.execute("SELECT COUNT(*) FROM experiences WHERE consumed_by IS NULL")
+        written = db.execute("SELECT COUNT(*) FROM experience_buffer").fetchone()[0]
+        unread = db.execute("SELECT COUNT(*) FROM experience_buffer WHERE consumed_by IS NULL")
         assert unread.fetchone()[0] == 0
     assert written == 30 * 16
     assert sum(r["sample/experience_count"] for r in trainer) == written  # none twice

@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from trinity.buffer import ExperienceQueue, SQLiteExperienceStore
+from trinity.buffer import ExperienceQueue, SQLExperienceStore
 from trinity.common.experience import Experience
 
 
@@ -116,13 +116,13 @@ def test_close_releases_waiting_reader_then_ends():
 def test_persistence_reloads_only_unconsumed_in_order(tmp_path, url):
     path = tmp_path / "sub" / "buffer.db"
     location = f"sqlite:///{path}" if url else str(path)
-    q = ExperienceQueue(store=SQLiteExperienceStore(location))
+    q = ExperienceQueue(store=SQLExperienceStore(location))
     q.put([exp(i) for i in range(5)], step=1)
     q.put([], step=2)
     assert eids(q.get(2, consumer=1).experiences) == ["p-0", "p-1"]
     q.store.close()  # the process "crashes" here
 
-    restarted = ExperienceQueue(store=SQLiteExperienceStore(location))
+    restarted = ExperienceQueue(store=SQLExperienceStore(location))
     assert restarted.size() == 3 and restarted.last_step() == 2
     restarted.put([exp(5)], step=3)
     got = restarted.get(4, max_step=3).experiences
@@ -135,16 +135,16 @@ def test_persistence_reloads_only_unconsumed_in_order(tmp_path, url):
 def test_rewind_puts_back_what_later_train_steps_consumed(tmp_path):
     """Killed after train step 3 with a checkpoint at step 1: steps 2-3's reads come back."""
     location = str(tmp_path / "q.db")
-    q = ExperienceQueue(store=SQLiteExperienceStore(location))
+    q = ExperienceQueue(store=SQLExperienceStore(location))
     for step in (1, 2, 3, 4):
         q.put([exp(2 * step), exp(2 * step + 1)], step=step)
     for train_step in (1, 2, 3):
         q.get(2, max_step=train_step, consumer=train_step)
     q.store.close()
-    resumed = ExperienceQueue(store=SQLiteExperienceStore(location), rewind_to=1)
+    resumed = ExperienceQueue(store=SQLExperienceStore(location), rewind_to=1)
     assert eids(resumed.get(10, max_step=4).experiences) == [f"p-{i}" for i in range(4, 10)]
     resumed.store.close()
-    again = ExperienceQueue(store=SQLiteExperienceStore(location))
+    again = ExperienceQueue(store=SQLExperienceStore(location))
     assert again.size() == 0  # each experience read once after the rewind
 
 
@@ -156,16 +156,16 @@ def test_older_store_layout_is_refused(tmp_path):
     with engine.begin() as conn:
         conn.execute(sa.text("CREATE TABLE experiences (id INTEGER PRIMARY KEY, consumed BOOL)"))
     with pytest.raises(ValueError, match="older Trinity version"):
-        SQLiteExperienceStore(str(path))
+        SQLExperienceStore(str(path))
 
 
 def test_json_backup_path_is_refused(tmp_path):
     with pytest.raises(ValueError, match="not supported yet"):
-        SQLiteExperienceStore(str(tmp_path / "buffer.json"))
+        SQLExperienceStore(str(tmp_path / "buffer.json"))
 
 
 def test_concurrent_writer_and_reader_lose_nothing(tmp_path):
-    q = ExperienceQueue(store=SQLiteExperienceStore(str(tmp_path / "q.db")))
+    q = ExperienceQueue(store=SQLExperienceStore(str(tmp_path / "q.db")))
     received = []
 
     def produce():
@@ -188,4 +188,4 @@ def test_concurrent_writer_and_reader_lose_nothing(tmp_path):
     for t in threads:
         t.join(timeout=30)
     assert eids(received) == [f"p-{i}" for i in range(6, 126)]
-    assert ExperienceQueue(store=SQLiteExperienceStore(str(tmp_path / "q.db"))).size() == 0
+    assert ExperienceQueue(store=SQLExperienceStore(str(tmp_path / "q.db"))).size() == 0

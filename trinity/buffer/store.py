@@ -3,6 +3,10 @@
 A store keeps every experience put into the queue with its explore step and the train step
 that consumed it; on restart the queue reloads the unconsumed ones, in the order they were
 written. Rows hold data only (``codec``): reading a store never runs code from it.
+
+``SQLExperienceStore`` keeps them in any database SQLAlchemy reaches: a SQLite file or a
+server such as PostgreSQL (``postgresql+psycopg://user:password@host/db``), which several
+processes may write and read at once.
 """
 
 from __future__ import annotations
@@ -11,12 +15,22 @@ import os
 import time
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
-from typing import Iterator, List, Sequence, Tuple
+from typing import Any, Iterator, List, Sequence, Tuple
 
 import sqlalchemy as sa
 
 from trinity.buffer.codec import decode_experience, encode_experience
 from trinity.common.experience import Experience
+from trinity.utils.database import (
+    DatabaseError,
+    create_engine,
+    database_url,
+    error_text,
+    masked_url,
+)
+
+# Ids per UPDATE ... WHERE id IN (...): SQLite allows 32766 bound parameters per statement.
+_IDS_PER_STATEMENT = 10000
 
 
 class StoreError(OSError):
@@ -56,39 +70,44 @@ class ExperienceStore(ABC):
         """Release resources (connections, files)."""
 
 
-def sqlite_url(path: str) -> str:
-    """SQLAlchemy URL for ``sqlite:///file.db`` or a plain file path (parent dirs created)."""
-    if path.startswith("sqlite:///"):
-        file_path = path[len("sqlite:///") :]
-    elif "://" in path:
-        raise ValueError(f"experience store path '{path}': only sqlite:/// URLs are supported")
-    else:
-        file_path = path
-    if os.path.splitext(file_path)[1].lower() in (".json", ".jsonl"):
-        raise ValueError(
-            f"experience store path '{path}': backing the queue with a JSON file is not "
-            "supported yet; use a SQLite file such as 'sqlite:///buffer.db'"
-        )
-    file_path = os.path.abspath(os.path.expanduser(file_path))
-    os.makedirs(os.path.dirname(file_path), exist_ok=True)
-    return f"sqlite:///{file_path}"
+def buffer_database(storage: Any, job_dir: str) -> str:
+    """The database URL of experience buffer ``storage``: its ``path`` (a SQLite file or any
+    SQLAlchemy URL), else ``<job_dir>/buffer/<name>.db``. Resolved by the caller's process, so
+    a relative file means the same file to every actor."""
+    path = storage.path or os.path.join(job_dir, "buffer", f"{storage.name}.db")
+    return database_url(path)
 
 
-class SQLiteExperienceStore(ExperienceStore):
-    """Experiences in one SQLite table (via SQLAlchemy), one row per experience, and the
-    finished explore steps in a second table."""
+class SQLExperienceStore(ExperienceStore):
+    """Experiences in one table of a SQL database (via SQLAlchemy), one row per experience,
+    and the finished explore steps in a second table, ``<table>_steps``.
+
+    ``path`` is a SQLite file path or any SQLAlchemy URL. Several processes may use one
+    store: each explore step is written in one transaction, and writers take turns (SQLite's
+    database lock; on PostgreSQL a lock on the steps table), so ids increase in the order
+    steps are committed and a reader that has seen id ``n`` never finds a new row below it.
+    """
 
     def __init__(self, path: str, table_name: str = "experiences") -> None:
-        self.url = sqlite_url(path)
-        self.engine = sa.create_engine(self.url, connect_args={"check_same_thread": False})
-        _refuse_old_layout(self.engine, table_name, path)
+        if os.path.splitext(path)[1].lower() in (".json", ".jsonl"):
+            raise ValueError(
+                f"experience store path '{path}': backing the queue with a JSON file is not "
+                "supported yet; use a SQLite file such as 'sqlite:///buffer.db'"
+            )
+        self.url = database_url(path)
+        self.where = f"{masked_url(self.url)} (table '{table_name}')"
+        try:
+            self.engine = create_engine(self.url)
+        except DatabaseError as exc:
+            raise StoreError(f"experience buffer: {exc}") from None
         metadata = sa.MetaData()
         self.table = sa.Table(
             table_name,
             metadata,
-            sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-            sa.Column("eid", sa.String(64), index=True),
-            sa.Column("group_id", sa.String(256)),
+            # BIGINT on servers; SQLite needs INTEGER for its rowid primary key
+            sa.Column("id", _ID, primary_key=True, autoincrement=True),
+            sa.Column("eid", sa.Text, index=True),
+            sa.Column("group_id", sa.Text),
             sa.Column("step", sa.Integer, index=True),  # the explore step that produced it
             sa.Column("model_version", sa.Integer),
             sa.Column("reward", sa.Float, nullable=True),
@@ -104,7 +123,22 @@ class SQLiteExperienceStore(ExperienceStore):
             sa.Column("count", sa.Integer),
             sa.Column("created_at", sa.Float),
         )
-        metadata.create_all(self.engine)
+        with self._errors("open"):
+            self._create(metadata)
+
+    def _create(self, metadata: sa.MetaData) -> None:
+        """Create the tables unless they exist with the right columns."""
+        _check_columns(self.engine, self.table, self.where, main=True)
+        _check_columns(self.engine, self.steps, self.where, main=False)
+        _refuse_legacy_table(self.engine, self.table.name, self.where)
+        for attempt in range(3):
+            try:
+                metadata.create_all(self.engine)  # only what does not exist yet
+                return
+            except sa.exc.DBAPIError:
+                # another process of the run created one between the check and the create
+                if attempt == 2:
+                    raise
 
     def add(self, exps: Sequence[Experience], step: int) -> List[int]:
         now = time.time()
@@ -123,36 +157,53 @@ class SQLiteExperienceStore(ExperienceStore):
         ]
         # One transaction: the step's rows and its "finished" record, all or none.
         insert = self.table.insert().returning(self.table.c.id, sort_by_parameter_order=True)
-        with self._writing(f"explore step {step}"), self.engine.begin() as conn:
+        with self._errors(f"write explore step {step} to"), self.engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                # Writers take turns, so ids are handed out in commit order. EXCLUSIVE mode
+                # still lets readers read.
+                name = conn.dialect.identifier_preparer.format_table(self.steps)
+                conn.execute(sa.text(f"LOCK TABLE {name} IN EXCLUSIVE MODE"))
             ids = [row.id for row in conn.execute(insert, rows)] if rows else []
             conn.execute(self.steps.insert().values(step=step, count=len(rows), created_at=now))
         return ids
 
     @contextmanager
-    def _writing(self, what: str) -> Iterator[None]:
-        """Database errors as one line (SQLAlchemy's repeat the statement and its data)."""
+    def _errors(self, what: str) -> Iterator[None]:
+        """Database errors as one line naming the database and table."""
         try:
             yield
-        except sa.exc.DBAPIError as exc:
+        except sa.exc.IntegrityError as exc:
             raise StoreError(
-                f"cannot write {what} to the experience buffer {self.url}: {exc.orig}"
+                f"cannot {what} the experience buffer {self.where}: {error_text(exc)} (was "
+                "this step written already, by another explorer using the same table?)"
+            ) from None
+        except sa.exc.SQLAlchemyError as exc:
+            raise StoreError(
+                f"cannot {what} the experience buffer {self.where}: {error_text(exc)}"
             ) from None
 
     def mark_consumed(self, ids: Sequence[int], by_step: int) -> None:
+        ids = list(ids)
         if not ids:
             return
-        with self._writing(f"what train step {by_step} read"), self.engine.begin() as conn:
-            conn.execute(
-                self.table.update()
-                .where(self.table.c.id.in_(list(ids)))
-                .values(consumed_by=by_step)
-            )
+        with self._errors(f"record what train step {by_step} read in"):
+            with self.engine.begin() as conn:
+                for start in range(0, len(ids), _IDS_PER_STATEMENT):
+                    chunk = ids[start : start + _IDS_PER_STATEMENT]
+                    conn.execute(
+                        self.table.update()
+                        .where(self.table.c.id.in_(chunk))
+                        .values(consumed_by=by_step)
+                    )
 
     def unconsume_after(self, step: int) -> int:
-        with self.engine.begin() as conn:
-            result = conn.execute(
-                self.table.update().where(self.table.c.consumed_by > step).values(consumed_by=None)
-            )
+        with self._errors(f"put back what train steps after {step} read in"):
+            with self.engine.begin() as conn:
+                result = conn.execute(
+                    self.table.update()
+                    .where(self.table.c.consumed_by > step)
+                    .values(consumed_by=None)
+                )
         return result.rowcount
 
     def unconsumed(self) -> List[Tuple[int, int, Experience]]:
@@ -161,25 +212,61 @@ class SQLiteExperienceStore(ExperienceStore):
             .where(self.table.c.consumed_by.is_(None))
             .order_by(self.table.c.id)
         )
-        with self.engine.connect() as conn:
-            return [(row.id, row.step, decode_experience(row.data)) for row in conn.execute(query)]
+        with self._errors("read"), self.engine.connect() as conn:
+            rows = list(conn.execute(query))
+        return [(row.id, row.step, self._decode(row.id, row.data)) for row in rows]
+
+    def _decode(self, row_id: int, data: bytes) -> Experience:
+        try:
+            return decode_experience(data)
+        except ValueError as exc:
+            raise ValueError(f"experience buffer {self.where}, row id {row_id}: {exc}") from None
 
     def finished_steps(self) -> List[int]:
-        with self.engine.connect() as conn:
+        with self._errors("read"), self.engine.connect() as conn:
             return [row.step for row in conn.execute(sa.select(self.steps.c.step))]
 
     def close(self) -> None:
         self.engine.dispose()
 
 
-def _refuse_old_layout(engine: sa.Engine, table_name: str, path: str) -> None:
-    """Stores written before steps were accounted hold pickled rows without step tags."""
+_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+def _check_columns(engine: sa.Engine, table: sa.Table, where: str, main: bool) -> None:
+    """An existing table must have the store's columns. Stores written before steps were
+    accounted hold pickled rows without step tags: they are named as such."""
     inspector = sa.inspect(engine)
-    if not inspector.has_table(table_name):
+    if not inspector.has_table(table.name):
         return
-    columns = {c["name"] for c in inspector.get_columns(table_name)}
-    if columns and "consumed_by" not in columns:
+    found = [c["name"] for c in inspector.get_columns(table.name)]
+    missing = [c.name for c in table.columns if c.name not in found]
+    if not missing:
+        return
+    if main and "consumed" in found and "consumed_by" in missing:  # the pre-step layout
         raise ValueError(
-            f"experience buffer {path} was written by an older Trinity version (rows without "
+            f"experience buffer {where} was written by an older Trinity version (rows without "
             "explore steps); start a new run (continue_from_checkpoint: false) or move the file"
+        )
+    raise ValueError(
+        f"experience buffer {where}: table '{table.name}' exists without the column(s) "
+        f"{missing} (it has {found}); it is not an experience buffer: name another table "
+        "(the storage's `name`) or database"
+    )
+
+
+def _refuse_legacy_table(engine: sa.Engine, table_name: str, where: str) -> None:
+    """Buffers used to be one table named ``experiences`` whatever the buffer's name; a run
+    resumed from one would start from an empty table and never read the rows left there."""
+    inspector = sa.inspect(engine)
+    if table_name == "experiences" or inspector.has_table(table_name):
+        return
+    if not inspector.has_table("experiences"):
+        return
+    if "consumed_by" in {c["name"] for c in inspector.get_columns("experiences")}:
+        raise ValueError(
+            f"experience buffer {where}: the database holds the table 'experiences' written "
+            f"by an older Trinity version, which named every buffer's table so; rename it "
+            f"(ALTER TABLE experiences RENAME TO {table_name}, and experiences_steps to "
+            f"{table_name}_steps) to resume from it"
         )

@@ -169,12 +169,15 @@ class EngineActor:
 
 @ray.remote(num_cpus=0, max_concurrency=8)
 class QueueActor:
-    """The experience queue shared by explorer (put) and trainer (get), persisted to SQLite."""
+    """The experience queue shared by explorer (put) and trainer (get), persisted in table
+    ``table`` of ``database`` (a SQLite file or any SQLAlchemy URL)."""
 
-    def __init__(self, store_path: Optional[str], rewind_to: Optional[int] = None) -> None:
-        from trinity.buffer import ExperienceQueue, SQLiteExperienceStore
+    def __init__(
+        self, database: Optional[str], table: str = "experiences", rewind_to: Optional[int] = None
+    ) -> None:
+        from trinity.buffer import ExperienceQueue, SQLExperienceStore
 
-        store = SQLiteExperienceStore(store_path) if store_path else None
+        store = SQLExperienceStore(database, table) if database else None
         self.queue = ExperienceQueue(store=store, rewind_to=rewind_to)
 
     def put(self, exps: List[Any], step: int) -> None:

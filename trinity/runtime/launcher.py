@@ -263,15 +263,16 @@ def _queue(config: Any) -> Any:
     """
     if config.mode not in ("both", "explore"):
         return None
+    from trinity.buffer.store import buffer_database
     from trinity.runtime.actors import QueueActor
     from trinity.trainer.checkpoint import latest_step
 
     job_dir, storage = config.checkpoint_job_dir, config.buffer.trainer_input.experience_buffer
-    # The user's backup path (sqlite:///x.db or a file) if given, else one in the job dir.
-    path = (storage.path or "").removeprefix("sqlite:///")
-    store = os.path.abspath(path) if path else os.path.join(job_dir, "buffer", f"{storage.name}.db")
+    # The user's path (a SQLite file or any database URL) if given, else a file in the job
+    # dir; the table is the buffer's name.
+    database = buffer_database(storage, job_dir)
     rewind_to = (latest_step(job_dir) or 0) if config.mode == "both" else None
-    return QueueActor.remote(store, rewind_to=rewind_to)
+    return QueueActor.remote(database, storage.name, rewind_to=rewind_to)
 
 
 def _failure_message(exc: Exception, role: str, config: Any) -> str:
