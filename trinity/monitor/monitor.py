@@ -1,7 +1,7 @@
 """Monitor: one per role (explorer, trainer), logging to JSON lines plus the chosen sink.
 
 Files: ``<job_dir>/monitor/<role>.jsonl`` (one object per line: ``step``, ``run`` and the
-metrics by name) and, for tensorboard, ``<job_dir>/monitor/tensorboard/<name>_<role>/``.
+metrics by name), and what the chosen sink writes (tensorboard.py, wandb.py, mlflow.py).
 """
 
 from __future__ import annotations
@@ -18,6 +18,10 @@ MONITORS: Registry = Registry("monitors", base=lambda: MetricSink)
 
 
 class MetricSink:
+    """A destination of metrics. Registered sinks are built as
+    ``Sink(job_dir, project, run_name, keep_until, **monitor_args)``; preflight holds
+    ``monitor_args`` to the constructor's other parameters."""
+
     def log(self, metrics: Dict[str, float], step: int) -> None:
         raise NotImplementedError
 
@@ -47,34 +51,13 @@ class JsonlSink(MetricSink):
         self._file.close()
 
 
-@MONITORS.register_module("tensorboard")
-class TensorboardSink(MetricSink):
-    def __init__(
-        self, job_dir: str, run_name: str, keep_until: Optional[int] = None, **monitor_args: Any
-    ) -> None:
-        from torch.utils.tensorboard import SummaryWriter
-
-        # purge_step hides the events a killed run logged after the step it resumes from.
-        purge = None if keep_until is None else keep_until + 1
-        path = os.path.join(job_dir, "monitor", "tensorboard", run_name)
-        self._writer = SummaryWriter(path, purge_step=purge)
-
-    def log(self, metrics: Dict[str, float], step: int) -> None:
-        for key, value in metrics.items():
-            if isinstance(value, (int, float)):
-                self._writer.add_scalar(key, value, step)
-        self._writer.flush()
-
-    def close(self) -> None:
-        self._writer.close()
-
-
 class Monitor:
     """Fans metrics out to the JSON-lines file and the configured sink."""
 
     def __init__(
         self,
         job_dir: str,
+        project: str,
         name: str,
         role: str,
         monitor_type: str,
@@ -87,7 +70,9 @@ class Monitor:
         path = os.path.join(job_dir, "monitor", f"{role}.jsonl")
         self.sinks: List[MetricSink] = [
             JsonlSink(path, run_name, keep_until),
-            MONITORS.get(monitor_type)(job_dir, run_name, keep_until, **(monitor_args or {})),
+            MONITORS.get(monitor_type)(
+                job_dir, project, run_name, keep_until, **(monitor_args or {})
+            ),
         ]
 
     def log(self, metrics: Dict[str, float], step: int) -> None:

@@ -118,6 +118,9 @@ def run_stage(config: Any, plugin_dirs: List[str], printer: ProgressPrinter) -> 
         raise RunFailed(_failure_message(exc, stage.failed_role(), config)) from None
     finally:
         stage.stop()
+        if config.monitor.enable_ray_timeline:  # what each actor ran when, for chrome://tracing
+            os.makedirs(os.path.join(job_dir, "monitor"), exist_ok=True)
+            ray.timeline(filename=os.path.join(job_dir, "monitor", "timeline.json"))
     return StageResult(config.name, job_dir, final_hf, eval_summary(job_dir))
 
 

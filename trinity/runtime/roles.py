@@ -18,5 +18,11 @@ def role_monitor(config: Any, role: str, resumes_after: int) -> Any:
 
     mon, job_dir = config.monitor, config.checkpoint_job_dir
     return Monitor(
-        job_dir, config.name, role, mon.monitor_type, mon.monitor_args, keep_until=resumes_after
+        job_dir,
+        config.project,
+        config.name,
+        role,
+        mon.monitor_type,
+        mon.monitor_args,
+        keep_until=resumes_after,
     )

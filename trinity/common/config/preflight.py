@@ -3,9 +3,10 @@
 ``check_before_start(root)`` finalizes each stage (``derive.py``: support, derived values,
 ranges), then checks what needs the filesystem or the registries: model folders (read
 locally, never from a hub), datasets (paths, splits, columns, enough rows for a step),
-workflow, reward and algorithm component names and arguments, chat templates, and the
-folders a run writes to. It raises one ``ConfigError`` listing every problem of every stage
-(each prefixed with its stage when there are several), or returns the finalized stages.
+workflow, reward and algorithm component names and arguments, chat templates, the
+folders a run writes to, and the monitor (package, arguments, server). It raises one
+``ConfigError`` listing every problem of every stage (each prefixed with its stage when
+there are several), or returns the finalized stages.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from trinity.common.config.base import ConfigError, is_set
 from trinity.common.config.config import Config
 from trinity.common.config.derive import derive
 from trinity.common.config.lora_checks import lora_folder_problems, lora_handover_problems
+from trinity.common.config.monitor_checks import monitor_problems
 from trinity.common.config.preflight_components import (
     component_problems,
     is_builtin,
@@ -101,6 +103,7 @@ def stage_problems(config: Config, model_from_previous: bool, construct: bool) -
     problems += lora_folder_problems(config, model_from_previous)
     problems += _data_problems(config)
     problems += _output_problems(config)
+    problems += monitor_problems(config)
     return problems
 
 
