@@ -9,6 +9,9 @@ read whole groups only.
 With a store, every put is written durably before readers can see it, and every get records
 which train step consumed the rows; ``rewind_to`` puts back what train steps after a
 checkpoint consumed, so a resumed run trains on each experience exactly once.
+
+With ``replay`` (``replay_buffer.enable``), a read's batch is filled up with experiences
+earlier train steps consumed (``replay.py``); fresh rows are read and accounted as above.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
+from trinity.buffer.replay import ReplayPool
 from trinity.buffer.store import ExperienceStore
 from trinity.common.experience import Experience
 
@@ -43,8 +47,14 @@ class ReadResult:
 class ExperienceQueue:
     """FIFO of experiences tagged with their explore step; reads wait only for what will come."""
 
-    def __init__(self, store: Optional[ExperienceStore] = None, rewind_to: Optional[int] = None):
-        """``rewind_to``: un-consume what train steps after it consumed (resume from there)."""
+    def __init__(
+        self,
+        store: Optional[ExperienceStore] = None,
+        rewind_to: Optional[int] = None,
+        replay: Optional[Any] = None,
+    ):
+        """``rewind_to``: un-consume what train steps after it consumed (resume from there).
+        ``replay``: a ``ReplayBufferConfig`` to reuse consumed experiences (``replay.py``)."""
         self.store = store
         self._items: List[Entry] = []
         self._finished: set = set()  # explore steps written
@@ -55,6 +65,8 @@ class ExperienceQueue:
                 store.unconsume_after(rewind_to)
             self._items = [Entry(i, s, e) for i, s, e in store.unconsumed()]
             self._finished = set(store.finished_steps())
+        # ---- replay (replay.py): after the rewind, so undone steps' uses are forgotten too
+        self.replay = None if replay is None else ReplayPool.from_config(replay, store, rewind_to)
 
     # ---- writer --------------------------------------------------------------------------
     def put(self, exps: Sequence[Experience], step: int) -> None:
@@ -125,6 +137,9 @@ class ExperienceQueue:
             self._items = [e for e in self._items if id(e) not in chosen]
             if self.store is not None:
                 self.store.mark_consumed([e.id for e in taken], consumer)
+            if self.replay is not None:  # ---- replay (replay.py): fills, never waits
+                exps = self.replay.serve(taken, n, state, whole_groups, consumer)
+                return ReadResult(exps, state, waiting)
             return ReadResult([e.exp for e in taken], state, waiting)
 
     def _readable(self, max_step: Optional[int]) -> List[Entry]:

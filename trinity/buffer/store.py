@@ -15,7 +15,8 @@ import os
 import time
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
-from typing import Any, Iterator, List, Sequence, Tuple
+from functools import cached_property
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import sqlalchemy as sa
 
@@ -228,6 +229,74 @@ class SQLExperienceStore(ExperienceStore):
 
     def close(self) -> None:
         self.engine.dispose()
+
+    # ---- replay bookkeeping (trinity/buffer/replay.py) --------------------------------------
+    @cached_property
+    def uses(self) -> sa.Table:
+        """``<table>_uses``: one row per use of an experience by a train step, written only
+        with replay on (the table is created on first use)."""
+        table = sa.Table(
+            f"{self.table.name}_uses",
+            self.table.metadata,
+            sa.Column("id", _ID, primary_key=True, autoincrement=True),
+            sa.Column("row_id", sa.BigInteger, index=True),  # id in the experiences table
+            sa.Column("by_step", sa.Integer, index=True),  # the train step that used it
+            sa.Column("used_at", sa.Float),  # unix time of the use
+        )
+        with self._errors("open"):
+            table.create(self.engine, checkfirst=True)
+        return table
+
+    def record_uses(self, ids: Sequence[int], by_step: int, at: float) -> None:
+        """Record that train step ``by_step`` used rows ``ids`` (fresh or replayed) at ``at``."""
+        if not ids:
+            return
+        rows = [dict(row_id=i, by_step=by_step, used_at=at) for i in ids]
+        with self._errors(f"record what train step {by_step} reused in"):
+            with self.engine.begin() as conn:
+                conn.execute(self.uses.insert(), rows)
+
+    def forget_uses_after(self, step: int) -> int:
+        """Delete the uses by train steps after ``step``; how many."""
+        with self._errors(f"forget what train steps after {step} reused in"):
+            with self.engine.begin() as conn:
+                result = conn.execute(self.uses.delete().where(self.uses.c.by_step > step))
+        return result.rowcount
+
+    def replay_candidates(self) -> List[Tuple[int, int, str, int, int, Optional[float]]]:
+        """(id, explore step, group id, model version, uses, last use time) of every consumed
+        row, oldest first; uses 0 and time None for a row consumed without replay on."""
+        t, u = self.table, self.uses
+        query = (
+            sa.select(
+                t.c.id,
+                t.c.step,
+                t.c.group_id,
+                t.c.model_version,
+                sa.func.count(u.c.id),
+                sa.func.max(u.c.used_at),
+            )
+            .select_from(t.outerjoin(u, u.c.row_id == t.c.id))
+            .where(t.c.consumed_by.is_not(None))
+            .group_by(t.c.id, t.c.step, t.c.group_id, t.c.model_version)
+            .order_by(t.c.id)
+        )
+        with self._errors("read"), self.engine.connect() as conn:
+            return [tuple(row) for row in conn.execute(query)]
+
+    def experiences(self, ids: Sequence[int]) -> Dict[int, Experience]:
+        """The experiences of rows ``ids``, by id."""
+        ids, found = list(ids), {}
+        with self._errors("read"), self.engine.connect() as conn:
+            for start in range(0, len(ids), _IDS_PER_STATEMENT):
+                chunk = ids[start : start + _IDS_PER_STATEMENT]
+                query = sa.select(self.table.c.id, self.table.c.data).where(
+                    self.table.c.id.in_(chunk)
+                )
+                found.update(
+                    {row.id: self._decode(row.id, row.data) for row in conn.execute(query)}
+                )
+        return found
 
 
 _ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")

@@ -173,12 +173,17 @@ class QueueActor:
     ``table`` of ``database`` (a SQLite file or any SQLAlchemy URL)."""
 
     def __init__(
-        self, database: Optional[str], table: str = "experiences", rewind_to: Optional[int] = None
+        self,
+        database: Optional[str],
+        table: str = "experiences",
+        rewind_to: Optional[int] = None,
+        replay: Any = None,
     ) -> None:
+        """``replay``: the ``ReplayBufferConfig`` when replay is on, else None."""
         from trinity.buffer import ExperienceQueue, SQLExperienceStore
 
         store = SQLExperienceStore(database, table) if database else None
-        self.queue = ExperienceQueue(store=store, rewind_to=rewind_to)
+        self.queue = ExperienceQueue(store=store, rewind_to=rewind_to, replay=replay)
 
     def put(self, exps: List[Any], step: int) -> None:
         self.queue.put(exps, step)

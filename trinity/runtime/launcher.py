@@ -275,7 +275,8 @@ def _queue(config: Any) -> Any:
     # dir; the table is the buffer's name.
     database = buffer_database(storage, job_dir)
     rewind_to = (latest_step(job_dir) or 0) if config.mode == "both" else None
-    return QueueActor.remote(database, storage.name, rewind_to=rewind_to)
+    replay = storage.replay_buffer if storage.replay_buffer.enable else None
+    return QueueActor.remote(database, storage.name, rewind_to=rewind_to, replay=replay)
 
 
 def _failure_message(exc: Exception, role: str, config: Any) -> str:

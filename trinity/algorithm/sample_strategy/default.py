@@ -10,13 +10,18 @@ from trinity.common.experience import Experience
 
 def batch_metrics(exps: List[Experience]) -> Dict[str, float]:
     """``sample/experience_count`` and ``sample/model_version/{mean,min,max}``: how many
-    experiences a step trains on and which weights produced them (their staleness)."""
+    experiences a step trains on and which weights produced them (their staleness); with
+    replay, ``buffer/replayed`` (how many were trained on before) and ``buffer/use_count/max``."""
     metrics: Dict[str, float] = {"sample/experience_count": float(len(exps))}
     if exps:
         versions = [e.model_version for e in exps]
         metrics["sample/model_version/mean"] = sum(versions) / len(versions)
         metrics["sample/model_version/min"] = float(min(versions))
         metrics["sample/model_version/max"] = float(max(versions))
+    uses = [e.info["use_count"] for e in exps if "use_count" in e.info]
+    if uses:  # the queue tags every row with its use count when replay is on (buffer/replay.py)
+        metrics["buffer/replayed"] = float(sum(u > 1 for u in uses))
+        metrics["buffer/use_count/max"] = float(max(uses))
     return metrics
 
 

@@ -90,6 +90,19 @@ class ReplayBufferConfig(ConfigModel):
         default_factory=dict, description="Arguments of the priority function."
     )
 
+    @model_validator(mode="after")
+    def _priority_fn_builds(self) -> ReplayBufferConfig:
+        # imported late like the selectors: the buffer package imports this config
+        from trinity.buffer.priority import build_priority_fn
+
+        try:
+            build_priority_fn(self.priority_fn, dict(self.priority_fn_args))
+        except KeyError as exc:
+            raise ValueError(f"priority_fn = {self.priority_fn}: {exc.args[0]}") from None
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"priority_fn_args of '{self.priority_fn}': {exc}") from None
+        return self
+
 
 class StorageConfig(ConfigModel):
     """One dataset or buffer: a (eval) taskset, the experience buffer or an auxiliary buffer."""

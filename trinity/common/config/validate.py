@@ -40,6 +40,13 @@ def _experience_buffer_storage(config: Config) -> Tuple[Any, ...]:
     return ("file",) if config.mode == "train" else ("queue",)
 
 
+def _replay_modes(config: Config) -> Tuple[Any, ...]:
+    # The replay pool lives in the queue actor the trainer of a `both` run reads; the guide
+    # gives replay_buffer to `queue` buffers only.
+    queue = config.buffer.trainer_input.experience_buffer.storage_type == "queue"
+    return (False, True) if config.mode == "both" and queue else (False,)
+
+
 def _uses_teacher(config: Config) -> bool:
     """The algorithm distils from ``explorer.auxiliary_models[0]`` (``use_teacher``)."""
     registry = algorithm_module().ALGORITHM_TYPE
@@ -69,7 +76,7 @@ SUPPORTED: Dict[str, Allowed] = {
     "buffer.explorer_input.tasksets.*.storage_type": ("file",),
     "buffer.explorer_input.eval_tasksets.*.storage_type": ("file",),
     "buffer.trainer_input.experience_buffer.storage_type": _experience_buffer_storage,
-    "buffer.trainer_input.experience_buffer.replay_buffer.enable": (False,),
+    "buffer.trainer_input.experience_buffer.replay_buffer.enable": _replay_modes,
     "buffer.trainer_input.auxiliary_buffers.*.storage_type": ("file",),
     "explorer.rollout_model.engine_type": (None, "transformers", "external"),
     "explorer.auxiliary_models.*.engine_type": (None, "transformers", "external"),
@@ -108,6 +115,7 @@ MINIMUMS: Dict[str, float] = {
     "buffer.explorer_input.tasksets.*.repeat_times": 1,
     "buffer.explorer_input.eval_tasksets.*.repeat_times": 1,
     "buffer.trainer_input.experience_buffer.max_read_timeout": 0.0,
+    "buffer.trainer_input.experience_buffer.replay_buffer.reuse_cooldown_time": 0.0,
     "explorer.runner_per_model": 1,
     "explorer.max_repeat_times_per_runner": 1,
     "explorer.runner_state_report_interval": 0,
