@@ -21,6 +21,7 @@ back from the store when they are replayed (kept in memory only without a store)
 from __future__ import annotations
 
 import copy
+import heapq
 import itertools
 import time
 from dataclasses import dataclass
@@ -125,18 +126,20 @@ class ReplayPool:
 
     def _choose(self, room: int, whole_groups: bool, now: float) -> List[Candidate]:
         """Ready candidates by priority (ties: the least recently used, then the oldest),
-        whole groups with ``whole_groups``, at most ``room`` rows."""
+        whole groups with ``whole_groups``, at most ``room`` rows. A heap, not a sort: the
+        pool holds every reusable row of the run, a read takes a batch's worth."""
         if room <= 0 or self.cooldown is None:
             return []
         ready = [c for c in self._pool.values() if c.ready_at <= now]
-        units = _units(ready, whole_groups)
-        units.sort(key=lambda u: (-sum(c.priority for c in u) / len(u), u[0].ready_at, u[0].seq))
+        if not whole_groups:
+            return heapq.nsmallest(room, ready, key=_rank)
+        heap = [(_group_rank(unit), unit) for unit in _groups(ready)]
+        heapq.heapify(heap)
         chosen: List[Candidate] = []
-        for unit in units:
-            if len(chosen) + len(unit) <= room:
+        while heap and len(chosen) < room:
+            _, unit = heapq.heappop(heap)
+            if len(chosen) + len(unit) <= room:  # else a smaller group may still fit
                 chosen += unit
-            if len(chosen) == room:
-                break
         return chosen
 
     def _load(self, chosen: List[Candidate]) -> List[Experience]:
@@ -179,10 +182,17 @@ class ReplayPool:
         )
 
 
-def _units(ready: List[Candidate], whole_groups: bool) -> List[List[Candidate]]:
-    """Each candidate alone, or the candidates grouped by (explore step, group id)."""
-    if not whole_groups:
-        return [[c] for c in ready]
+def _rank(candidate: Candidate) -> Tuple[float, float, int]:
+    return (-candidate.priority, candidate.ready_at, candidate.seq)
+
+
+def _group_rank(group: List[Candidate]) -> Tuple[float, float, int]:
+    """A group's mean priority (its rows differ only by ``sigma`` noise), then its first row's."""
+    return (-sum(c.priority for c in group) / len(group), group[0].ready_at, group[0].seq)
+
+
+def _groups(ready: List[Candidate]) -> List[List[Candidate]]:
+    """The candidates by (explore step, group id), rows in write order."""
     groups: Dict[Tuple[int, str], List[Candidate]] = {}
     for candidate in sorted(ready, key=lambda c: c.seq):
         groups.setdefault((candidate.step, candidate.group_id), []).append(candidate)
