@@ -550,10 +550,10 @@ CASES: List[Bad] = [
     # ---- buffer paths ------------------------------------------------------------------
     Bad(
         "postgres-buffer",
+        # a server checked before start: here, one that does not exist
         [
             "buffer.trainer_input.experience_buffer.path",
-            "postgresql://u:***@host/db",
-            "not supported",
+            "cannot connect to database postgresql://u:***@host/db",
         ],
         set={
             "buffer.trainer_input": {
@@ -568,7 +568,7 @@ CASES: List[Bad] = [
     ),
     Bad(
         "mysql-buffer",
-        ["buffer.trainer_input.experience_buffer.path", "mysql://", "not supported"],
+        ["buffer.trainer_input.experience_buffer.path", "mysql://", "driver is not installed"],
         set={
             "buffer.trainer_input": {
                 "experience_buffer": {"storage_type": "queue", "path": "mysql://root@localhost/x"}

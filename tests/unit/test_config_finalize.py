@@ -267,7 +267,7 @@ def test_not_supported_values_are_reported_together(tmp_path):
         "explorer.rollout_model.engine_type=vllm",
         "synchronizer.sync_method=nccl",
         "monitor.monitor_type=neptune",
-        "buffer.explorer_input.taskset.storage_type=sql",
+        "buffer.explorer_input.taskset.storage_type=queue",
         "model.lora_configs=[{lora_dtype: int8}]",
         "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
     ]
@@ -276,7 +276,8 @@ def test_not_supported_values_are_reported_together(tmp_path):
         "algorithm.algorithm_type = dpo is not supported yet (supported: grpo, sft)",
         "model.lora_configs[0].lora_dtype = int8 is not supported yet (supported: auto, "
         "float32, bfloat16, float16)",
-        "buffer.explorer_input.tasksets[0].storage_type = sql is not supported yet",
+        "buffer.explorer_input.tasksets[0].storage_type = queue is not supported yet "
+        "(supported: file, sql)",
         "explorer.rollout_model.engine_type = vllm is not supported yet (supported: "
         "transformers, external, unset)",
         "synchronizer.sync_method = nccl is not supported yet",
@@ -296,7 +297,7 @@ def test_experience_buffer_storage_depends_on_mode(tmp_path):
     )
     assert found == [
         "buffer.trainer_input.experience_buffer.storage_type = file is not supported yet "
-        "(supported: queue)"
+        "(supported: queue, sql)"
     ]
 
 

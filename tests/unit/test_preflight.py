@@ -22,7 +22,8 @@ from trinity.common.config.preflight import (
     writable_problems,
 )
 from trinity.common.config.preflight_components import bind_problems
-from trinity.common.config.validate import check_consistency, masked_url
+from trinity.common.config.validate import check_consistency
+from trinity.utils.database import masked_url
 
 
 class TakesAB:

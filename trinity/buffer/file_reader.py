@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from trinity.buffer.file_parsers import BadRow, DataFileError, FileRows, parser_for
 from trinity.buffer.row_checks import row_problems, row_schema
+from trinity.buffer.sql_reader import read_table, table_label
 
 logger = logging.getLogger("trinity.buffer")
 
@@ -68,8 +69,10 @@ class LoadedRows:
 
 def describe(storage: Any, path_label: Optional[str] = None) -> str:
     """A label for messages: the storage's YAML path (``path_label``) or its name, and the path,
-    e.g. ``buffer.explorer_input.tasksets[0] (path 'data/train.jsonl')``."""
-    return f"{path_label or f'buffer {storage.name!r}'} (path '{storage.path}')"
+    e.g. ``buffer.explorer_input.tasksets[0] (path 'data/train.jsonl')``, or for a `sql`
+    storage its table and database (password masked)."""
+    where = table_label(storage) if storage.storage_type == "sql" else f"path '{storage.path}'"
+    return f"{path_label or f'buffer {storage.name!r}'} ({where})"
 
 
 def load_rows(
@@ -96,9 +99,11 @@ def load_checked(
 ) -> LoadedRows:
     """``load_rows`` with what was skipped: a directory is resolved by ``datasets`` (HF
     layout), then the ``split`` is picked; a single file is the whole dataset."""
-    path = _checked_path(storage, path_label)
     schema = row_schema(getattr(storage, "format", None), "taskset") if columns is None else columns
     skip = bool(getattr(storage, "skip_bad_rows", False))
+    if storage.storage_type == "sql":  # a database changes unseen: read it every time
+        return _load_table(storage, dict(schema), skip, path_label)
+    path = _checked_path(storage, path_label)
     key = (path, storage.subset_name, storage.split, tuple(schema.items()), skip, _stamp(path))
     if key in _CACHE:
         _CACHE.move_to_end(key)
@@ -115,7 +120,7 @@ def _checked_path(storage: Any, path_label: Optional[str]) -> str:
     if storage.storage_type != "file":
         raise DataError(
             f"{describe(storage, path_label)}: storage_type '{storage.storage_type}' cannot be "
-            "read as rows; only storage_type 'file' is supported for tasksets and SFT data"
+            "read as rows; tasksets and SFT data are read from storage_type 'file' or 'sql'"
         )
     if not storage.path:
         raise DataError(
@@ -156,6 +161,32 @@ def _load(
     if sum(len(p) + len(p.bad) for p in parts) == 0:
         what = "the file" if single else f"split '{storage.split}'"
         raise DataError(f"{label}: {what} is empty: it has no rows")
+    return _checked(storage, parts, features, schema, skip, path_label, with_file=not single)
+
+
+def _load_table(
+    storage: Any, schema: Dict[str, str], skip: bool, path_label: Optional[str]
+) -> LoadedRows:
+    """A `sql` storage's table, checked like a file."""
+    label = describe(storage, path_label)
+    part = read_table(storage, label)
+    if len(part) + len(part.bad) == 0:
+        raise DataError(f"{label}: the table is empty: it has no rows")
+    return _checked(storage, [part], None, schema, skip, path_label, with_file=False)
+
+
+def _checked(
+    storage: Any,
+    parts: List[FileRows],
+    features: Any,
+    schema: Dict[str, str],
+    skip: bool,
+    path_label: Optional[str],
+    with_file: bool,
+) -> LoadedRows:
+    """The rows of ``parts`` that pass the row checks, as ``LoadedRows``; bad rows fail the
+    load (named) unless ``skip`` drops them."""
+    label = describe(storage, path_label)
     if any(len(p) for p in parts):
         _require_columns(parts, list(schema), storage, path_label)
     for part in parts:
@@ -179,7 +210,7 @@ def _load(
             label,
             len(bad),
             len(bad) + kept,
-            _listing(bad, with_file=not single),
+            _listing(bad, with_file=with_file),
         )
     return LoadedRows(rows, len(bad), bad[:LISTED], *_locations(parts))
 
@@ -265,7 +296,8 @@ def _bad_rows_message(
     storage: Any, path_label: Optional[str], bad: List[BadRow], kept: int, skip: bool
 ) -> str:
     label = describe(storage, path_label)
-    with_file = len({b.file for b in bad}) > 1 or bad[0].file != storage.path
+    several = len({b.file for b in bad}) > 1 or bad[0].file != storage.path
+    with_file = several and storage.storage_type != "sql"  # a table is one source
     listing = _listing(bad, with_file)
     if kept == 0:
         note = "skip_bad_rows is set, but " if skip else ""
@@ -285,7 +317,8 @@ def _require_columns(
     present = list(dict.fromkeys(c for p in parts if len(p) for c in p.column_names()))
     missing = [c for c in columns if c not in present]
     if missing:
+        split = "" if storage.storage_type == "sql" else f" (split '{storage.split}')"
         raise DataError(
-            f"{describe(storage, path_label)} (split '{storage.split}'): column(s) {missing} "
+            f"{describe(storage, path_label)}{split}: column(s) {missing} "
             f"named in `format` are missing; the data has columns {present}"
         )

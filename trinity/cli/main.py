@@ -66,6 +66,45 @@ def prepare_quickstart(
         typer.echo(f"{key}: {path}")
 
 
+@app.command("convert-verl")
+def convert_verl(
+    source: List[str] = typer.Argument(
+        ...,
+        help="A veRL launch script or YAML file, or veRL key=value overrides "
+        "(e.g. algorithm.adv_estimator=grpo data.train_files=/data/train.parquet).",
+    ),
+    out: Optional[str] = typer.Option(
+        None, "--out", help="Where to write the Trinity YAML; unset: print it."
+    ),
+) -> None:
+    """Write the Trinity config equivalent to a veRL command line or YAML (align-with-verl.md),
+    listing every veRL key it could not map."""
+    import os
+
+    from trinity.common.config.convert_verl import convert, read_command, read_yaml, to_yaml
+
+    if len(source) == 1 and "=" not in source[0]:
+        if not os.path.isfile(source[0]):
+            typer.secho(f"error: no such file: {source[0]}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(code=2)
+        with open(source[0], encoding="utf-8") as f:
+            text = f.read()
+        is_yaml = source[0].endswith((".yaml", ".yml"))
+        verl, name = (read_yaml(text) if is_yaml else read_command(text)), source[0]
+    else:
+        verl, name = read_command(" ".join(source)), None
+    config, unmapped = convert(verl)
+    text = to_yaml(config, unmapped, name)
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(text)
+        typer.echo(f"wrote {out} ({len(verl)} veRL keys, {len(unmapped)} not mapped)")
+    for line in unmapped:
+        typer.secho(f"not mapped: {line}", fg=typer.colors.YELLOW, err=True)
+
+
 def main() -> None:
     sys.exit(app())
 

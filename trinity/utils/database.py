@@ -48,7 +48,7 @@ def database_url(path: str) -> str:
         return f"sqlite:///{os.path.abspath(os.path.expanduser(path))}"
     try:
         url = sa.make_url(path)
-    except sa.exc.ArgumentError as exc:
+    except (sa.exc.ArgumentError, ValueError) as exc:  # ValueError: e.g. a port not a number
         raise ValueError(f"'{masked_url(path)}' is not a database URL: {exc}") from None
     if url.get_backend_name() != "sqlite":
         return path
@@ -58,10 +58,6 @@ def database_url(path: str) -> str:
             "exit; name a file: sqlite:///path/to/buffer.db"
         )
     return f"sqlite:///{os.path.abspath(os.path.expanduser(url.database))}"
-
-
-def is_sqlite(url: str) -> bool:
-    return sa.make_url(url).get_backend_name() == "sqlite"
 
 
 def sqlite_file(url: str) -> Optional[str]:

@@ -29,9 +29,11 @@ from trinity.common.config.preflight_components import (
 from trinity.common.config.ranks import warn_ranks
 from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.config.validate import algorithm_module, external_models, warn_inert
+from trinity.utils.database import connection_problem, database_url, sqlite_file
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
+CONNECT_CHECK_S = 5.0  # how long the check waits for a database server to answer
 
 # Built-in workflow -> the row parts it reads ("prompt": prompt_key, or messages_key for
 # messages data, plus system_prompt_key when set; "response": response_key, the answer
@@ -252,7 +254,8 @@ def _data_problems(config: Config) -> List[str]:
     problems, rows = [], {}
     kinds = ("tasksets", "eval_tasksets", "experience_buffer", "auxiliary_buffers")
     for path, storage in _storages(config, kinds):
-        if storage.storage_type != "file" or not storage.path:
+        tasks_in_sql = storage.storage_type == "sql" and path.startswith("buffer.explorer_input")
+        if not (storage.storage_type == "file" or tasks_in_sql) or not storage.path:
             continue  # other storages hold no data yet; a missing path is reported already
         # The reader's own row checks, so skip_bad_rows skips here what it skips in the run.
         schema = row_schema(storage.format, _reader_of(config, path))
@@ -338,16 +341,28 @@ def _paired(config: Config) -> bool:
 
 # ---- outputs -----------------------------------------------------------------------------
 def _output_problems(config: Config) -> List[str]:
-    """The job folder and a queue's SQLite backup must be writable where they will go."""
+    """The job folder must be writable, and so must the experience buffer's SQLite file; a
+    database server must answer (one connection, a few seconds at most)."""
     root = config.checkpoint_root_dir
     problems = writable_problems("checkpoint_root_dir", root, config.checkpoint_job_dir, True)
     storage = config.buffer.trainer_input.experience_buffer
     if config.mode in ("both", "explore") and storage is not None and storage.path:
-        if storage.storage_type == "queue" and "://" not in storage.path.removeprefix("sqlite:"):
-            target = os.path.abspath(storage.path.removeprefix("sqlite:///"))
-            key = "buffer.trainer_input.experience_buffer.path"
-            problems += writable_problems(key, storage.path, target, False)
+        if storage.storage_type in ("queue", "sql"):
+            problems += _buffer_database_problems(storage.path)
     return problems
+
+
+def _buffer_database_problems(path: str) -> List[str]:
+    key = "buffer.trainer_input.experience_buffer.path"
+    try:
+        url = database_url(path)
+    except ValueError:
+        return []  # reported by the config checks
+    file = sqlite_file(url)
+    if file is not None:
+        return writable_problems(key, path, file, False)
+    problem = connection_problem(url, timeout=CONNECT_CHECK_S)
+    return [f"{key}: {problem}"] if problem else []
 
 
 def writable_problems(key: str, value: str, target: str, is_folder: bool) -> List[str]:

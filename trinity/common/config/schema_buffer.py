@@ -109,10 +109,14 @@ class StorageConfig(ConfigModel):
 
     name: Name = Field("", description="Unique name (also the Ray actor name); unset: derived.")
     storage_type: Literal["file", "queue", "sql"] = Field(
-        "file", description="file: jsonl/parquet; queue: in-memory queue; sql: SQLite database."
+        "file",
+        description="file: jsonl/parquet; queue: the explorer-to-trainer queue, kept in a "
+        "database; sql: a table of a SQL database (SQLite file or SQLAlchemy URL).",
     )
     path: Optional[str] = Field(
-        None, description="Data directory or file (file), database file (sql), backup (queue)."
+        None,
+        description="Data directory or file (file); SQLite file or SQLAlchemy URL (sql, queue; "
+        "a sql taskset's table is its name).",
     )
     subset_name: Optional[str] = Field(None, description="`name` of datasets.load_dataset.")
     split: str = Field("train", description="`split` of datasets.load_dataset.")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-import re
+import os
 from typing import Any, Callable, Dict, Iterator, List, Tuple, Union
 
 from pydantic import BaseModel
@@ -22,6 +22,7 @@ from trinity.common.config.lora_checks import lora_problems
 from trinity.common.config.nodes import node_problems
 from trinity.common.config.ranks import rank_problems
 from trinity.common.config.schema_buffer import MAX_TOP_LOGPROBS, StorageConfig
+from trinity.utils.database import database_url
 
 logger = logging.getLogger("trinity.config")
 
@@ -36,8 +37,9 @@ def _registered_algorithms(config: Config) -> Tuple[Any, ...]:
 
 
 def _experience_buffer_storage(config: Config) -> Tuple[Any, ...]:
-    # train mode reads SFT data from files; otherwise the explorer feeds the trainer a queue.
-    return ("file",) if config.mode == "train" else ("queue",)
+    # train mode reads SFT data from files; otherwise the explorer feeds the trainer a queue,
+    # kept in a database (sql: the same queue, its table in the database at `path`).
+    return ("file",) if config.mode == "train" else ("queue", "sql")
 
 
 def _replay_modes(config: Config) -> Tuple[Any, ...]:
@@ -73,8 +75,8 @@ SUPPORTED: Dict[str, Allowed] = {
     "model.rope_scaling": (None,),
     "model.rope_theta": (None,),
     "model.tinker.enable": (False,),
-    "buffer.explorer_input.tasksets.*.storage_type": ("file",),
-    "buffer.explorer_input.eval_tasksets.*.storage_type": ("file",),
+    "buffer.explorer_input.tasksets.*.storage_type": ("file", "sql"),
+    "buffer.explorer_input.eval_tasksets.*.storage_type": ("file", "sql"),
     "buffer.trainer_input.experience_buffer.storage_type": _experience_buffer_storage,
     "buffer.trainer_input.experience_buffer.replay_buffer.enable": _replay_modes,
     "buffer.trainer_input.auxiliary_buffers.*.storage_type": ("file",),
@@ -467,22 +469,23 @@ def _check_batches(config: Config) -> List[str]:
     return problems
 
 
-def masked_url(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (``postgresql://u:***@host/db``)."""
-    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
-
-
 def _check_buffer_path(config: Config) -> List[str]:
-    """A queue's backup ``path`` is a SQLite file; other database URLs are not built yet."""
+    """A queue's or sql buffer's ``path`` is a SQLite file or a database URL SQLAlchemy
+    parses; whether it can be reached is checked before start (``preflight``)."""
     storage = config.buffer.trainer_input.experience_buffer
-    if storage is None or storage.storage_type != "queue" or "://" not in (storage.path or ""):
+    if storage is None or storage.storage_type not in ("queue", "sql") or not storage.path:
         return []
-    if storage.path.startswith("sqlite:///") and len(storage.path) > len("sqlite:///"):
-        return []
-    return [
-        f"buffer.trainer_input.experience_buffer.path = {masked_url(storage.path)} is not "
-        "supported yet (supported: a SQLite file path, or sqlite:///<file>)"
-    ]
+    key = "buffer.trainer_input.experience_buffer.path"
+    if os.path.splitext(storage.path)[1].lower() in (".json", ".jsonl"):
+        return [
+            f"{key} = {storage.path}: backing the queue with a JSON file is not supported yet; "
+            "use a SQLite file such as 'sqlite:///buffer.db' or a database URL"
+        ]
+    try:
+        database_url(storage.path)
+    except ValueError as exc:
+        return [f"{key}: {exc}"]
+    return []
 
 
 def storages_of(config: Config) -> List[Tuple[str, StorageConfig]]:
@@ -498,8 +501,11 @@ def _check_datasets(config: Config) -> List[str]:
     if config.mode in ("both", "explore") and not config.buffer.explorer_input.tasksets:
         problems.append(f"buffer.explorer_input.taskset is required in mode {config.mode}")
     for path, storage in storages_of(config):
-        if storage.storage_type == "file" and not storage.path:
-            problems.append(f"{path}.path is required for storage_type file")
+        needs_path = storage.storage_type == "file" or (
+            storage.storage_type == "sql" and path.startswith("buffer.explorer_input")
+        )
+        if needs_path and not storage.path:
+            problems.append(f"{path}.path is required for storage_type {storage.storage_type}")
         if storage.name in names:
             problems.append(f"{path}.name = {storage.name} is also used by {names[storage.name]}")
         names.setdefault(storage.name, path)
