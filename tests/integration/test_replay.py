@@ -22,7 +22,7 @@ def test_replay_fills_short_batches_after_the_cooldown(
     overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
         "buffer.explorer_input.default_workflow_type=half_math_workflow",
         "buffer.explorer_input.eval_tasksets=[]",
-        "buffer.total_steps=4",
+        "buffer.total_steps=3",
         "buffer.trainer_input.experience_buffer.name=exp_buffer",
         "buffer.trainer_input.experience_buffer.storage_type=queue",
         f"{replay}.enable=true",
@@ -33,11 +33,11 @@ def test_replay_fills_short_batches_after_the_cooldown(
     (result,) = run(CONFIG, overrides, [os.path.join(HERE, "plugins_replay")])
     with open(os.path.join(result.job_dir, "monitor", "trainer.jsonl")) as f:
         trainer = [json.loads(line) for line in f]
-    assert [r["step"] for r in trainer] == [1, 2, 3, 4]
+    assert [r["step"] for r in trainer] == [1, 2, 3]
     replayed = [r["buffer/replayed"] for r in trainer]
     # each explore step gives 2 of its 4 tasks' groups (8 rows) of a 16-row batch
     fresh = [r["sample/experience_count"] - r["buffer/replayed"] for r in trainer]
-    assert fresh == [8, 8, 8, 8]
+    assert fresh == [8, 8, 8]
     assert replayed[0] == 0  # nothing was consumed before step 1
     assert sum(replayed) > 0 and all(n <= 8 and n % 4 == 0 for n in replayed)  # whole groups
     assert max(r["buffer/use_count/max"] for r in trainer) >= 2
@@ -52,8 +52,8 @@ def test_replay_fills_short_batches_after_the_cooldown(
         ).all()
     store.close()
     # every fresh row was consumed once, by the step of its explore step (exactly once)
-    assert len(rows) == 32 and all(step is not None for _, step in rows)
-    assert len(uses) == 32 + sum(replayed)  # one use per fresh read, one per replay
+    assert len(rows) == 24 and all(step is not None for _, step in rows)
+    assert len(uses) == 24 + sum(replayed)  # one use per fresh read, one per replay
     by_row: dict = {}
     for row_id, step, at in sorted(uses, key=lambda u: u[2]):
         by_row.setdefault(row_id, []).append((step, at))

@@ -209,3 +209,44 @@ def test_use_counts_survive_a_restart_and_rewind(tmp_path):
     # fresh e3, then by priority (0 - 2 * uses): e1 and e2 (used once) before e0 (twice)
     assert read(resumed, 3, 3) == [("e3", 1), ("e1", 2), ("e2", 2)]
     store.close()
+
+
+# ---- configuration -------------------------------------------------------------------------
+REPLAY_YAML = """
+mode: {mode}
+model: {{model_path: /models/tiny, max_prompt_tokens: 16, max_response_tokens: 8}}
+buffer:
+  batch_size: 2
+  explorer_input:
+    taskset: {{name: t, storage_type: file, path: /data/t}}
+  trainer_input:
+    experience_buffer:
+      name: exp
+      storage_type: queue
+      replay_buffer: {{enable: true, reuse_cooldown_time: {cooldown}}}
+"""
+
+
+def finalized(tmp_path, mode="both", cooldown="null"):
+    from trinity.common.config import load_config
+    from trinity.common.config.derive import finalize
+
+    path = tmp_path / "replay.yaml"
+    path.write_text(REPLAY_YAML.format(mode=mode, cooldown=cooldown))
+    return finalize(load_config(str(path), []))
+
+
+def test_replay_config_scope_and_idle_warning(tmp_path, caplog):
+    from trinity.common.config import ConfigError
+
+    with caplog.at_level("WARNING", logger="trinity.config"):
+        finalized(tmp_path, cooldown="null")
+    assert "replay_buffer.enable = true: reuse_cooldown_time is null" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="trinity.config"):
+        finalized(tmp_path, cooldown="30")
+    assert "replay_buffer" not in caplog.text
+    with pytest.raises(ConfigError, match="replay_buffer.enable = true is not supported yet"):
+        finalized(tmp_path, mode="explore", cooldown="30")
+    with pytest.raises(ConfigError, match="reuse_cooldown_time = -1.0 must be >= 0"):
+        finalized(tmp_path, cooldown="-1")

@@ -45,7 +45,8 @@ def _experience_buffer_storage(config: Config) -> Tuple[Any, ...]:
 def _replay_modes(config: Config) -> Tuple[Any, ...]:
     # The replay pool lives in the queue actor the trainer of a `both` run reads; the guide
     # gives replay_buffer to `queue` buffers only.
-    queue = config.buffer.trainer_input.experience_buffer.storage_type == "queue"
+    storage = config.buffer.trainer_input.experience_buffer  # unset: the default queue
+    queue = storage is None or storage.storage_type == "queue"
     return (False, True) if config.mode == "both" and queue else (False,)
 
 
@@ -518,9 +519,20 @@ def _check_datasets(config: Config) -> List[str]:
     return problems
 
 
+def _idle_replay(config: Config) -> List[Tuple[str, Any, str]]:
+    """``replay_buffer.enable`` without a cooldown: the guide's null means never reused."""
+    storage = config.buffer.trainer_input.experience_buffer
+    replay = storage.replay_buffer if storage is not None else None
+    if replay is None or not replay.enable or replay.reuse_cooldown_time is not None:
+        return []
+    path = "buffer.trainer_input.experience_buffer.replay_buffer"
+    why = "reuse_cooldown_time is null, so no experience is reused; set it (seconds)"
+    return [(f"{path}.enable", True, why)]
+
+
 def warn_inert(config: Config) -> None:
     """Warn about every user-set key that this build accepts but does not use."""
-    found = explicit_inert_values(config)
+    found = explicit_inert_values(config) + _idle_replay(config)
     if found:
         lines = "\n".join(f"  - {path} = {show(value)}: {reason}" for path, value, reason in found)
         logger.warning("These keys are accepted but have no effect here:\n%s", lines)
