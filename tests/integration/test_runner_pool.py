@@ -75,3 +75,49 @@ def test_a_stuck_task_times_out_and_its_runner_mates_are_rerun(ray_cluster):
 def test_a_timed_out_task_is_retried_then_reported_with_its_attempts(ray_cluster):
     (result,) = _pool(size=1, rows=1, max_timeout=1.0, retries=2).run(_tasks(60.0))
     assert result.attempts == 3 and "timed out after explorer.max_timeout=1s" in result.error
+
+
+def _named(results: list) -> dict:
+    """Results by task name (a finished task reports a dict, the others the task sent)."""
+    return {getattr(r.task, "name", None) or r.task["name"]: r for r in results}
+
+
+def test_over_rollout_leaves_the_slowest_tasks_behind_and_the_pool_goes_on(ray_cluster):
+    # 4 tasks, enough = 2: "a" and "b" finish at ~0.2 s, the wait_after_min of 0.5 s passes,
+    # "c" (running, 30 s) is cancelled and "d" (never started: no free slot) is dropped.
+    pool = _pool(size=1, rows=3)
+    tasks = _tasks(0.2, 0.2, 30.0, 30.0, names=["a", "b", "c", "d"])
+    results = pool.run(tasks, "explore step 1", enough=2, wait_after_min=0.5)
+    by_name = _named(results)
+    assert sorted(by_name) == ["a", "b", "c", "d"]
+    assert [n for n, r in sorted(by_name.items()) if r.left_behind] == ["c", "d"]
+    assert all(r.error is None for r in results)
+    assert by_name["c"].experiences == [] and by_name["d"].attempts == 0
+    # the runner that held "c" was replaced: the next step runs on a fresh one
+    (again,) = pool.run(_tasks(0.1, names=["e"]))
+    assert again.task["name"] == "e" and not again.left_behind
+
+
+def test_over_rollout_waits_for_stragglers_within_wait_after_min(ray_cluster):
+    # enough = 1 at ~0.1 s; "slow" ends at ~1 s, inside the 20 s grace: nothing left behind
+    results = _pool(size=1, rows=2).run(
+        _tasks(0.1, 1.0, names=["fast", "slow"]), enough=1, wait_after_min=20.0
+    )
+    assert sorted(_named(results)) == ["fast", "slow"]
+    assert not any(r.left_behind for r in results)
+
+
+def test_dynamic_timeout_cuts_a_task_far_slower_than_the_successful_ones(ray_cluster):
+    from trinity.explorer.pool_rules import DynamicTimeout
+
+    timeout = DynamicTimeout(max_timeout=60.0, ratio=3.0)
+    pool = RayRunnerPool(lambda i: SleepyRunner.remote(), 1, 60.0, 1, 0, timeout=timeout)
+    # before any success the limit is max_timeout: these run to the end
+    first = pool.run(_tasks(0.3, 0.3, names=["q1", "q2"]))
+    assert all(r.error is None for r in first)
+    (mean,) = [total / count for total, count in timeout.totals.values()]
+    assert mean >= 0.3
+    # a 30 s task: cut at 3 x the mean of the two successes (about 1 s), not at 60 s
+    (stuck,) = pool.run(_tasks(30.0, names=["stuck"]))
+    assert stuck.error.startswith(f"timed out after {3 * mean:.3g}s (explorer.dynamic_timeout: 3 x")
+    assert "the mean time of 2 successful task(s) like it" in stuck.error

@@ -7,11 +7,11 @@ import pytest
 from trinity.runtime import actors
 
 
-def _config(mode: str, engines: int = 1, offset: int = 0, ranks: int = 1):
+def _config(mode: str, engines: int = 1, offset: int = 0, ranks: int = 1, style: str = "fixed"):
     return SimpleNamespace(
         mode=mode,
         explorer=SimpleNamespace(rollout_model=SimpleNamespace(engine_num=engines)),
-        synchronizer=SimpleNamespace(sync_offset=offset),
+        synchronizer=SimpleNamespace(sync_offset=offset, sync_style=style),
         trainer=SimpleNamespace(cpu_ranks=ranks),
     )
 
@@ -34,6 +34,15 @@ def test_threads_follow_what_runs_at_the_same_time(
     config = _config(mode, engines, offset)
     assert actors.compute_threads(config, "engine") == engine_threads
     assert actors.compute_threads(config, "trainer") == trainer_threads
+
+
+@pytest.mark.parametrize("style", ["explorer_driven", "trainer_driven"])
+def test_dynamic_sync_styles_overlap_even_with_offset_0(monkeypatch, style):
+    # the explorer never waits for an update: engine and trainer run at the same time
+    monkeypatch.setattr(actors.os, "cpu_count", lambda: 8)
+    config = _config("both", 1, 0, style=style)
+    assert actors.compute_threads(config, "engine") == 4
+    assert actors.compute_threads(config, "trainer") == 4
 
 
 @pytest.mark.parametrize(

@@ -15,15 +15,22 @@ from typing import Any, Callable, Dict, List, Optional, Protocol
 
 from trinity.common.experience import Experience
 from trinity.common.workflows.workflow import Task
+from trinity.explorer.pool_rules import min_tasks
 from trinity.explorer.runner import TaskResult
 from trinity.runtime.status import Reporter
-from trinity.runtime.synchronizer import required_version
+from trinity.runtime.synchronizer import DYNAMIC_STYLES, Wanted, wanted_before
 
 logger = logging.getLogger(__name__)
 
 
 class RunnerPool(Protocol):
-    def run(self, tasks: List[Task], label: str = "") -> List[TaskResult]: ...
+    def run(
+        self,
+        tasks: List[Task],
+        label: str = "",
+        enough: Optional[int] = None,
+        wait_after_min: float = 0.0,
+    ) -> List[TaskResult]: ...
 
 
 class Explorer:
@@ -33,13 +40,14 @@ class Explorer:
         pool: RunnerPool,
         task_reader: Any,
         eval_readers: Dict[str, Any],
-        sync: Callable[[int], int],
+        sync: Callable[[Wanted], int],
         write: Optional[Callable[[List[Experience]], None]],
         log: Callable[[Dict[str, float], int], None],
         start_step: int = 0,
         report: Optional[Reporter] = None,
     ) -> None:
-        """``sync(version)`` makes the engines hold weights >= version and returns the version held;
+        """``sync(wanted)`` makes the engines hold the weights ``wanted`` (``synchronizer.py``)
+        says and returns their version;
         ``write(experiences, step)`` sends a step's experiences to the trainer's buffer (once per
         step, even when empty: that closes the step); ``log`` records metrics; ``report``
         carries failures to the console."""
@@ -69,11 +77,22 @@ class Explorer:
         return out
 
     def _run(self, tasks: List[Task], label: str, is_eval: bool = False) -> List[TaskResult]:
-        """Run ``tasks``; report failures; fail the run as ``explorer.max_failed_ratio`` says."""
-        results = self.pool.run(self._expand(tasks), label)
+        """Run ``tasks``; report failures; fail the run as ``explorer.max_failed_ratio`` says.
+
+        With ``explorer.over_rollout`` a training step's results include the tasks it left
+        behind (``left_behind``: cancelled, no experiences, not failures).
+        """
+        over = self.config.explorer.over_rollout
+        if is_eval or over.ratio <= 0:
+            all_results = self.pool.run(self._expand(tasks), label)
+        else:
+            enough = min_tasks(len(tasks), over.ratio)
+            expanded = self._expand(tasks)
+            all_results = self.pool.run(expanded, label, enough, over.wait_after_min)
+        results = [r for r in all_results if not r.left_behind]
         failed = [r for r in results if r.error]
         if not failed:
-            return results
+            return all_results
         for r in failed:
             logger.error(
                 "task %s failed after %d attempt(s):\n%s", r.task.task_id, r.attempts, r.error
@@ -90,7 +109,7 @@ class Explorer:
                 f"(explorer.max_failed_ratio = {limit:g}); {first.task.task_id} after "
                 f"{first.attempts} attempt(s): {last_line(first.error)}"
             )
-        return results
+        return all_results
 
     def explore_step(self) -> bool:
         """Explore one step; False when the taskset (or ``total_steps``) is exhausted."""
@@ -105,7 +124,9 @@ class Explorer:
         sync_cfg = self.config.synchronizer
         start = time.monotonic()
         self.version = self.sync(
-            required_version(self.step, sync_cfg.sync_interval, sync_cfg.sync_offset)
+            wanted_before(
+                self.step, sync_cfg.sync_style, sync_cfg.sync_interval, sync_cfg.sync_offset
+            )
         )
         waited, start = time.monotonic() - start, time.monotonic()
         results = self._run(tasks, f"explore step {self.step}")
@@ -116,6 +137,7 @@ class Explorer:
         metrics.update(
             {
                 "rollout/tasks_failed": float(sum(1 for r in results if r.error)),
+                "rollout/tasks_left_behind": float(sum(1 for r in results if r.left_behind)),
                 "rollout/model_version": float(self.version),
                 "time/explore_step": time.monotonic() - start,
                 "time/wait_for_weights": waited,  # includes loading them into the engines
@@ -142,18 +164,27 @@ class Explorer:
         cfg = self.config.explorer
         if cfg.eval_on_startup and self.step == 0:
             self.evaluate(0)
+        dynamic = self.config.synchronizer.sync_style in DYNAMIC_STYLES
+        last = self.config.buffer.total_steps
         while self.explore_step():
-            if cfg.eval_interval and self.step % cfg.eval_interval == 0:
+            due = cfg.eval_interval and self.step % cfg.eval_interval == 0
+            if due and not (dynamic and self.step == last):  # that one waits for the end
                 self._eval_after_update(self.step)
-        if not (cfg.eval_interval and self.step % cfg.eval_interval == 0):
-            self._eval_after_update(self.step)
+        if dynamic or not (cfg.eval_interval and self.step % cfg.eval_interval == 0):
+            self._eval_after_update(self.step, final=True)
         return self.step
 
-    def _eval_after_update(self, step: int) -> None:
-        """Evaluate the weights of trainer step ``step`` (waits for the trainer if behind)."""
-        if self.eval_readers and step > 0:
-            self.version = self.sync(step)
-            self.evaluate(step)
+    def _eval_after_update(self, step: int, final: bool = False) -> None:
+        """Evaluate at explore step ``step``. ``fixed``: the weights of trainer step ``step``
+        (waits for the trainer if behind). Dynamic styles: the newest weights, and after the
+        last step the trainer's final ones (it trains on what is left first)."""
+        if not self.eval_readers or step <= 0:
+            return
+        if self.config.synchronizer.sync_style not in DYNAMIC_STYLES:
+            self.version = self.sync(Wanted(step))
+        else:
+            self.version = self.sync(Wanted(None, final=True) if final else Wanted(0))
+        self.evaluate(step)
 
 
 class TaskFailures(RuntimeError):

@@ -28,6 +28,7 @@ class TaskResult:
     error: Optional[str] = None  # the last attempt's traceback when every attempt failed
     seconds: float = 0.0
     attempts: int = 0
+    left_behind: bool = False  # over_rollout: cancelled when its step went on without it
 
 
 class WorkflowRunner:

@@ -10,11 +10,12 @@ import logging
 import os
 import time
 from collections import deque
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import ray
 
 from trinity.common.workflows.workflow import Task
+from trinity.explorer.pool_rules import DynamicTimeout, OverRollout
 from trinity.explorer.runner import AsyncWorkflowRunner, TaskResult, WorkflowRunner
 from trinity.runtime.status import Reporter, RunStatus
 
@@ -212,9 +213,10 @@ def compute_threads(
 
     Actors that compute at the same time split the cores: two processes each running
     all-core OpenMP loops spin against each other and slow down many times over. With
-    ``sync_offset: 0`` in a ``both`` run the engines and the trainer strictly alternate (the
-    explorer waits for each update, the trainer for each batch), so each side gets every core
-    while the other waits; otherwise they overlap and share.
+    ``sync_offset: 0`` (and ``sync_style: fixed``) in a ``both`` run the engines and the
+    trainer strictly alternate (the explorer waits for each update, the trainer for each
+    batch), so each side gets every core while the other waits; otherwise they overlap and
+    share.
 
     With ``cluster.node_num`` >= 2 the roles run on nodes of their own (``placement.py``):
     ``node_cpus`` is Ray's CPU count of the actor's node, split only with the other actors of
@@ -227,13 +229,15 @@ def compute_threads(
     engines = config.explorer.rollout_model.engine_num if config.mode != "train" else 0
     # every rank of a sharded trainer (trainer.cpu_ranks) computes at the same time
     trainers = config.trainer.cpu_ranks if config.mode != "explore" else 0
-    if config.mode == "both" and config.synchronizer.sync_offset == 0:
+    sync = config.synchronizer
+    if config.mode == "both" and sync.sync_style == "fixed" and sync.sync_offset == 0:
         return max(1, cores // engines) if role == "engine" else max(1, cores // trainers)
     return max(1, cores // max(1, engines + trainers))
 
 
 class RayRunnerPool:
-    """Runs tasks on a pool of ``RunnerActor``s with ``explorer.max_timeout`` per task.
+    """Runs tasks on a pool of ``RunnerActor``s with ``explorer.max_timeout`` per task (or
+    the limit of ``timeout``, a ``DynamicTimeout``: ``explorer.dynamic_timeout``).
 
     Each runner holds at most ``rows`` samples' worth of tasks at once (a task asks for
     ``rollout_args.n``; always at least one task, so ``rows=1`` is sequential): a training
@@ -242,6 +246,10 @@ class RayRunnerPool:
     replaced, so one stuck workflow never stalls the step; the task that timed out (or was
     running when its runner died) is retried up to ``max_retry_times`` times, the runner's
     other in-flight tasks start again on the new runner without counting an attempt.
+
+    With ``enough`` (``explorer.over_rollout``) a run returns ``wait_after_min`` seconds
+    after that many tasks finished: the tasks still running are cancelled (their runners
+    replaced) and come back, with those never started, as ``left_behind`` results.
     """
 
     # A task running longer than this is reported as what the explorer waits for.
@@ -255,10 +263,12 @@ class RayRunnerPool:
         rows: int = 1,
         max_retry_times: int = 0,
         report: Optional[Reporter] = None,
+        timeout: Optional[DynamicTimeout] = None,
     ) -> None:
         self.make_runner = make_runner
         self.runners = [make_runner(i) for i in range(size)]
         self.max_timeout = max_timeout
+        self.timeout = timeout or DynamicTimeout(max_timeout)
         self.rows = rows
         self.max_retry_times = max_retry_times
         self.report = report
@@ -269,58 +279,104 @@ class RayRunnerPool:
         n = max((task.rollout_args.n for task in tasks), default=1)
         return max(1, self.rows // max(1, n))
 
-    def run(self, tasks: List[Task], label: str = "") -> List[TaskResult]:
+    def run(
+        self,
+        tasks: List[Task],
+        label: str = "",
+        enough: Optional[int] = None,
+        wait_after_min: float = 0.0,
+    ) -> List[TaskResult]:
         todo, per_runner = deque(tasks), self._tasks_per_runner(tasks)
         free = [runner for runner in self.runners for _ in range(per_runner)]
-        pending: Dict[Any, tuple] = {}  # ref -> (task, runner, started: monotonic)
+        pending: Dict[Any, tuple] = {}  # ref -> (task, runner, started: monotonic, limit)
         lost: Dict[int, int] = {}  # id(task) -> attempts lost to timeouts and dead runners
         results: List[TaskResult] = []
+        cutoff = None if enough is None else OverRollout(tasks, enough, wait_after_min)
         while todo or pending:
             while todo and free:
                 runner, task = free.pop(), todo.popleft()
-                pending[runner.run_task.remote(task)] = (task, runner, time.monotonic())
+                ref = runner.run_task.remote(task)
+                pending[ref] = (task, runner, time.monotonic(), self.timeout.limit(task))
             # Wake at the next deadline at the latest, so a timeout is noticed on time.
-            oldest = min(started for _, _, started in pending.values())
-            wait = min(1.0, max(0.01, oldest + self.max_timeout - time.monotonic()))
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=wait)
-            for ref in done:
-                task, runner, _ = pending.pop(ref)
-                try:
-                    results.append(ray.get(ref))
-                    free.append(runner)
-                except ray.exceptions.RayActorError as exc:
-                    self._lost(task, f"its workflow runner died: {exc}", lost, todo, results)
-                    self._restart(runner, pending, todo, free, per_runner)
+            first = min(started + limit for _, _, started, limit in pending.values())
+            left = cutoff.seconds_left() if cutoff is not None else None
+            wait = min(1.0, first - time.monotonic(), 1.0 if left is None else left)
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.01, wait))
+            ended = [self._collect(ref, pending, lost, todo, free, per_runner) for ref in done]
             now = time.monotonic()
-            for ref, (task, runner, started) in list(pending.items()):
-                if ref in pending and now - started > self.max_timeout:
+            for ref, (task, runner, started, limit) in list(pending.items()):
+                if ref in pending and now - started > limit:
                     pending.pop(ref)
-                    msg = f"timed out after explorer.max_timeout={self.max_timeout:g}s"
-                    self._lost(task, msg, lost, todo, results)
+                    msg = f"timed out after {self.timeout.describe(task)}"
+                    ended.append((task, self._lost(task, msg, lost, todo)))
                     self._restart(runner, pending, todo, free, per_runner)
+            for task, result in ended:
+                if result is not None:  # None: the task goes again
+                    results.append(result)
+                    if cutoff is not None:
+                        cutoff.finish(task)
+            if cutoff is not None and cutoff.expired() and (todo or pending):
+                results += self._leave_behind(label, todo, pending)
             self._report(pending, label)
         if self.report is not None:
             self.report.done()
         return results
 
-    def _lost(self, task: Task, why: str, lost: Dict[int, int], todo: deque, results: List) -> None:
+    def _collect(
+        self, ref: Any, pending: Dict, lost: Dict[int, int], todo: deque, free: List, per: int
+    ) -> Tuple[Task, Optional[TaskResult]]:
+        """(task as sent, its result; None when the task goes again). A success's time
+        feeds the dynamic timeout."""
+        task, runner, started, _ = pending.pop(ref)
+        try:
+            result = ray.get(ref)
+        except ray.exceptions.RayActorError as exc:
+            gave_up = self._lost(task, f"its workflow runner died: {exc}", lost, todo)
+            self._restart(runner, pending, todo, free, per)
+            return task, gave_up
+        free.append(runner)
+        if result.error is None:
+            self.timeout.record(task, time.monotonic() - started)
+        return task, result
+
+    def _leave_behind(self, label: str, todo: deque, pending: Dict) -> List[TaskResult]:
+        """over_rollout: the step goes on. Tasks still running are cancelled (their runners
+        killed and replaced: a running workflow cannot be stopped otherwise), tasks not
+        started are dropped; all come back as ``left_behind`` results."""
+        behind = [task for task, _, _, _ in pending.values()] + list(todo)
+        busy = list({id(runner): runner for _, runner, _, _ in pending.values()}.values())
+        pending.clear()
+        todo.clear()
+        for runner in busy:
+            ray.kill(runner, no_restart=True)
+        indexes = [self.runners.index(runner) for runner in busy]
+        for index in indexes:
+            self.runners[index] = self.make_runner(index)
+        ray.get([self.runners[index].__ray_ready__.remote() for index in indexes])
+        names = ", ".join(task.task_id for task in behind)
+        logger.info("%s goes on without %d task(s): %s", label, len(behind), names)
+        return [TaskResult(task=task, left_behind=True) for task in behind]
+
+    def _lost(
+        self, task: Task, why: str, lost: Dict[int, int], todo: deque
+    ) -> Optional[TaskResult]:
         """Retry a task whose attempt was lost (timeout, dead runner), or give up on it."""
         attempts = lost[id(task)] = lost.get(id(task), 0) + 1
         if attempts <= self.max_retry_times:
             logger.warning("task %s %s; retrying (attempt %d)", task.task_id, why, attempts + 1)
             todo.appendleft(task)
-        else:
-            results.append(TaskResult(task=task, error=why, attempts=attempts))
+            return None
+        return TaskResult(task=task, error=why, attempts=attempts)
 
     def _report(self, pending: Dict[Any, tuple], label: str) -> None:
         if self.report is None or not pending:
             return
-        task, _, started = min(pending.values(), key=lambda item: item[2])
+        task, _, started, _ = min(pending.values(), key=lambda item: item[2])
         age = time.monotonic() - started
         if age > self.REPORT_AFTER_S:
             self.report.wait(
                 f"{len(pending)} task(s) of {label} to finish; the oldest, {task.task_id}, may "
-                f"run {self.max_timeout:g}s (explorer.max_timeout)",
+                f"run {self.timeout.describe(task)}",
                 since=time.time() - age,
             )
 
@@ -328,7 +384,7 @@ class RayRunnerPool:
         self, runner: Any, pending: Dict[Any, tuple], todo: deque, free: List, per_runner: int
     ) -> None:
         """Replace ``runner``; the tasks it still held go back to the front of the queue."""
-        for ref, (task, owner, _) in list(pending.items()):
+        for ref, (task, owner, _, _) in list(pending.items()):
             if owner is runner:
                 pending.pop(ref)
                 todo.appendleft(task)

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional
 
 import ray
 
+from trinity.explorer.pool_rules import DynamicTimeout
 from trinity.runtime.actors import (
     AsyncRunnerActor,
     EngineActor,
@@ -20,7 +21,7 @@ from trinity.runtime.actors import (
 from trinity.runtime.placement import Placement, pinned
 from trinity.runtime.roles import WAIT_SLICE_S, role_monitor
 from trinity.runtime.status import Reporter
-from trinity.runtime.synchronizer import SyncTimeoutError
+from trinity.runtime.synchronizer import SyncTimeoutError, Wanted
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +81,13 @@ def external_engine(config: Any, auxiliary: Any = None) -> Any:
     index = next(i for i, a in enumerate(config.explorer.auxiliary_models) if a is auxiliary)
     key = f"explorer.auxiliary_models[{index}].external_model"
     return ExternalModel.from_config(auxiliary.external_model, key, auxiliary.model_path)
+
+
+def task_timeout(explorer: Any) -> DynamicTimeout:
+    """Each task's time limit: ``explorer.max_timeout``, or with ``explorer.dynamic_timeout``
+    the mean successful task time x its ``ratio`` (capped by ``max_timeout``)."""
+    dynamic = explorer.dynamic_timeout
+    return DynamicTimeout(explorer.max_timeout, dynamic.ratio if dynamic.enable else None)
 
 
 def runner_slots(config: Any, runners: int) -> int:
@@ -145,6 +153,7 @@ class ExplorerActor:
             self.slots,
             max_retry_times=cfg.explorer.max_retry_times,
             report=self.report,
+            timeout=task_timeout(cfg.explorer),
         )
         if self.queue is not None:
             start_step = max(start_step, ray.get(self.queue.last_step.remote()))
@@ -219,17 +228,23 @@ class ExplorerActor:
             **options,
         )
 
-    def _sync(self, version: int) -> int:
-        """Make every engine hold weights >= ``version`` (``explore`` mode: the newest on disk).
-
-        Also reloads an engine that came back from a restart with its initial weights.
+    def _sync(self, want: Wanted) -> int:
+        """Make every engine hold the weights ``want`` says (``explore`` mode: the newest on
+        disk). Also reloads an engine that came back from a restart with its initial weights.
         """
         if self.config.explorer.rollout_model.engine_type == "external":
             return self.loaded_version  # an API takes no weights (validated: explore mode)
+        if want.ask:
+            ray.get(self.sync_actor.ask.remote())
         if self.config.mode == "explore":
             found = ray.get(self.sync_actor.wait_for.remote(self.loaded_version + 1, 0.0))
+        elif want.final:
+            # The trainer ends after reading what is left in the queue: nothing more comes.
+            if self.queue is not None:
+                ray.get(self.queue.close.remote())
+            found = self._wait_for_trainer(None)
         else:
-            found = self._wait_for_trainer(version)
+            found = None if want.version is None else self._wait_for_trainer(want.version)
         versions = ray.get([e.model_version.remote() for e in self.engines])
         stale = [e for e, v in zip(self.engines, versions, strict=True) if v < self.loaded_version]
         if found is not None and found[0] > self.loaded_version and found[1]:
@@ -240,25 +255,28 @@ class ExplorerActor:
                 ray.get([e.load_weights.remote(found[1][0], found[0]) for e in stale])
         return self.loaded_version
 
-    def _wait_for_trainer(self, version: int) -> Any:
-        """(version, weights) from the synchronizer, waiting in slices and saying so."""
+    def _wait_for_trainer(self, version: Optional[int]) -> Any:
+        """(version, weights) from the synchronizer once it has ``version`` (None: once the
+        trainer finished, with its last weights), waiting in slices and saying so."""
         timeout = self.config.synchronizer.sync_timeout
         start, since = time.monotonic(), time.time()
+        what = "finish" if version is None else f"publish model version {version}"
         while (left := timeout - (time.monotonic() - start)) > 0:
-            found = ray.get(self.sync_actor.wait_for.remote(version, min(WAIT_SLICE_S, left)))
+            wait = min(WAIT_SLICE_S, left)
+            if version is None:
+                found = ray.get(self.sync_actor.wait_finished.remote(wait))
+            else:
+                found = ray.get(self.sync_actor.wait_for.remote(version, wait))
             if found is not None:
                 self.report.done()
                 return found
             self.report.wait(
-                f"the trainer to publish model version {version} "
-                f"(synchronizer.sync_timeout={timeout:g}s)",
-                since=since,
+                f"the trainer to {what} (synchronizer.sync_timeout={timeout:g}s)", since=since
             )
         latest = ray.get(self.sync_actor.published.remote())
         raise SyncTimeoutError(
-            f"the trainer did not publish model version {version} within "
-            f"synchronizer.sync_timeout={timeout:g}s (latest published: {latest}); "
-            "it is slow or stuck: see its log"
+            f"the trainer did not {what} within synchronizer.sync_timeout={timeout:g}s "
+            f"(latest published: {latest}); it is slow or stuck: see its log"
         )
 
     def run(self) -> int:

@@ -12,11 +12,13 @@ import asyncio
 import os
 import time
 import warnings
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 
+from trinity.common.config.sync_checks import DYNAMIC_STYLES
 from trinity.trainer.checkpoint import latest_step, weights_path
 
 
@@ -71,6 +73,55 @@ def last_readable_step(train_step: int, sync_interval: int, sync_offset: int) ->
     return ((train_step - 1) // sync_interval + 1) * sync_interval + sync_offset
 
 
+@dataclass(frozen=True)
+class Wanted:
+    """What the explorer needs from the synchronizer before a step or an evaluation."""
+
+    version: Optional[int]  # load the newest weights once they are >= this; None: keep
+    ask: bool = False  # explorer_driven: ask the trainer to publish at its next step end
+    final: bool = False  # the trainer's last weights: wait until it has finished
+
+
+def wanted_before(step: int, style: str, sync_interval: int, sync_offset: int) -> Wanted:
+    """What the explorer loads before exploring ``step`` (1-based) in ``style``.
+
+    ``fixed`` waits for ``required_version``. The dynamic styles never wait: they load the
+    newest published weights (version 0 is always there) once the first ``sync_offset``
+    steps ran on the starting weights. ``explorer_driven`` also asks the trainer for fresh
+    weights after every ``sync_interval`` steps from there; the trainer publishes at the end
+    of its current step and the explorer loads them at its next step boundary.
+    """
+    if style == "fixed":
+        return Wanted(required_version(step, sync_interval, sync_offset))
+    if step <= sync_offset:
+        return Wanted(None)
+    since = step - 1 - sync_offset
+    return Wanted(0, ask=style == "explorer_driven" and since > 0 and since % sync_interval == 0)
+
+
+def readable_bound(style: str, sync_interval: int, sync_offset: int) -> Any:
+    """``train_step -> newest explore step it may wait for`` (None: any step).
+
+    In the dynamic styles the explorer never waits for the trainer, so every explore step
+    will be written: a train step may wait for any of them (the oldest come first).
+    """
+    if style in DYNAMIC_STYLES:
+        return lambda train_step: None
+    return lambda train_step: last_readable_step(train_step, sync_interval, sync_offset)
+
+
+async def _wait(cond: asyncio.Condition, predicate: Any, timeout: float) -> bool:
+    """Whether ``predicate`` held within ``timeout`` (``cond`` held). Checked first: Python
+    3.11's ``asyncio.wait_for`` times out at once with a timeout of 0, even when ready."""
+    if predicate():
+        return True
+    try:
+        await asyncio.wait_for(cond.wait_for(predicate), timeout)
+    except asyncio.TimeoutError:
+        return False
+    return True
+
+
 class Synchronizer:
     def __init__(self, method: str, job_dir: str, timeout: float, has_trainer: bool) -> None:
         self.method = method
@@ -80,6 +131,7 @@ class Synchronizer:
         self.version = 0
         self._weights: Optional[List[Any]] = None  # [ObjectRef] (memory) or [path] (checkpoint)
         self._trainer_state = "running"  # running | finished | failed: <message>
+        self._asked = False  # explorer_driven: the explorer asked for fresh weights
         self._changed: Optional[asyncio.Condition] = None
 
     def _cond(self) -> asyncio.Condition:
@@ -118,15 +170,34 @@ class Synchronizer:
             return await self._poll_disk(version, timeout)
         async with self._cond():
             ready = lambda: self.version >= version or self._trainer_state != "running"  # noqa: E731
-            try:
-                await asyncio.wait_for(self._cond().wait_for(ready), timeout)
-            except asyncio.TimeoutError:
+            if not await _wait(self._cond(), ready, timeout):
                 return None
             if self._trainer_state.startswith("failed") and self.version < version:
                 raise RuntimeError(
                     f"the trainer stopped before version {version}: {self._trainer_state}"
                 )
             return self.version, self._weights or []
+
+    async def wait_finished(self, timeout: float) -> Optional[Tuple[int, List[Any]]]:
+        """Explorer side: the trainer's last (version, weights) once it finished; None after
+        ``timeout``. Raises if the trainer failed."""
+        async with self._cond():
+            done = lambda: self._trainer_state != "running"  # noqa: E731
+            if not await _wait(self._cond(), done, timeout):
+                return None
+            if self._trainer_state.startswith("failed"):
+                raise RuntimeError(f"the trainer stopped before its end: {self._trainer_state}")
+            return self.version, self._weights or []
+
+    async def ask(self) -> None:
+        """Explorer side (``explorer_driven``): publish fresh weights at your next step end."""
+        self._asked = True
+
+    async def take_ask(self) -> bool:
+        """Trainer side (``explorer_driven``): whether the explorer asked since the last
+        call (and clear the request)."""
+        asked, self._asked = self._asked, False
+        return asked
 
     async def _poll_disk(self, version: int, timeout: float) -> Optional[Tuple[int, List[Any]]]:
         deadline = time.monotonic() + timeout

@@ -15,7 +15,7 @@ from trinity.runtime.placement import own_node_cpus
 from trinity.runtime.queue_reader import QueueReader
 from trinity.runtime.roles import role_monitor
 from trinity.runtime.status import Reporter
-from trinity.runtime.synchronizer import last_readable_step, pack_state
+from trinity.runtime.synchronizer import pack_state, readable_bound
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +66,8 @@ class TrainerActor:
             publish=publish,
             report=self.report.event,
         )
+        if self.config.synchronizer.sync_style == "explorer_driven":  # publish when asked
+            kwargs["publish_due"] = lambda step: ray.get(self.sync_actor.take_ask.remote())
         if self.config.trainer.cpu_ranks > 1:  # rank 0 of several (trainer_ranks.py)
             self.trainer = sharded_trainer(self.config, 0, self.group_port, **kwargs)
         else:
@@ -86,7 +88,7 @@ class TrainerActor:
             return QueueReader(
                 self.queue,
                 storage.max_read_timeout,
-                lambda t: last_readable_step(t, sync.sync_interval, sync.sync_offset),
+                readable_bound(sync.sync_style, sync.sync_interval, sync.sync_offset),
                 whole_groups=self.trainer.needs_groups,
                 report=self.report,
             )

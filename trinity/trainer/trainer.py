@@ -50,14 +50,18 @@ class Trainer:
         log: Callable[[Dict[str, float], int], None],
         publish: Optional[Callable[[int, torch.nn.Module], None]] = None,
         report: Optional[Callable[[str], None]] = None,
+        publish_due: Optional[Callable[[int], bool]] = None,
     ) -> None:
-        """``publish(version, model)`` hands weights to the explorer; ``planned_steps`` sizes the
-        lr schedule and bounds the loop; ``report`` says noteworthy things on the console.
-        Call ``prepare_model`` then ``attach_reader``."""
+        """``publish(version, model)`` hands weights to the explorer after the steps where
+        ``publish_due(step)`` (default: every ``synchronizer.sync_interval`` steps) and at
+        the end; ``planned_steps`` sizes the lr schedule and bounds the loop; ``report`` says
+        noteworthy things on the console. Call ``prepare_model`` then ``attach_reader``."""
         self.config = config
         self.planned_steps = planned_steps
         self.log = log
         self.publish = publish
+        interval = config.synchronizer.sync_interval
+        self.publish_due = publish_due or (lambda step: step % interval == 0)
         self.report = report or (lambda text: None)
         self.job_dir = config.checkpoint_job_dir
         self.step = 0
@@ -302,7 +306,6 @@ class Trainer:
     def run(self) -> int:
         """Train until the buffer runs out or ``planned_steps`` is done; returns the last step."""
         cfg = self.config
-        interval = cfg.synchronizer.sync_interval
         while self.step < self.planned_steps:
             start = time.monotonic()
             try:
@@ -315,7 +318,7 @@ class Trainer:
                 metrics.update(self.train_step(experiences))
             else:  # e.g. every task of its explore step failed: keep the step count in sync
                 self.report(f"train step {self.step}: no experience to train on; weights unchanged")
-            if self.publish is not None and self.step % interval == 0:
+            if self.publish is not None and self.publish_due(self.step):
                 start = time.monotonic()  # publish before logging: the explorer may be waiting
                 self.publish(self.step, self.model)
                 metrics["time/sync_weights"] = time.monotonic() - start

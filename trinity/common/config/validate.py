@@ -22,6 +22,7 @@ from trinity.common.config.lora_checks import lora_problems
 from trinity.common.config.nodes import node_problems
 from trinity.common.config.ranks import rank_problems
 from trinity.common.config.schema_buffer import MAX_TOP_LOGPROBS, StorageConfig
+from trinity.common.config.sync_checks import sync_problems
 from trinity.utils.database import database_url
 
 logger = logging.getLogger("trinity.config")
@@ -83,9 +84,7 @@ SUPPORTED: Dict[str, Allowed] = {
     "buffer.trainer_input.auxiliary_buffers.*.storage_type": ("file",),
     "explorer.rollout_model.engine_type": (None, "transformers", "external"),
     "explorer.auxiliary_models.*.engine_type": (None, "transformers", "external"),
-    "explorer.over_rollout.ratio": (0.0,),
-    "explorer.dynamic_timeout.enable": (False,),
-    "synchronizer.sync_style": ("fixed",),
+    "synchronizer.sync_style": ("fixed", "explorer_driven", "trainer_driven"),
     "synchronizer.sync_method": (None, "memory", "checkpoint"),
     "trainer.trainer_strategy": ("fsdp", "fsdp2"),
     "trainer.ulysses_sequence_parallel_size": (1,),
@@ -249,6 +248,7 @@ def check_consistency(config: Config) -> List[str]:
     problems += _check_buffer_path(config)
     problems += rank_problems(config)
     problems += node_problems(config)
+    problems += sync_problems(config)
     return problems
 
 
