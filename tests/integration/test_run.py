@@ -50,16 +50,23 @@ def test_grpo_both_mode(tmp_path, micro_model, arithmetic_data, ray_cluster):
     assert os.listdir(os.path.join(job_dir, "monitor", "tensorboard", "grpo_small_trainer"))
 
 
-def test_guide_example_workflow_as_plugin(tmp_path, micro_model, arithmetic_data, ray_cluster):
-    """The developer guide's ExampleWorkflow, pasted into a plugin file, trains for real."""
+def test_guide_example_workflow_as_plugin(
+    tmp_path, micro_model, arithmetic_data, ray_cluster, capsys
+):
+    """The developer guide's ExampleWorkflow, pasted into a plugin file, trains for real;
+    its runners report their state on the console (runner_state_report_interval)."""
     overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
         "buffer.explorer_input.default_workflow_type=example_workflow",
         "buffer.explorer_input.eval_tasksets=[]",
         "buffer.total_steps=2",
+        "explorer.runner_state_report_interval=0.2",
     ]
     (result,) = run(CONFIG, overrides, [os.path.join(HERE, "plugins")])
     assert [r["step"] for r in records(result.job_dir, "trainer")] == [1, 2]
     assert weights_changed(micro_model, result.final_hf)
+    out = capsys.readouterr().out
+    assert "explorer_runner_0" in out
+    assert " finished, 0 failed so far" in out
 
 
 def test_sft_stage_then_grpo_stage(tmp_path, micro_model, arithmetic_data, ray_cluster):
