@@ -458,3 +458,40 @@ def test_rollout_engine_gets_its_dtype_and_seed(tmp_path):
     text = BASE + "explorer:\n  rollout_model: {dtype: bfloat16, seed: 7}\n"
     chosen = engine_kwargs(finalized(tmp_path, text))
     assert (chosen["dtype"], chosen["seed"]) == ("bfloat16", 7)
+
+
+# ---- decoupled runs: a train run reading the store of a separate explore run ---------------
+TRAIN_FROM_STORE = """
+model: {model_path: /m, max_model_len: 64}
+mode: train
+buffer:
+  batch_size: 2
+  trainer_input:
+    experience_buffer: {name: eb, storage_type: queue}
+"""
+
+
+def test_a_train_run_reads_the_store_of_an_explore_run(tmp_path):
+    from trinity.common.config.decoupled_checks import resolved_config_name
+
+    config = finalized(tmp_path, TRAIN_FROM_STORE, ["buffer.total_steps=3"])
+    assert config.synchronizer.sync_method == "checkpoint"  # the explorer reads checkpoints
+    assert resolved_config_name(config) == "train_config.yaml"
+    sql = "buffer.trainer_input.experience_buffer.storage_type=sql"
+    assert finalized(tmp_path, TRAIN_FROM_STORE, ["buffer.total_steps=3", sql])
+    # with the explorer's taskset the steps are counted as the explorer does
+    assert finalized(
+        tmp_path,
+        overrides=[
+            "mode=train",
+            "buffer.trainer_input.experience_buffer={name: eb, storage_type: queue}",
+        ],
+    )
+    assert problems(tmp_path, TRAIN_FROM_STORE) == [
+        "buffer.total_steps is required in mode train with buffer.trainer_input."
+        "experience_buffer.storage_type = queue (or give the explorer's "
+        "buffer.explorer_input.taskset, to count the steps as the explorer does)"
+    ]
+    explore = finalized(tmp_path, overrides=["mode=explore"])
+    assert resolved_config_name(explore) == "explore_config.yaml"
+    assert resolved_config_name(finalized(tmp_path)) == "config.yaml"

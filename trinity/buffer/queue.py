@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence
+from typing import Any, Iterable, List, Optional, Sequence, Tuple
 
 from trinity.buffer.replay import ReplayPool
 from trinity.buffer.store import ExperienceStore
@@ -165,6 +165,22 @@ class ExperienceQueue:
         """Number of experiences waiting to be read."""
         with self._cond:
             return len(self._items)
+
+    # ---- rows another process wrote (a decoupled `train` run: store_follower.py) ----------
+    def held_ids(self) -> List[int]:
+        """Store ids of the experiences waiting to be read."""
+        with self._cond:
+            return [e.id for e in self._items if e.id is not None]
+
+    def add_written(
+        self, rows: Sequence[Tuple[int, int, Experience]], steps: Iterable[int]
+    ) -> None:
+        """Make readable (id, explore step, experience) rows and finished steps that are in
+        the store already (another process wrote them): nothing is written."""
+        with self._cond:
+            self._items.extend(Entry(i, s, e) for i, s, e in rows)
+            self._finished.update(steps)
+            self._cond.notify_all()
 
 
 def _take(entries: List[Entry], n: int, whole_groups: bool) -> List[Entry]:

@@ -298,7 +298,55 @@ class SQLExperienceStore(ExperienceStore):
                 )
         return found
 
+    # ---- decoupled runs: a reader in another process (trinity/buffer/store_follower.py) ------
+    def unconsumed_after(self, last_id: int) -> List[Tuple[int, int, Experience]]:
+        """The unconsumed (id, explore step, experience) rows with ids above ``last_id``,
+        oldest first: what a reader that has seen up to ``last_id`` has not seen yet."""
+        t = self.table
+        query = (
+            sa.select(t.c.id, t.c.step, t.c.data)
+            .where(t.c.consumed_by.is_(None), t.c.id > last_id)
+            .order_by(t.c.id)
+        )
+        with self._errors("read"), self.engine.connect() as conn:
+            rows = list(conn.execute(query))
+        return [(row.id, row.step, self._decode(row.id, row.data)) for row in rows]
 
+    @cached_property
+    def marks(self) -> sa.Table:
+        """``<table>_marks``: named flags of the run, such as the explorer's end mark (the
+        table is created on first use)."""
+        table = sa.Table(
+            f"{self.table.name}_marks",
+            self.table.metadata,
+            sa.Column("name", sa.String(64), primary_key=True),
+            sa.Column("at", sa.Float),  # unix time it was set
+        )
+        with self._errors("open"):
+            try:
+                table.create(self.engine, checkfirst=True)
+            except sa.exc.DBAPIError:  # the other process created it first
+                if not sa.inspect(self.engine).has_table(table.name):
+                    raise
+        return table
+
+    def set_explorer_finished(self, finished: bool) -> None:
+        """Set (the explorer wrote its last step) or clear (it starts) the end mark."""
+        marks = self.marks
+        with self._errors("mark the explorer's end in"), self.engine.begin() as conn:
+            conn.execute(marks.delete().where(marks.c.name == _EXPLORER_FINISHED))
+            if finished:
+                conn.execute(marks.insert().values(name=_EXPLORER_FINISHED, at=time.time()))
+
+    def explorer_finished(self) -> bool:
+        """Whether the explorer's end mark is set: no more steps will be written."""
+        marks = self.marks
+        query = sa.select(marks.c.name).where(marks.c.name == _EXPLORER_FINISHED)
+        with self._errors("read"), self.engine.connect() as conn:
+            return conn.execute(query).first() is not None
+
+
+_EXPLORER_FINISHED = "explorer_finished"
 _ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 

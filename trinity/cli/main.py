@@ -66,6 +66,29 @@ def prepare_quickstart(
         typer.echo(f"{key}: {path}")
 
 
+@app.command()
+def plot(
+    run_dir: str = typer.Argument(
+        ..., help="A run's folder (<checkpoint_root_dir>/<project>/<name>)."
+    ),
+) -> None:
+    """Write a PNG of a run's reward, evaluations and losses against step (monitor/plots.png);
+    given a project folder or a multi-stage run, one per run below it."""
+    from trinity.monitor.plot import job_dirs, plot_run
+
+    found = job_dirs(run_dir)
+    if not found:
+        typer.secho(
+            f"error: {run_dir} holds no run (no monitor/ folder in it or just below it)",
+            fg=typer.colors.RED,
+            err=True,
+        )
+        raise typer.Exit(code=2)
+    for job_dir in found:
+        path = plot_run(job_dir)
+        typer.echo(f"{job_dir}: {path or 'no metrics logged yet'}")
+
+
 @app.command("convert-verl")
 def convert_verl(
     source: List[str] = typer.Argument(

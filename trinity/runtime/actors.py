@@ -179,12 +179,19 @@ class QueueActor:
         table: str = "experiences",
         rewind_to: Optional[int] = None,
         replay: Any = None,
+        follow: bool = False,
     ) -> None:
-        """``replay``: the ``ReplayBufferConfig`` when replay is on, else None."""
+        """``replay``: the ``ReplayBufferConfig`` when replay is on, else None. ``follow``:
+        another process (an ``explore`` run) writes the store; poll it (a ``train`` run)."""
         from trinity.buffer import ExperienceQueue, SQLExperienceStore
+        from trinity.buffer.store_follower import StoreFollower
 
         store = SQLExperienceStore(database, table) if database else None
-        self.queue = ExperienceQueue(store=store, rewind_to=rewind_to, replay=replay)
+        if follow and store is not None:
+            self.follower = StoreFollower(store, rewind_to)
+            self.queue = self.follower.queue
+        else:
+            self.queue = ExperienceQueue(store=store, rewind_to=rewind_to, replay=replay)
 
     def put(self, exps: List[Any], step: int) -> None:
         self.queue.put(exps, step)
@@ -201,6 +208,11 @@ class QueueActor:
 
     def size(self) -> int:
         return self.queue.size()
+
+    def set_explorer_finished(self, finished: bool) -> None:
+        """The end mark a decoupled ``train`` run stops at (``store_follower.py``)."""
+        if self.queue.store is not None:
+            self.queue.store.set_explorer_finished(finished)
 
 
 StatusActor = ray.remote(num_cpus=0)(RunStatus)

@@ -157,6 +157,8 @@ class ExplorerActor:
         )
         if self.queue is not None:
             start_step = max(start_step, ray.get(self.queue.last_step.remote()))
+            if cfg.mode == "explore":  # a decoupled trainer stops at the end mark: not yet
+                ray.get(self.queue.set_explorer_finished.remote(False))
         buf = cfg.buffer
         readers = [
             TaskReader(ts, buf.total_epochs, buf.total_steps) for ts in buf.explorer_input.tasksets
@@ -281,7 +283,10 @@ class ExplorerActor:
 
     def run(self) -> int:
         try:
-            return self.explorer.run()
+            step = self.explorer.run()
+            if self.queue is not None and self.config.mode == "explore":
+                ray.get(self.queue.set_explorer_finished.remote(True))  # every step written
+            return step
         except BaseException:
             logger.exception("the explorer failed")
             raise

@@ -45,7 +45,7 @@ def planned_steps(config: Any) -> int:
     buf = config.buffer
     if buf.total_steps:
         return int(buf.total_steps)
-    if config.mode == "train":
+    if config.mode == "train" and buf.trainer_input.experience_buffer.storage_type == "file":
         from trinity.algorithm import ALGORITHM_TYPE
         from trinity.algorithm.algorithm import PairExperienceModel
         from trinity.buffer.row_checks import row_schema
@@ -95,10 +95,12 @@ def run_stage(config: Any, plugin_dirs: List[str], printer: ProgressPrinter) -> 
     import ray
 
     from trinity.common.config import save_resolved_config
+    from trinity.common.config.decoupled_checks import resolved_config_name
 
     job_dir = config.checkpoint_job_dir
     os.makedirs(job_dir, exist_ok=True)
-    save_resolved_config(config, os.path.join(job_dir, "config.yaml"))
+    # A bench of a run, or one side of a decoupled run, keeps the run's own config.yaml.
+    save_resolved_config(config, os.path.join(job_dir, resolved_config_name(config)))
     steps = planned_steps(config)
     stage = _Stage(config, plugin_dirs)
     printer.new_board()
@@ -259,12 +261,17 @@ class _Stage:
 
 
 def _queue(config: Any) -> Any:
-    """The experience queue actor of a stage the explorer writes to (None in train mode).
+    """The experience queue actor of a stage the explorer writes to, or of a train stage
+    reading what a separate explore run writes (None when it trains on files).
 
     On resume (same job dir) it puts back what train steps after the trainer's checkpoint
     consumed: their updates were lost with the process, so they are trained on again, once.
     """
-    if config.mode not in ("both", "explore"):
+    from trinity.common.config.decoupled_checks import reads_explorer_store
+
+    # train mode: the store a separate explore run writes (decoupled_checks.py), or files
+    follow = reads_explorer_store(config)
+    if config.mode not in ("both", "explore") and not follow:
         return None
     from trinity.buffer.store import buffer_database
     from trinity.runtime.actors import QueueActor
@@ -274,9 +281,11 @@ def _queue(config: Any) -> Any:
     # The user's path (a SQLite file or any database URL) if given, else a file in the job
     # dir; the table is the buffer's name.
     database = buffer_database(storage, job_dir)
-    rewind_to = (latest_step(job_dir) or 0) if config.mode == "both" else None
+    rewind_to = (latest_step(job_dir) or 0) if config.mode != "explore" else None
     replay = storage.replay_buffer if storage.replay_buffer.enable else None
-    return QueueActor.remote(database, storage.name, rewind_to=rewind_to, replay=replay)
+    return QueueActor.remote(
+        database, storage.name, rewind_to=rewind_to, replay=replay, follow=follow
+    )
 
 
 def _failure_message(exc: Exception, role: str, config: Any) -> str:

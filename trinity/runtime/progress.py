@@ -37,6 +37,9 @@ def eval_summary(job_dir: str) -> Dict[str, Tuple[Tuple[int, float], Tuple[int, 
                 series.setdefault(key, []).append((record["step"], value))
     return {k: (v[0], v[-1]) for k, v in series.items()}
 
+# The roles whose metrics a stage of each mode writes (other modes: every shown file).
+_ROLES = {"both": ("explorer", "trainer"), "explore": ("explorer",), "train": ("trainer",)}
+
 
 class ProgressPrinter:
     def __init__(self) -> None:
@@ -53,10 +56,12 @@ class ProgressPrinter:
 
     def begin_stage(self, config: Any, steps: int, start: int) -> None:
         self.job_dir = config.checkpoint_job_dir
-        # A resumed run appends to the same files: show only what this run writes.
+        # A resumed run appends to the same files: show only what this run writes, of its
+        # own roles (a decoupled run's other side shows its records on its own console).
+        roles = [r for r in _SHOWN if r in _ROLES.get(config.mode, (r,))]
         self.offsets = {
             role: os.path.getsize(self._path(role)) if os.path.exists(self._path(role)) else 0
-            for role in _SHOWN
+            for role in roles
         }
         resumed = f", resuming at step {start}" if start else ""
         self.console.print(
@@ -92,7 +97,7 @@ class ProgressPrinter:
     def _poll_metrics(self) -> None:
         if not self.job_dir:
             return
-        for role in _SHOWN:
+        for role in list(self.offsets):
             path = self._path(role)
             if not os.path.exists(path):
                 continue

@@ -32,8 +32,10 @@ class QueueReader:
         max_step_of: Any,
         whole_groups: bool = False,
         report: Optional[Reporter] = None,
+        writer: str = "the explorer",
     ) -> None:
-        self.queue, self.max_read_timeout = queue, max_read_timeout
+        """``writer``: who fills the queue, as waits name it."""
+        self.queue, self.max_read_timeout, self.writer = queue, max_read_timeout, writer
         self.max_step_of, self.whole_groups = max_step_of, whole_groups
         self.report = report or Reporter(None, "trainer")
         self.step = 1
@@ -60,7 +62,7 @@ class QueueReader:
             if result.state != "timeout" or final:
                 break
             self.report.wait(
-                f"the explorer to finish step {result.waiting_for} "
+                f"{self.writer} to finish step {result.waiting_for} "
                 f"(buffer.trainer_input.experience_buffer.max_read_timeout={limit:g}s)",
                 since=since,
             )

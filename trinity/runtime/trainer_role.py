@@ -58,8 +58,9 @@ class TrainerActor:
 
         resumes_after = latest_step(self.config.checkpoint_job_dir) or 0
         self.monitor = role_monitor(self.config, "trainer", resumes_after)
-        # Only a `both` run has an explorer waiting for weights in this job.
-        publish = self._publish if self.config.mode == "both" else None
+        # A `both` run's explorer waits for weights; a separate explore run polls the job
+        # dir for checkpoints, saved at each sync (a train run reading its store).
+        publish = self._publish if self.config.mode == "both" or self.queue is not None else None
         kwargs = dict(
             planned_steps=self.planned_steps,
             log=self.monitor.log,
@@ -91,8 +92,19 @@ class TrainerActor:
                 readable_bound(sync.sync_style, sync.sync_interval, sync.sync_offset),
                 whole_groups=self.trainer.needs_groups,
                 report=self.report,
+                writer=self._writer(storage),
             )
         return self._file_reader(storage, cfg.buffer.total_epochs, cfg.buffer.total_steps)
+
+    def _writer(self, storage: Any) -> str:
+        """Who writes the experience buffer, as the trainer's waits name it."""
+        if self.config.mode == "both":
+            return "the explorer"
+        from trinity.buffer.store import buffer_database
+        from trinity.utils.database import masked_url
+
+        where = masked_url(buffer_database(storage, self.config.checkpoint_job_dir))
+        return f"the explorer (a separate `mode: explore` run writing {where})"
 
     def _file_reader(self, storage: Any, total_epochs: int, total_steps: Optional[int]) -> Any:
         from trinity.algorithm.algorithm import PairExperienceModel

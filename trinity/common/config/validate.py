@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from trinity.common.config.base import explicit_inert_values, is_set, join_path
 from trinity.common.config.config import Config
+from trinity.common.config.decoupled_checks import STORE_TYPES, decoupled_problems
 from trinity.common.config.lora_checks import lora_problems
 from trinity.common.config.nodes import node_problems
 from trinity.common.config.ranks import rank_problems
@@ -39,8 +40,9 @@ def _registered_algorithms(config: Config) -> Tuple[Any, ...]:
 
 def _experience_buffer_storage(config: Config) -> Tuple[Any, ...]:
     # train mode reads SFT data from files; otherwise the explorer feeds the trainer a queue,
-    # kept in a database (sql: the same queue, its table in the database at `path`).
-    return ("file",) if config.mode == "train" else ("queue", "sql")
+    # kept in a database (sql: the same queue, its table in the database at `path`). A train
+    # run also reads the database a separate explore run writes (decoupled_checks.py).
+    return ("file", *STORE_TYPES) if config.mode == "train" else STORE_TYPES
 
 
 def _replay_modes(config: Config) -> Tuple[Any, ...]:
@@ -246,6 +248,7 @@ def check_consistency(config: Config) -> List[str]:
     problems += _check_batches(config)
     problems += _check_datasets(config)
     problems += _check_buffer_path(config)
+    problems += decoupled_problems(config)
     problems += rank_problems(config)
     problems += node_problems(config)
     problems += sync_problems(config)

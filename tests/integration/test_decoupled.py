@@ -1,0 +1,141 @@
+"""Decoupled runs: `trinity run` in mode train and another in mode explore, as a user starts
+them (two processes, each with its own local Ray), sharing the experience store and the job
+dir's checkpoints. Every experience written is read exactly once, also when the trainer is
+killed (-9) mid-run and started again."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+
+from tests.integration.conftest import HERE, base_overrides
+
+TRINITY = [sys.executable, "-m", "trinity.cli.main"]
+CONFIG = os.path.join(HERE, "configs", "grpo_small.yaml")
+BUFFER = "exp_buffer"
+ROWS_PER_STEP = 2 * 4  # batch_size x repeat_times
+
+
+class Side:
+    """One `trinity run` of the pair, its console in ``<tmp>/<label>.out``."""
+
+    def __init__(self, tmp_path, label: str, mode: str, overrides: list) -> None:
+        self.log = os.path.join(tmp_path, f"{label}.out")
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a Ray of its own
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen(
+                TRINITY + ["run", "--config", CONFIG, *overrides, f"mode={mode}"],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,  # its Ray processes with it, for kill()
+            )
+
+    def output(self) -> str:
+        with open(self.log) as f:
+            return f.read()
+
+    def wait_for(self, text: str, timeout: float = 240) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.output():
+            assert self.proc.poll() is None, f"exited before '{text}':\n{self.output()}"
+            assert time.monotonic() < deadline, f"no '{text}' in {timeout}s:\n{self.output()}"
+            time.sleep(0.5)
+
+    def finish(self, timeout: float = 300) -> str:
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"still running after {timeout}s:\n{self.output()}") from None
+        assert code == 0, self.output()
+        return self.output()
+
+    def kill(self) -> None:
+        """kill -9 the run and every process of its Ray, as a crashed machine would."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+def overrides(tmp_path, micro_model, data, steps: int) -> list:
+    return base_overrides(tmp_path, micro_model, data) + [
+        "buffer.explorer_input.eval_tasksets=[]",
+        "buffer.batch_size=2",
+        f"buffer.total_steps={steps}",
+        "synchronizer.sync_method=checkpoint",
+        f"buffer.trainer_input.experience_buffer={{name: {BUFFER}, storage_type: queue}}",
+        # one rollout at a time: the explorer is not far ahead of the trainer's checkpoints
+        "explorer.concurrent_mode=sequential",
+        "explorer.runner_per_model=1",
+    ]
+
+
+def counts(job_dir: str, steps: int) -> dict:
+    """Written, read, lost and read-twice counts, from the store and the trainer's metrics
+    (each train step's ``sample/experience_count`` against the rows marked with its step)."""
+    with sqlite3.connect(os.path.join(job_dir, "buffer", f"{BUFFER}.db")) as db:
+        rows = db.execute(f"SELECT step, model_version, consumed_by FROM {BUFFER}").fetchall()
+    with open(os.path.join(job_dir, "monitor", "trainer.jsonl")) as f:
+        trained = {r["step"]: int(r["sample/experience_count"]) for r in map(json.loads, f)}
+    marked = Counter(by for _, _, by in rows if by is not None)
+    found = dict(
+        written=len(rows),
+        read=sum(marked.values()),
+        lost=sum(1 for _, _, by in rows if by is None),
+        twice=sum(trained.values()) - sum(marked.values()),
+        versions={s: v for s, v, _ in sorted(rows)},  # explore step -> model version
+    )
+    print(f"decoupled run: {found}")
+    assert dict(marked) == trained  # every train step read exactly the rows marked with it
+    assert sorted(trained) == list(range(1, steps + 1))
+    return found
+
+
+def test_explore_and_train_runs_share_the_buffer_and_checkpoints(
+    tmp_path, micro_model, arithmetic_data
+):
+    args = overrides(tmp_path, micro_model, arithmetic_data, steps=6)
+    trainer = Side(tmp_path, "train", "train", args)  # first: it waits for the explorer
+    trainer.wait_for("for the explorer (a separate `mode: explore` run writing")
+    explorer = Side(tmp_path, "explore", "explore", args)
+    explorer_out, trainer_out = explorer.finish(), trainer.finish()
+
+    job_dir = os.path.join(tmp_path, "tests", "grpo_small")
+    found = counts(job_dir, steps=6)
+    assert (found["written"], found["read"], found["lost"], found["twice"]) == (48, 48, 0, 0)
+    # the explorer loaded the checkpoints the trainer saved at each sync
+    assert found["versions"][1] == 0 and found["versions"][6] > 0
+    assert os.path.isdir(os.path.join(job_dir, "global_step_6", "hf"))
+    # each side keeps its own config; each console shows its own role's steps
+    assert {"train_config.yaml", "explore_config.yaml"} <= set(os.listdir(job_dir))
+    assert "trainer  step" in trainer_out and "explorer step" not in trainer_out
+    assert "explorer step" in explorer_out and "trainer  step" not in explorer_out
+
+
+def test_a_killed_trainer_restarts_and_still_reads_each_experience_once(
+    tmp_path, micro_model, arithmetic_data
+):
+    # a checkpoint every 2 steps: the killed trainer loses the steps after the last one
+    args = overrides(tmp_path, micro_model, arithmetic_data, steps=6) + [
+        "synchronizer.sync_interval=2",
+        "trainer.save_interval=0",
+    ]
+    explorer = Side(tmp_path, "explore", "explore", args)
+    trainer = Side(tmp_path, "train", "train", args)
+    trainer.wait_for("trainer  step    3")
+    trainer.kill()
+    job_dir = os.path.join(tmp_path, "tests", "grpo_small")
+    with open(os.path.join(job_dir, "latest_checkpointed_iteration.txt")) as f:
+        resumes_after = int(f.read())
+    assert resumes_after in (2, 4)  # 4: it finished step 4 before the console showed step 3
+    again = Side(tmp_path, "train_again", "train", args)
+    trainer_out = again.finish()
+    explorer.finish()
+
+    assert f"resuming at step {resumes_after}" in trainer_out
+    found = counts(job_dir, steps=6)
+    assert (found["written"], found["read"], found["lost"], found["twice"]) == (48, 48, 0, 0)
