@@ -185,8 +185,8 @@ def consumed_by(store) -> dict:
         return dict(rows.all())
 
 
-def test_use_counts_survive_a_restart_and_rewind(tmp_path):
-    location = str(tmp_path / "q.db")
+def test_use_counts_survive_a_restart_and_rewind(database):
+    location = database  # a SQLite file, then a PostgreSQL database
     q, clock = replay_queue(cooldown=1, store=SQLExperienceStore(location))
     q.put([exp(0), exp(1)], step=1)
     assert read(q, 2, 1) == [("e0", 1), ("e1", 1)]
