@@ -1,4 +1,5 @@
-"""StoreFollower: a trainer reading the store another process (an explore run) writes."""
+"""StoreFollower: a trainer reading the store another process (an explore run) writes, on
+SQLite and on PostgreSQL."""
 
 import time
 
@@ -20,11 +21,11 @@ def eids(exps) -> list:
 
 
 @pytest.fixture
-def stores(tmp_path):
-    """(explorer's store, a path for the trainer's): two connections to one SQLite file."""
-    path = str(tmp_path / "buffer.db")
-    writer = SQLExperienceStore(path, "eb")
-    yield writer, path
+def stores(database):
+    """(explorer's store, the database for the trainer's): two connections to one database,
+    a SQLite file, then a real PostgreSQL server (tests/conftest.py)."""
+    writer = SQLExperienceStore(database, "eb")
+    yield writer, database
     writer.close()
 
 
