@@ -160,3 +160,25 @@ def test_an_unreachable_server_is_named_without_its_password(postgres_server):
 def test_an_in_memory_sqlite_database_is_refused():
     with pytest.raises(ValueError, match="in-memory SQLite database"):
         SQLExperienceStore("sqlite://", "buf")
+
+
+def test_a_locked_sqlite_file_fails_the_write_by_name_and_loses_nothing(tmp_path, monkeypatch):
+    import sqlite3
+
+    import trinity.utils.database as database
+
+    monkeypatch.setattr(database, "LOCK_TIMEOUT_S", 0.2)  # instead of a minute
+    path = tmp_path / "buf.db"
+    store = SQLExperienceStore(str(path), "buf")
+    store.add([exp(1, 0)], 1)
+    other = sqlite3.connect(path)
+    other.execute("BEGIN EXCLUSIVE")  # another program holds the file
+    with pytest.raises(StoreError) as info:
+        store.add([exp(2, 0)], 2)
+    assert str(info.value).startswith("cannot write explore step 2 to the experience buffer ")
+    assert f"{path} (table 'buf'): database is locked" in str(info.value)
+    other.rollback()
+    other.close()
+    store.add([exp(2, 0)], 2)  # the step is written once the lock is gone
+    assert [e.eid for _, _, e in store.unconsumed()] == ["s1-0", "s2-0"]
+    store.close()
