@@ -706,6 +706,41 @@ CASES: List[Bad] = [
         ["explorer.rollout_model.engine_num = 1 with cluster.node_num = 3", "engine_num >= 2"],
         set={"cluster.node_num": 3},
     ),
+    # ---- data pipelines (data_processor, service.data_juicer) ---------------------------
+    Bad(
+        "pipeline-unknown-operator",
+        [
+            "data_processor.experience_pipeline.operators[0].name = reward_filtr",
+            "did you mean 'reward_filter'?",
+        ],
+        set={"data_processor.experience_pipeline.operators": [{"name": "reward_filtr"}]},
+    ),
+    Bad(
+        "pipeline-unknown-argument",
+        ["data_processor.task_pipeline.operators[0].args.max_len", "did you mean 'max_length'?"],
+        set={
+            "data_processor.task_pipeline.operators": [
+                {"name": "length_filter", "args": {"max_len": 30}}
+            ]
+        },
+    ),
+    Bad(
+        "pipeline-bad-bounds",
+        [
+            "data_processor.experience_pipeline.operators[0].args: min_reward, max_reward: the "
+            "minimum 1 is above the maximum 0"
+        ],
+        set={
+            "data_processor.experience_pipeline.operators": [
+                {"name": "reward_filter", "args": {"min_reward": 1, "max_reward": 0}}
+            ]
+        },
+    ),
+    Bad(
+        "data-juicer-service-without-url",
+        ["service.data_juicer.server_url is not set"],
+        set={"service.data_juicer": {"auto_start": False}},
+    ),
 ]
 
 

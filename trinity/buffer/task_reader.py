@@ -16,15 +16,22 @@ class TaskReader:
     Order follows ``storage.task_selector``; ``state_dict()`` records the position (epoch,
     index in the epoch, steps read) so a resumed run continues where it stopped. Every row is
     checked at load; with ``skip_bad_rows`` malformed rows are left out and counted in
-    ``num_skipped`` (the first few, with file and line, in ``skipped``).
+    ``num_skipped`` (the first few, with file and line, in ``skipped``). A ``pipeline``
+    (``data_processor.task_pipeline``) then keeps or changes rows before any is read.
     """
 
     def __init__(
-        self, storage: Any, total_epochs: int = 1, total_steps: Optional[int] = None
+        self,
+        storage: Any,
+        total_epochs: int = 1,
+        total_steps: Optional[int] = None,
+        pipeline: Optional[Any] = None,
     ) -> None:
         self.storage = storage
         loaded = load_checked(storage, columns=row_schema(storage.format, "taskset"))
         self.rows, self.num_skipped, self.skipped = loaded.rows, loaded.num_skipped, loaded.skipped
+        if pipeline is not None:
+            self.rows = pipeline.apply(self.rows, storage)
         self.cursor = BatchCursor(
             len(self.rows), build_selector(storage.task_selector), total_epochs, total_steps
         )

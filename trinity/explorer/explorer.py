@@ -13,6 +13,7 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional, Protocol
 
+from trinity.buffer.pipelines import build_experience_pipeline
 from trinity.common.experience import Experience
 from trinity.common.workflows.workflow import Task
 from trinity.explorer.pool_rules import min_tasks
@@ -61,6 +62,7 @@ class Explorer:
         self.step = start_step
         self.version = start_step
         self.report = report or Reporter(None, "explorer")
+        self.pipeline = build_experience_pipeline(config)  # data_processor.experience_pipeline
 
     def _expand(self, tasks: List[Task]) -> List[Task]:
         """Give each task its group id; split repeats per ``max_repeat_times_per_runner``."""
@@ -131,9 +133,12 @@ class Explorer:
         waited, start = time.monotonic() - start, time.monotonic()
         results = self._run(tasks, f"explore step {self.step}")
         experiences = grouped([e for r in results for e in r.experiences])
+        metrics = rollout_metrics(experiences, prefix="rollout")  # what the model did
+        if self.pipeline is not None:
+            experiences, found = self.pipeline.run(experiences)
+            metrics.update(found)
         if self.write is not None:
-            self.write(experiences, self.step)
-        metrics = rollout_metrics(experiences, prefix="rollout")
+            self.write(experiences, self.step)  # even when empty: it closes the step
         metrics.update(
             {
                 "rollout/tasks_failed": float(sum(1 for r in results if r.error)),

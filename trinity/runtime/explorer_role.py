@@ -135,6 +135,7 @@ class ExplorerActor:
         after the last step written: what was explored is trained on, not explored again.
         """
         from trinity.buffer import MixedTaskReader, TaskReader
+        from trinity.buffer.pipelines import build_task_pipeline
         from trinity.explorer.explorer import Explorer
 
         cfg = self.config
@@ -159,10 +160,13 @@ class ExplorerActor:
             start_step = max(start_step, ray.get(self.queue.last_step.remote()))
             if cfg.mode == "explore":  # a decoupled trainer stops at the end mark: not yet
                 ray.get(self.queue.set_explorer_finished.remote(False))
-        buf = cfg.buffer
+        buf, pipeline = cfg.buffer, build_task_pipeline(cfg)
         readers = [
-            TaskReader(ts, buf.total_epochs, buf.total_steps) for ts in buf.explorer_input.tasksets
+            TaskReader(ts, buf.total_epochs, buf.total_steps, pipeline)
+            for ts in buf.explorer_input.tasksets
         ]
+        if pipeline is not None:
+            pipeline.close()
         reader = readers[0] if len(readers) == 1 else MixedTaskReader(readers)
         for _ in range(start_step):  # resume: skip the batches already explored and trained on
             reader.read(cfg.buffer.batch_size)
@@ -294,3 +298,5 @@ class ExplorerActor:
             if self.queue is not None:
                 ray.get(self.queue.close.remote())
             self.monitor.close()
+            if self.explorer.pipeline is not None:
+                self.explorer.pipeline.close()  # e.g. stops an auto-started Data-Juicer service

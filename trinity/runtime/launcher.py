@@ -57,7 +57,13 @@ def planned_steps(config: Any) -> int:
         rows = len(load_rows(storage, columns=columns))
         per_step = buf.train_batch_size // 2 if paired else buf.train_batch_size  # DPO: pairs
         return max(1, math.ceil(rows * buf.total_epochs / per_step))
-    rows = sum(len(load_rows(ts)) for ts in buf.explorer_input.tasksets)
+    from trinity.buffer.pipelines import build_task_pipeline
+
+    pipeline = build_task_pipeline(config)  # the explorer explores only the rows it keeps
+    loaded = [(load_rows(ts), ts) for ts in buf.explorer_input.tasksets]
+    rows = sum(len(pipeline.apply(data, ts) if pipeline else data) for data, ts in loaded)
+    if pipeline is not None:
+        pipeline.close()
     explore_steps = math.ceil(rows * buf.total_epochs / buf.batch_size)
     # A train step may take less than an explore step makes (train_batch_size below
     # batch_size * repeat_times): then there are more train steps than explore steps.

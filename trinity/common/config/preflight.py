@@ -26,6 +26,7 @@ from trinity.common.config.preflight_components import (
     is_builtin,
     resolve_workflow,
 )
+from trinity.common.config.preflight_operators import operator_problems
 from trinity.common.config.ranks import warn_ranks
 from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.config.validate import algorithm_module, external_models, warn_inert
@@ -101,6 +102,7 @@ def stage_problems(config: Config, model_from_previous: bool, construct: bool) -
     ``model.model_path`` is not read now. ``construct``: see ``component_problems``.
     """
     problems = component_problems(config, construct)
+    problems += operator_problems(config, construct)
     problems += _model_problems(config, model_from_previous)
     problems += lora_folder_problems(config, model_from_previous)
     problems += _data_problems(config)

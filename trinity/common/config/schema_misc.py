@@ -43,10 +43,18 @@ class OperatorConfig(ConfigModel):
 class TaskPipelineConfig(ConfigModel):
     """``data_processor.task_pipeline``: preprocess tasksets."""
 
-    num_process: int = Field(1, description="Worker processes.")
+    num_process: int = Field(
+        1, description="Processes of its data_juicer operators (built-in operators use one)."
+    )
     operators: List[OperatorConfig] = Field(default_factory=list, description="Operators in order.")
-    inputs: List[str] = Field(default_factory=list, description="Input dataset paths.")
-    target_fields: List[str] = Field(default_factory=list, description="Fields operated on.")
+    inputs: List[str] = Field(
+        default_factory=list,
+        description="Input dataset paths (not supported yet: it runs on "
+        "buffer.explorer_input.tasksets).",
+    )
+    target_fields: List[str] = Field(
+        default_factory=list, description="Row fields making a task's text (default: the prompt)."
+    )
 
 
 class ExperiencePipelineConfig(ConfigModel):

@@ -94,9 +94,8 @@ SUPPORTED: Dict[str, Allowed] = {
     "trainer.trainer_config.actor_rollout_ref.ref.ulysses_sequence_parallel_size": (None, 1),
     "trainer.trainer_config.critic.ulysses_sequence_parallel_size": (1,),
     "monitor.monitor_type": ("tensorboard", "wandb", "mlflow"),
-    "service.data_juicer": (None,),
-    "data_processor.task_pipeline": (None,),
-    "data_processor.experience_pipeline": (None,),
+    # the task pipeline processes buffer.explorer_input.tasksets where they are read
+    "data_processor.task_pipeline.inputs": ([],),
 }
 
 MINIMUMS: Dict[str, float] = {
@@ -139,6 +138,7 @@ MINIMUMS: Dict[str, float] = {
     "trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 1,
     "trainer.trainer_config.actor_rollout_ref.actor.ppo_epochs": 1,
     "trainer.trainer_config.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 1,
+    "data_processor.task_pipeline.num_process": 1,
 }
 
 STORAGE_PATHS = (

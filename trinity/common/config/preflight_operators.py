@@ -1,0 +1,105 @@
+"""Pre-start checks of ``data_processor``'s pipelines.
+
+Each operator name must resolve in ``OPERATORS`` and suit its pipeline (tasks or
+experiences); its ``args`` must bind to the operator's constructor; built-in operators are
+then constructed once, so their own argument checks (ranges, files, an installed
+Data-Juicer) fail before Ray starts. A pipeline needs an explorer (modes ``both`` and
+``explore``), the task pipeline's ``target_fields`` must be columns of every training
+taskset, and ``service.data_juicer`` must name one server.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+from trinity.buffer.pipelines import operator_kwargs, shared_args
+from trinity.common.config.config import Config
+from trinity.common.config.preflight_components import bind_problems, is_builtin
+
+PIPELINES = {"task_pipeline": "task", "experience_pipeline": "experience"}
+
+
+def operator_problems(config: Config, construct: bool) -> List[str]:
+    """Every problem of the stage's pipelines; ``construct``: also build built-ins once."""
+    problems = []
+    for key, kind in PIPELINES.items():
+        pipeline = getattr(config.data_processor, key)
+        if pipeline is None or not pipeline.operators:
+            continue
+        if config.mode not in ("both", "explore"):
+            problems.append(
+                f"data_processor.{key}: pipelines run where training tasks are explored "
+                f"(modes both and explore), not in mode {config.mode}; remove it from this stage"
+            )
+            continue
+        shared = shared_args(config, key)
+        for index, op in enumerate(pipeline.operators):
+            path = f"data_processor.{key}.operators[{index}]"
+            problems += _operator_problems(op, path, kind, construct, shared)
+    problems += _service_problems(config.service.data_juicer)
+    task_pipeline = config.data_processor.task_pipeline
+    if task_pipeline is not None and task_pipeline.operators and task_pipeline.target_fields:
+        problems += _target_field_problems(config, task_pipeline.target_fields)
+    return problems
+
+
+def _operator_problems(
+    op: Any, path: str, kind: str, construct: bool, shared: Dict[str, Any]
+) -> List[str]:
+    from trinity.buffer.operators import OPERATORS
+
+    try:
+        cls = OPERATORS.get(op.name)
+    except KeyError as exc:
+        return [f"{path}.name = {op.name}: {exc.args[0]}"]
+    if kind not in cls.kinds:
+        other = next((k for k, v in PIPELINES.items() if v in cls.kinds), None)
+        where = f"; put it in data_processor.{other}" if other else ""
+        return [f"{path}.name = {op.name}: it does not process {kind}s{where}"]
+    args = dict(op.args)
+    problems = bind_problems(cls, args, f"{path}.args", f"operator '{op.name}'", shared)
+    if (construct or op.name == "data_juicer") and not problems and is_builtin(cls):
+        try:  # data_juicer always: a missing Data-Juicer is reported with the install command
+            cls(**operator_kwargs(cls, args, shared)).close()
+        except (TypeError, ValueError) as exc:
+            problems.append(f"{path}.args: {exc}")
+    return problems
+
+
+def _target_field_problems(config: Config, fields: List[str]) -> List[str]:
+    from trinity.buffer.file_reader import load_rows
+
+    problems = []
+    for index, storage in enumerate(config.buffer.explorer_input.tasksets):
+        if storage.storage_type != "file" or not storage.path:
+            continue
+        try:
+            columns = load_rows(storage).column_names
+        except Exception:  # noqa: BLE001 - the data checks report an unreadable taskset
+            continue
+        missing = [f for f in fields if f not in columns]
+        if missing:
+            problems.append(
+                f"data_processor.task_pipeline.target_fields: '{missing[0]}' is not a column "
+                f"of buffer.explorer_input.tasksets[{index}] ({storage.path}; columns: "
+                f"{', '.join(columns)})"
+            )
+    return problems
+
+
+def _service_problems(service: Any) -> List[str]:
+    """``service.data_juicer`` names one server: a running one, or one started here."""
+    from trinity.buffer.operators.data_juicer import service_url
+
+    if service is None:
+        return []
+    key = "service.data_juicer"
+    if not service.auto_start and not service.server_url:
+        return [f"{key}.server_url is not set: give the running server's URL, or set auto_start"]
+    url = service_url(service)
+    if service.auto_start and service.server_url and service.server_url.rstrip("/") != url:
+        return [
+            f"{key}.server_url = {service.server_url}, but auto_start starts the server at {url} "
+            f"({key}.port); set server_url to {url} or leave it out"
+        ]
+    return []
