@@ -67,6 +67,44 @@ def prepare_quickstart(
 
 
 @app.command()
+def debug(
+    config: str = typer.Option(..., "--config", help="Path to the YAML config."),
+    tasks: int = typer.Option(2, "--tasks", help="How many tasks to run."),
+    taskset: Optional[str] = typer.Option(
+        None, "--taskset", help="Taskset (train or eval) by name; unset: the first one."
+    ),
+    stage: Optional[str] = typer.Option(
+        None, "--stage", help="Stage by name; unset: the first stage that explores."
+    ),
+    plugin_dir: Optional[List[str]] = typer.Option(
+        None, "--plugin-dir", help="Folder of plugin modules to import (repeatable)."
+    ),
+    overrides: Optional[List[str]] = typer.Argument(None, help="Dotted overrides."),
+) -> None:
+    """Run a few tasks through the config's workflow in this process (no Ray, no training)
+    and print every experience: tokens, action mask, logprobs, reward, info."""
+    from rich.console import Console
+
+    from trinity.common.config import ConfigError, apply_run_name, load_config
+    from trinity.common.config.preflight import check_before_start
+    from trinity.explorer.debug import debug as run_debug
+    from trinity.utils.plugin_loader import PluginError, load_plugins
+
+    try:
+        load_plugins(list(plugin_dir or []))
+        stages = check_before_start(apply_run_name(load_config(config, list(overrides or []))))
+        exploring = [s for s in stages if s.buffer.explorer_input.tasksets]
+        chosen = [s for s in stages if s.name.endswith(f"_{stage}") or s.name == stage]
+        if not (chosen if stage else exploring):
+            raise ConfigError(f"--stage {stage}: no such stage" if stage else "no stage explores")
+        failed = run_debug((chosen or exploring)[0], tasks, taskset, Console(highlight=False))
+    except (ConfigError, PluginError, ValueError) as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(code=2) from None
+    raise typer.Exit(code=1 if failed else 0)
+
+
+@app.command()
 def plot(
     run_dir: str = typer.Argument(
         ..., help="A run's folder (<checkpoint_root_dir>/<project>/<name>)."

@@ -1,0 +1,133 @@
+"""``trinity debug``: a few tasks of a config's taskset through its workflow, in this process.
+
+No Ray, no trainer, no buffer: the rollout engine (and any auxiliary model) runs in-process
+(``engine.local.LocalEngine``, with its OpenAI-compatible server when the config asks for
+one), a ``WorkflowRunner`` runs each task once, and every experience is printed: prompt and
+response as the model's tokens, which response tokens the action mask trains on, logprobs,
+reward and info. The fast path for writing a workflow: a raise shows its traceback here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from trinity.common.experience import Experience
+from trinity.explorer.runner import TaskResult
+
+
+def pick_tasks(config: Any, count: int, taskset: Optional[str]) -> List[Any]:
+    """The first ``count`` tasks of the named taskset (train or eval; unset: the first
+    training taskset), in its reading order, with debug task ids."""
+    from trinity.buffer import TaskReader
+
+    sets = [*config.buffer.explorer_input.tasksets, *config.buffer.explorer_input.eval_tasksets]
+    if not sets:
+        raise ValueError("the config has no taskset (buffer.explorer_input.tasksets) to debug")
+    names = [s.name for s in sets]
+    if taskset is not None and taskset not in names:
+        raise ValueError(f"--taskset {taskset}: no such taskset; the config has {names}")
+    storage = sets[names.index(taskset)] if taskset else sets[0]
+    reader = TaskReader(storage)
+    tasks = reader.read(min(count, len(reader)))
+    for task in tasks:
+        task.task_id = f"debug-{task.taskset_name}-{task.index}"
+    return tasks
+
+
+def start_engines(config: Any) -> tuple:
+    """(rollout engine, [one engine per auxiliary model]) in this process."""
+    from trinity.engine.local import LocalEngine
+    from trinity.runtime.explorer_role import _openai_api, engine_kwargs, external_engine
+
+    def start(auxiliary: Any = None) -> Any:
+        served = auxiliary or config.explorer.rollout_model
+        if served.engine_type == "external":
+            return external_engine(config, auxiliary)
+        return LocalEngine(_openai_api(config, auxiliary), **engine_kwargs(config, auxiliary))
+
+    return start(), [start(aux) for aux in config.explorer.auxiliary_models]
+
+
+def debug(config: Any, count: int, taskset: Optional[str], console: Console) -> int:
+    """Run ``count`` tasks and print what they produced; the number of tasks that failed."""
+    from transformers import AutoTokenizer
+
+    from trinity.explorer.runner import WorkflowRunner
+
+    tasks = pick_tasks(config, count, taskset)
+    engine, auxiliary = start_engines(config)
+    runner = WorkflowRunner(
+        engine,
+        default_params={
+            "max_tokens": config.model.max_response_tokens,
+            "min_tokens": config.model.min_response_tokens,
+        },
+        max_retry_times=0,  # show the first error as it is
+        auxiliary_engines=auxiliary,
+        enable_history=config.explorer.rollout_model.enable_history,
+    )
+    tokenizer = AutoTokenizer.from_pretrained(config.model.model_path)
+    failed = 0
+    try:
+        for task in tasks:
+            result = runner.run_task(task)
+            failed += result.error is not None
+            show_result(result, tokenizer, console)
+    finally:
+        for started in (engine, *auxiliary):
+            if hasattr(started, "close"):
+                started.close()
+    return failed
+
+
+def show_result(result: TaskResult, tokenizer: Any, console: Console) -> None:
+    task = result.task
+    head = f"task {task.task_id} ({task.workflow_cls.__name__}, {result.seconds:.2f}s)"
+    console.rule(head)
+    if result.error is not None:
+        console.print(Text(result.error, style="red"), soft_wrap=True)  # paths unbroken
+        return
+    console.print(f"{len(result.experiences)} experience(s)")
+    for i, exp in enumerate(result.experiences):
+        show_experience(i, exp, tokenizer, console)
+
+
+def show_experience(i: int, exp: Experience, tokenizer: Any, console: Console) -> None:
+    """Prompt and response as tokens; response tokens the action mask trains on in green,
+    the others (tool results, user turns) dimmed; then the numbers."""
+    tokens = [int(t) for t in exp.tokens]
+    response = tokens[exp.prompt_length :]
+    mask = _as_list(exp.action_mask) or [1] * len(response)
+    logprobs = _as_list(exp.logprobs)
+    text = Text()
+    text.append(tokenizer.decode(tokens[: exp.prompt_length]), style="cyan")
+    for token, trained in zip(response, mask, strict=False):
+        text.append(tokenizer.decode([token]), style="bold green" if trained else "dim")
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_row("reward", str(exp.reward))
+    table.add_row(
+        "tokens",
+        f"{len(tokens)} = {exp.prompt_length} prompt + {len(response)} response, "
+        f"{int(sum(mask))} trained on",
+    )
+    if logprobs:
+        trained = [lp for lp, m in zip(logprobs, mask, strict=False) if m]
+        mean = sum(trained) / max(1, len(trained))
+        table.add_row("logprobs", f"mean {mean:.3f} over trained tokens, min {min(logprobs):.3f}")
+    if exp.info:
+        table.add_row("info", str(exp.info))
+    if exp.metrics:
+        table.add_row("metrics", str(exp.metrics))
+    console.print(f"[bold]experience {i}[/bold] (prompt in cyan, trained tokens in green)")
+    console.print(text, soft_wrap=True)
+    console.print(table)
+
+
+def _as_list(values: Any) -> List[float]:
+    if values is None:
+        return []
+    return values.tolist() if hasattr(values, "tolist") else list(values)
