@@ -151,16 +151,18 @@ class Explorer:
         self.log(metrics, self.step)
         return True
 
-    def evaluate(self, step: int) -> Dict[str, float]:
+    def evaluate(self, step: int, prefix: str = "eval") -> Dict[str, float]:
+        """Run every eval taskset with the weights held now; log ``<prefix>/<taskset>/...``
+        at ``step`` (bench mode: prefix ``bench``)."""
         metrics: Dict[str, float] = {}
         start = time.monotonic()
         for name, reader in self.eval_readers.items():
             tasks = reader.read_all()
-            results = self._run(tasks, f"eval of {name} at step {step}", is_eval=True)
+            results = self._run(tasks, f"{prefix} of {name} at step {step}", is_eval=True)
             experiences = [e for r in results for e in r.experiences]
-            metrics.update(rollout_metrics(experiences, prefix=f"eval/{name}"))
+            metrics.update(rollout_metrics(experiences, prefix=f"{prefix}/{name}"))
         if metrics:
-            metrics["time/eval"] = time.monotonic() - start
+            metrics[f"time/{prefix}"] = time.monotonic() - start
             self.log(metrics, step)
         return metrics
 
@@ -215,13 +217,17 @@ def grouped(experiences: List[Experience]) -> List[Experience]:
 
 
 def rollout_metrics(experiences: List[Experience], prefix: str) -> Dict[str, float]:
-    """Mean/max/min of reward, response length and every reward component (accuracy, format...)."""
+    """Mean/max/min of reward, response length, every reward component (accuracy, format...)
+    and ``logprob``: a response's mean logprob per generated token under the weights that
+    sampled it (it moves with the weights even where rewards do not)."""
     if not experiences:
         return {}
     series: Dict[str, List[float]] = defaultdict(list)
     for e in experiences:
         series["reward"].append(float(e.reward or 0.0))
         series["response_length"].append(float(e.response_length))
+        if e.logprobs is not None and bool(e.action_mask.any()):
+            series["logprob"].append(float(e.logprobs[e.action_mask].mean()))
         for k, v in e.metrics.items():
             series[k].append(float(v))
     out = {}

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional
 
 import ray
 
+from trinity.explorer.bench import run_bench
 from trinity.explorer.pool_rules import DynamicTimeout
 from trinity.runtime.actors import (
     AsyncRunnerActor,
@@ -22,6 +23,7 @@ from trinity.runtime.placement import Placement, pinned
 from trinity.runtime.roles import WAIT_SLICE_S, role_monitor
 from trinity.runtime.status import Reporter
 from trinity.runtime.synchronizer import SyncTimeoutError, Wanted
+from trinity.trainer.checkpoint import weights_path
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +158,8 @@ class ExplorerActor:
             report=self.report,
             timeout=task_timeout(cfg.explorer),
         )
+        if cfg.mode == "bench":  # evaluates saved checkpoints: no taskset, no queue
+            return self._prepare_bench(pool)
         if self.queue is not None:
             start_step = max(start_step, ray.get(self.queue.last_step.remote()))
             if cfg.mode == "explore":  # a decoupled trainer stops at the end mark: not yet
@@ -179,6 +183,29 @@ class ExplorerActor:
             cfg, pool, reader, evals, self._sync, write, self.monitor.log, start_step, self.report
         )
         return start_step
+
+    def _prepare_bench(self, pool: RayRunnerPool) -> int:
+        from trinity.buffer import TaskReader
+        from trinity.explorer.bench import bench_steps
+        from trinity.explorer.explorer import Explorer
+
+        cfg = self.config
+        evals = {ts.name: TaskReader(ts) for ts in cfg.buffer.explorer_input.eval_tasksets}
+        self.bench_steps = bench_steps(cfg)
+        # A monitor of its own: the run's explorer records and tracker runs stay untouched.
+        self.monitor = role_monitor(cfg, "bench", None)
+        self.explorer = Explorer(
+            cfg, pool, None, evals, self._sync, None, self.monitor.log, 0, self.report
+        )
+        return 0
+
+    def _load_checkpoint(self, step: int) -> int:
+        """Bench mode: every engine loads checkpoint ``step`` from disk (step 0: the base
+        weights they started with); returns the oldest version an engine holds."""
+        if step > 0:
+            path = weights_path(self.config.checkpoint_job_dir, step)
+            ray.get([e.load_weights.remote(path, step) for e in self.engines])
+        return min(ray.get([e.model_version.remote() for e in self.engines]))
 
     def _start_engines(self, prefix: str, served: Any, auxiliary: Any = None) -> List[Any]:
         """``served.engine_num`` engine actors named ``<prefix>_engine_<i>``; for an external
@@ -285,8 +312,12 @@ class ExplorerActor:
             f"(latest published: {latest}); it is slow or stuck: see its log"
         )
 
-    def run(self) -> int:
+    def run(self) -> Any:
+        """Explore to the end (returns the last step), or in bench mode evaluate each
+        checkpoint (returns their metrics records)."""
         try:
+            if self.config.mode == "bench":
+                return run_bench(self.explorer, self.bench_steps, self._load_checkpoint)
             step = self.explorer.run()
             if self.queue is not None and self.config.mode == "explore":
                 ray.get(self.queue.set_explorer_finished.remote(True))  # every step written

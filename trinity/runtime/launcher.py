@@ -36,6 +36,7 @@ class StageResult:
     job_dir: str
     final_hf: Optional[str]
     evals: Dict[str, tuple] = field(default_factory=dict)  # metric -> (first, last)
+    bench: Optional[List[Dict]] = None  # mode bench: one metrics record per checkpoint
 
 
 def planned_steps(config: Any) -> int:
@@ -43,6 +44,10 @@ def planned_steps(config: Any) -> int:
     from trinity.buffer import load_rows
 
     buf = config.buffer
+    if config.mode == "bench":  # one evaluation per checkpoint
+        from trinity.explorer.bench import bench_steps
+
+        return len(bench_steps(config))
     if buf.total_steps:
         return int(buf.total_steps)
     if config.mode == "train" and buf.trainer_input.experience_buffer.storage_type == "file":
@@ -129,7 +134,21 @@ def run_stage(config: Any, plugin_dirs: List[str], printer: ProgressPrinter) -> 
         if config.monitor.enable_ray_timeline:  # what each actor ran when, for chrome://tracing
             os.makedirs(os.path.join(job_dir, "monitor"), exist_ok=True)
             ray.timeline(filename=os.path.join(job_dir, "monitor", "timeline.json"))
+    if config.mode == "bench":  # a later stage's step 0 is this run's final export
+        records = stage.outputs.get("explorer")
+        return StageResult(config.name, job_dir, final_export(job_dir), bench=records)
     return StageResult(config.name, job_dir, final_hf, eval_summary(job_dir))
+
+
+def final_export(job_dir: str) -> Optional[str]:
+    """The HF export of the newest checkpoint in ``job_dir``, if it has one."""
+    from trinity.trainer.checkpoint import latest_step, step_dir
+
+    step = latest_step(job_dir)
+    if step is None:
+        return None
+    hf = os.path.join(step_dir(job_dir, step), "hf")
+    return hf if os.path.isdir(hf) else None
 
 
 class _Stage:
@@ -160,6 +179,7 @@ class _Stage:
         self.roles: Dict[Any, str] = {}  # run() ref -> role
         self.preparing: Optional[str] = None  # the role whose prepare() is running
         self.failing: Optional[str] = None  # the role whose run() raised
+        self.outputs: Dict[str, Any] = {}  # role -> what its run() returned
 
     def start_roles(self, steps: int) -> int:
         """Create and prepare the trainer, then the explorer; start both; the resume step."""
@@ -176,7 +196,7 @@ class _Stage:
                 cfg, self.plugin_dirs, self.queue, self.sync, steps, self.status
             )
             start = self._prepare_trainer(steps)
-        if cfg.mode in ("both", "explore"):
+        if cfg.mode in ("both", "explore", "bench"):
             self.preparing = "explorer"
             # An external model's URL and key, from this environment wherever the actor runs.
             env = external_env(cfg)
@@ -229,11 +249,11 @@ class _Stage:
         return ray.get(self.trainer.final_hf_dir.remote()) if self.trainer is not None else None
 
     def check(self, ref: Any) -> None:
-        """Raise the error of a finished role, remembering which role it was."""
+        """Keep what a finished role returned; raise its error, remembering the role."""
         import ray
 
         try:
-            ray.get(ref)
+            self.outputs[self.roles[ref]] = ray.get(ref)
         except ray.exceptions.RayError as exc:
             self.failing, cause = self._first_cause(ref, exc)
             raise cause from None

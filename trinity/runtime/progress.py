@@ -25,6 +25,7 @@ _SHOWN = {
         ("actor/kl_loss", "kl"),
         ("actor/lr", "lr"),
     ],
+    "bench": [],  # mode bench: its records are evaluations, printed as such
 }
 
 
@@ -36,6 +37,7 @@ def eval_summary(job_dir: str) -> Dict[str, Tuple[Tuple[int, float], Tuple[int, 
             if key.startswith("eval/") and key.endswith(("accuracy/mean", "reward/mean")):
                 series.setdefault(key, []).append((record["step"], value))
     return {k: (v[0], v[-1]) for k, v in series.items()}
+
 
 # The roles whose metrics a stage of each mode writes (other modes: every shown file).
 _ROLES = {"both": ("explorer", "trainer"), "explore": ("explorer",), "train": ("trainer",)}
@@ -110,14 +112,15 @@ class ProgressPrinter:
                 self._print(role, json.loads(line))
 
     def _print(self, role: str, record: Dict[str, Any]) -> None:
+        kind = "bench" if role == "bench" else "eval"
         evals = {
-            k[len("eval/") : -len("/mean")]: v
+            k[len(kind) + 1 : -len("/mean")]: v
             for k, v in record.items()
-            if k.startswith("eval/") and k.endswith(("/accuracy/mean", "/reward/mean"))
+            if k.startswith(f"{kind}/") and k.endswith(("/accuracy/mean", "/reward/mean"))
         }
         if evals:
             shown = "  ".join(f"{k}={v:.3f}" for k, v in sorted(evals.items()))
-            self.console.print(f"  [cyan]eval[/cyan]     step {record['step']:>4}  {shown}")
+            self.console.print(f"  [cyan]{kind:<8}[/cyan] step {record['step']:>4}  {shown}")
             return
         parts = [f"{label}={record[key]:.4g}" for key, label in _SHOWN[role] if key in record]
         if parts:
@@ -127,7 +130,11 @@ class ProgressPrinter:
         self.console.print("\n[bold]run finished[/bold]")
         for r in results:
             self.console.print(f"  {r.name}: {r.job_dir}")
-            if r.final_hf:
+            if r.final_hf and r.bench is None:
                 self.console.print(f"    final weights (HF): {r.final_hf}")
             for key, ((s0, v0), (s1, v1)) in sorted(r.evals.items()):
                 self.console.print(f"    {key}: {v0:.3f} (step {s0}) -> {v1:.3f} (step {s1})")
+            if r.bench is not None:
+                from trinity.explorer.bench import bench_table
+
+                self.console.print(bench_table(r.bench, title=f"bench of {r.name}"))

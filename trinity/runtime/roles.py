@@ -6,14 +6,15 @@ The actors themselves: ``explorer_role.ExplorerActor``, ``trainer_role.TrainerAc
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 # Waits happen in slices this long, so a waiting role can say what it waits for.
 WAIT_SLICE_S = 2.0
 
 
-def role_monitor(config: Any, role: str, resumes_after: int) -> Any:
-    """The role's metrics sinks; records a killed run wrote after ``resumes_after`` go."""
+def role_monitor(config: Any, role: str, resumes_after: Optional[int]) -> Any:
+    """The role's metrics sinks; records a killed run wrote after ``resumes_after`` go
+    (None: every record stays)."""
     from trinity.monitor import Monitor
 
     mon, job_dir = config.monitor, config.checkpoint_job_dir

@@ -78,6 +78,12 @@ def _saved_steps(job_dir: str) -> List[int]:
     return sorted(int(m.group(1)) for m in found if m)
 
 
+def complete_steps(job_dir: str) -> List[int]:
+    """Steps of the checkpoints in ``job_dir`` that hold their weights, ascending (a
+    ``global_step_N`` folder exists only once complete: it is renamed into place)."""
+    return [s for s in _saved_steps(job_dir) if os.path.isfile(weights_path(job_dir, s))]
+
+
 # ---- writing files durably --------------------------------------------------------------
 
 

@@ -108,6 +108,8 @@ class Config(ConfigModel):
             overrides = stage.model_dump(exclude_unset=True, exclude={"stage_name"})
             merged = merge_stage(base, overrides)
             merged["name"] = f"{self.name}_{stage.stage_name}"
+            if self.mode == "bench":  # benchmark the run of every stage, whatever it ran as
+                merged["mode"] = "bench"
             try:
                 configs.append(validate_model(Config, merged))
             except ConfigError as exc:

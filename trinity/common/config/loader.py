@@ -59,9 +59,10 @@ def apply_run_name(config: Config) -> Config:
     """With ``continue_from_checkpoint: false``, rename the run to ``<name>_<timestamp>``.
 
     The launcher calls this once, before anything reads ``name``, so every component of
-    the run (and every stage) sees the same new name.
+    the run (and every stage) sees the same new name. ``mode: bench`` starts no new run: it
+    evaluates the checkpoints of the run ``name`` is, so it keeps the name.
     """
-    if config.continue_from_checkpoint:
+    if config.continue_from_checkpoint or config.mode == "bench":
         return config
     stamp = datetime.now().strftime("%Y%m%d%H%M%S")
     return config.model_copy(update={"name": f"{config.name}_{stamp}"}, deep=True)

@@ -17,6 +17,7 @@ import os
 from typing import Dict, List, Tuple
 
 from trinity.common.config.base import ConfigError, is_set
+from trinity.common.config.bench_checks import bench_problems
 from trinity.common.config.config import Config
 from trinity.common.config.derive import derive
 from trinity.common.config.lora_checks import lora_folder_problems, lora_handover_problems
@@ -107,6 +108,7 @@ def stage_problems(config: Config, model_from_previous: bool, construct: bool) -
     problems += lora_folder_problems(config, model_from_previous)
     problems += _data_problems(config)
     problems += _output_problems(config)
+    problems += bench_problems(config)
     problems += monitor_problems(config)
     return problems
 
@@ -121,7 +123,8 @@ def _model_problems(config: Config, model_from_previous: bool) -> List[str]:
     external = rollout.engine_type == "external"
     if not model_from_previous and not external:
         paths.append(("model.model_path", model.model_path))
-    if config.mode in ("both", "explore") and is_set(rollout, "model_path") and not external:
+    explores = config.mode in ("both", "explore", "bench")
+    if explores and is_set(rollout, "model_path") and not external:
         paths.append(("explorer.rollout_model.model_path", rollout.model_path))
     registries = algorithm_module()
     algorithm_cls = registries.ALGORITHM_TYPE.get(config.algorithm.algorithm_type)
@@ -212,7 +215,7 @@ def _chat_template_problems(config: Config) -> List[str]:
     if model.custom_chat_template is not None or has_chat_template(model.model_path):
         return []
     users = []
-    if config.mode in ("both", "explore"):
+    if config.mode in ("both", "explore", "bench"):
         for path, storage in _storages(config, ("tasksets", "eval_tasksets")):
             workflow, _ = resolve_workflow(config, path, storage)
             if workflow is not None and is_builtin(workflow):
@@ -233,8 +236,10 @@ def _storages(config: Config, kinds: Tuple[str, ...]) -> List[Tuple[str, Storage
     """(YAML path, storage) of the named kinds of storage that the stage's mode reads."""
     found: List[Tuple[str, StorageConfig]] = []
     explorer_input, trainer_input = config.buffer.explorer_input, config.buffer.trainer_input
-    if config.mode in ("both", "explore"):
-        for kind in ("tasksets", "eval_tasksets"):
+    if config.mode in ("both", "explore", "bench"):
+        # bench evaluates checkpoints: it reads the eval tasksets only
+        read = ("eval_tasksets",) if config.mode == "bench" else ("tasksets", "eval_tasksets")
+        for kind in read:
             if kind in kinds:
                 storages = getattr(explorer_input, kind)
                 found += [(f"buffer.explorer_input.{kind}[{i}]", s) for i, s in enumerate(storages)]

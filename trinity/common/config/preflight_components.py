@@ -74,7 +74,7 @@ def component_problems(config: Config, construct: bool) -> List[str]:
     checks already failed, since their own errors would repeat those problems).
     """
     problems = []
-    if config.mode in ("both", "explore"):
+    if config.mode in ("both", "explore", "bench"):
         problems += _taskset_problems(config)
     if config.mode in ("both", "train"):
         problems += _algorithm_problems(config, construct)

@@ -122,6 +122,14 @@ class ExplorerConfig(ConfigModel):
     )
     eval_interval: int = Field(100, description="Evaluate every this many steps.")
     eval_on_startup: bool = Field(True, description="Evaluate the initial model at step 0.")
+    bench_on_latest_checkpoint: bool = Field(
+        False, description="Mode bench: evaluate only the run's newest checkpoint."
+    )
+    bench_checkpoints: List[int] = Field(
+        default_factory=list,
+        description="Mode bench: the train steps of the checkpoints to evaluate (0: the base "
+        "model); empty: every complete checkpoint, and step 0 with eval_on_startup.",
+    )
     over_rollout: OverRolloutConfig = Field(
         default_factory=OverRolloutConfig, description="Over-rollout (experimental)."
     )

@@ -73,7 +73,7 @@ COMPONENT_REGISTRIES = {
 Allowed = Union[Tuple[Any, ...], Callable[[Config], Tuple[Any, ...]]]
 
 SUPPORTED: Dict[str, Allowed] = {
-    "mode": ("both", "train", "explore"),
+    "mode": ("both", "train", "explore", "bench"),
     "algorithm.algorithm_type": _registered_algorithms,
     "model.lora_configs.*.lora_dtype": ("auto", "float32", "bfloat16", "float16"),
     "model.rope_scaling": (None,),
@@ -126,6 +126,7 @@ MINIMUMS: Dict[str, float] = {
     "explorer.max_retry_times": 0,
     "explorer.max_failed_ratio": 0.0,
     "explorer.eval_interval": 1,
+    "explorer.bench_checkpoints.*": 0,
     "explorer.rollout_model.engine_num": 1,
     "synchronizer.sync_interval": 1,
     "synchronizer.sync_offset": 0,
@@ -295,7 +296,7 @@ def _check_model(config: Config) -> List[str]:
                 f"{model.max_prompt_tokens} + {model.min_response_tokens} exceeds "
                 f"model.max_model_len = {model.max_model_len}"
             )
-    if config.mode in ("both", "explore") and model.max_response_tokens is None:
+    if config.mode in ("both", "explore", "bench") and model.max_response_tokens is None:
         problems.append(f"model.max_response_tokens is required in mode {config.mode}")
     trainer = config.trainer
     if (
