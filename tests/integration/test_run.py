@@ -48,6 +48,7 @@ def test_grpo_both_mode(tmp_path, micro_model, arithmetic_data, ray_cluster):
     assert result.final_hf == os.path.join(job_dir, "global_step_3", "hf")
     assert weights_changed(micro_model, result.final_hf)
     assert os.listdir(os.path.join(job_dir, "monitor", "tensorboard", "grpo_small_trainer"))
+    assert os.path.getsize(os.path.join(job_dir, "monitor", "plots.png")) > 0  # end-of-run plot
 
 
 def test_guide_example_workflow_as_plugin(

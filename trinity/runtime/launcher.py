@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -378,5 +379,16 @@ def run(config_path: str, overrides: List[str], plugin_dirs: List[str]) -> List[
         if results and results[-1].final_hf:
             stage.model.model_path = results[-1].final_hf
         results.append(run_stage(stage, plugin_dirs, printer))
+        plot_stage(results[-1].job_dir)
     printer.summary(results)
     return results
+
+
+def plot_stage(job_dir: str) -> None:
+    """``monitor/plots.png`` of a finished stage; a plot that fails costs a warning, not the run."""
+    from trinity.monitor.plot import plot_run
+
+    try:
+        plot_run(job_dir)
+    except Exception as exc:  # matplotlib, a half-written metrics file: the run itself is done
+        print(f"warning: no plot for {job_dir}: {type(exc).__name__}: {exc}", file=sys.stderr)

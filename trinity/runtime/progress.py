@@ -134,6 +134,9 @@ class ProgressPrinter:
                 self.console.print(f"    final weights (HF): {r.final_hf}")
             for key, ((s0, v0), (s1, v1)) in sorted(r.evals.items()):
                 self.console.print(f"    {key}: {v0:.3f} (step {s0}) -> {v1:.3f} (step {s1})")
+            plots = os.path.join(r.job_dir, "monitor", "plots.png")
+            if os.path.exists(plots):
+                self.console.print(f"    plots: {plots}")
             if r.bench is not None:
                 from trinity.explorer.bench import bench_table
 
