@@ -1,15 +1,23 @@
-"""The same GRPO run with ``sync_offset: 0`` and ``sync_offset: 1``: wall time and accuracy.
+"""The same GRPO run under several weight-sync schedules: wall time, samples/s and accuracy.
 
-With offset 0 the explorer waits for every update (strictly on-policy: explorer and trainer
-alternate); with offset 1 it explores the next step with one-step-old weights while the
-trainer trains, so the two overlap. Both runs start from the same SFT checkpoint::
+Sides (``--sides``, in this order, one run each from the same SFT checkpoint):
+
+- ``fixed``: ``sync_offset: 0``, strictly on-policy (explorer and trainer alternate);
+- ``fixed_offset1``: the explorer one step ahead with one-step-old weights (they overlap);
+- ``explorer_driven``: the explorer never waits; every ``sync_interval`` steps it asks the
+  trainer for fresh weights and loads them at a later step boundary;
+- ``trainer_driven``: the explorer never waits; the trainer publishes every
+  ``sync_interval`` steps and the explorer loads the newest at each step boundary.
+
+::
 
     python bench/async.py --sft-checkpoint CKPT/hf --data ./quickstart --steps 60 --out async.json
 
-Writes JSON (for each run: the training loop's wall seconds, startup and eval excluded as
-``grpo_vs_trl.py`` counts them, the whole run's without eval, the held-out accuracy curve)
-and prints a one-line summary with the loop's speed-up (and the whole runs'). It measures;
-it asserts nothing.
+Writes JSON (for each side: the training loop's wall seconds, startup and eval excluded as
+``grpo_vs_trl.py`` counts them, the whole run's without eval, samples explored per second of
+the loop, the held-out accuracy curve, the model version each explore step used) and prints
+a one-line summary with each side's loop speed-up over the first. It measures; it asserts
+nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +29,8 @@ import tempfile
 import time
 from typing import Dict, List
 
+import yaml
+
 from trinity.monitor import read_metrics
 
 try:  # imported from the repository root (tests), or run as a script from bench/
@@ -31,6 +41,12 @@ except ImportError:
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "examples", "quickstart", "arithmetic.yaml")
 METRIC = "eval/arithmetic_test/accuracy/mean"
+SIDES = {
+    "fixed": ["synchronizer.sync_style=fixed", "synchronizer.sync_offset=0"],
+    "fixed_offset1": ["synchronizer.sync_style=fixed", "synchronizer.sync_offset=1"],
+    "explorer_driven": ["synchronizer.sync_style=explorer_driven", "synchronizer.sync_offset=0"],
+    "trainer_driven": ["synchronizer.sync_style=trainer_driven", "synchronizer.sync_offset=0"],
+}
 
 
 def one_stage_config(workdir: str) -> str:
@@ -43,15 +59,23 @@ def one_stage_config(workdir: str) -> str:
     return path
 
 
-def timed_run(config: str, offset: int, args: argparse.Namespace) -> Dict:
+def _samples_per_step(job_dir: str) -> int:
+    """Experiences one explore step makes: batch_size x repeat_times of the saved config."""
+    with open(os.path.join(job_dir, "config.yaml")) as f:
+        saved = yaml.safe_load(f)
+    return saved["buffer"]["batch_size"] * saved["algorithm"]["repeat_times"]
+
+
+def timed_run(config: str, side: str, args: argparse.Namespace) -> Dict:
     overrides = [
-        f"name=sync_offset_{offset}",
+        f"name=sync_{side}",
         f"model.model_path={os.path.abspath(args.sft_checkpoint)}",
-        f"synchronizer.sync_offset={offset}",
+        f"synchronizer.sync_interval={args.sync_interval}",
         f"buffer.total_steps={args.steps}",
         f"explorer.eval_interval={args.eval_interval}",
+        *SIDES[side],
     ]
-    # Each run starts (and stops) its own Ray, so the second does not inherit a warm one.
+    # Each run starts (and stops) its own Ray, so a later one does not inherit a warm one.
     run_start = time.time()
     result, wall = launch(config, overrides)
     explorer = read_metrics(os.path.join(result.job_dir, "monitor", "explorer.jsonl"))
@@ -59,15 +83,40 @@ def timed_run(config: str, offset: int, args: argparse.Namespace) -> Dict:
     timeline = trinity_timeline(explorer, trainer, run_start)
     curve: List = [(r["step"], r[METRIC]) for r in explorer if METRIC in r]
     eval_seconds = sum(r.get("time/eval", 0.0) for r in explorer)
+    steps = [r for r in explorer if "rollout/model_version" in r]
+    versions = [int(r["rollout/model_version"]) for r in steps]
+    samples = len(steps) * _samples_per_step(result.job_dir)
     return {
-        "sync_offset": offset,
+        "side": side,
+        "overrides": SIDES[side],
         "wall_s": wall,
         "wall_s_without_eval": wall - eval_seconds,
         "startup_s": timeline["startup_s"],
         "loop_s": timeline["loop_s"],
+        "samples": samples,
+        "samples_per_s": samples / timeline["loop_s"],
         "accuracy": curve,
         "final_accuracy": curve[-1][1] if curve else None,
+        "model_versions": versions,
+        # updates the weights of explore step s lacked: s - 1 - version (0 = on-policy)
+        "mean_staleness": sum(r["step"] - 1 - v for r, v in zip(steps, versions, strict=True))
+        / max(1, len(steps)),
+        "train_steps": max((r["step"] for r in trainer), default=0),
     }
+
+
+def summarize(runs: List[Dict], steps: int) -> Dict:
+    """Loop speed-ups over the first side, and the one-line summary."""
+    base = runs[0]
+    speedup = {r["side"]: base["loop_s"] / r["loop_s"] for r in runs}
+    run_speedup = {r["side"]: base["wall_s_without_eval"] / r["wall_s_without_eval"] for r in runs}
+    summary = f"async {steps} steps: " + ", ".join(
+        f"{r['side']} loop {r['loop_s']:.1f}s {r['samples_per_s']:.0f} samples/s "
+        f"(whole run {r['wall_s_without_eval']:.1f}s, acc {r['final_accuracy']}, "
+        f"staleness {r['mean_staleness']:.2f}, {speedup[r['side']]:.2f}x)"
+        for r in runs
+    )
+    return {"speedup": speedup, "run_speedup": run_speedup, "summary": summary}
 
 
 def main(argv: List[str] | None = None) -> Dict:
@@ -76,28 +125,28 @@ def main(argv: List[str] | None = None) -> Dict:
     parser.add_argument("--data", required=True, help="the quickstart folder")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--eval-interval", type=int, default=20)
+    parser.add_argument("--sync-interval", type=int, default=1)
+    parser.add_argument(
+        "--sides",
+        default="fixed,explorer_driven,trainer_driven",
+        help=f"comma-separated, the first is the baseline; of: {', '.join(SIDES)}",
+    )
     parser.add_argument("--out", default="async.json")
     args = parser.parse_args(argv)
+    sides = args.sides.split(",")
+    unknown = [s for s in sides if s not in SIDES]
+    if unknown:
+        parser.error(f"--sides: unknown {', '.join(unknown)} (known: {', '.join(SIDES)})")
     workdir = tempfile.mkdtemp(prefix="trinity-async-")
     os.environ["TRINITY_QUICKSTART_DIR"] = os.path.abspath(args.data)
     os.environ["TRINITY_CHECKPOINT_ROOT_DIR"] = workdir
     config = one_stage_config(workdir)
-    runs = [timed_run(config, offset, args) for offset in (0, 1)]
-    # The speed-up is the training loop's: startup does not depend on sync_offset, and the
-    # first run of a process also pays the imports the second finds done.
-    speedup = runs[0]["loop_s"] / runs[1]["loop_s"]
-    run_speedup = runs[0]["wall_s_without_eval"] / runs[1]["wall_s_without_eval"]
-    summary = f"async {args.steps} steps: " + ", ".join(
-        f"sync_offset {r['sync_offset']} loop {r['loop_s']:.1f}s "
-        f"(whole run {r['wall_s_without_eval']:.1f}s, acc {r['final_accuracy']})"
-        for r in runs
-    )
-    summary += f": {speedup:.2f}x loop ({run_speedup:.2f}x whole runs)"
-    report = {"benchmark": "async", "runs": runs, "speedup": speedup}
-    report.update(run_speedup=run_speedup, summary=summary)
+    runs = [timed_run(config, side, args) for side in sides]
+    report = {"benchmark": "async", "steps": args.steps, "sync_interval": args.sync_interval}
+    report.update(runs=runs, **summarize(runs, args.steps))
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2)
-    print(summary)
+    print(report["summary"])
     return report
 
 

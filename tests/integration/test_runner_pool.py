@@ -111,13 +111,13 @@ def test_dynamic_timeout_cuts_a_task_far_slower_than_the_successful_ones(ray_clu
     from trinity.explorer.pool_rules import DynamicTimeout
 
     timeout = DynamicTimeout(max_timeout=60.0, ratio=3.0)
-    pool = RayRunnerPool(lambda i: SleepyRunner.remote(), 1, 60.0, 1, 0, timeout=timeout)
-    # before any success the limit is max_timeout: these run to the end
-    first = pool.run(_tasks(0.3, 0.3, names=["q1", "q2"]))
-    assert all(r.error is None for r in first)
+    pool = RayRunnerPool(lambda i: SleepyRunner.remote(), 1, 60.0, 3, 0, timeout=timeout)
+    # all three start together, before any success (limit: max_timeout, 60 s); once q1 and
+    # q2 succeed, "stuck" is cut at 3 x their mean time (about 1 s), not at 60 s
+    results = _named(pool.run(_tasks(0.3, 0.3, 30.0, names=["q1", "q2", "stuck"])))
+    assert results["q1"].error is None and results["q2"].error is None
     (mean,) = [total / count for total, count in timeout.totals.values()]
     assert mean >= 0.3
-    # a 30 s task: cut at 3 x the mean of the two successes (about 1 s), not at 60 s
-    (stuck,) = pool.run(_tasks(30.0, names=["stuck"]))
-    assert stuck.error.startswith(f"timed out after {3 * mean:.3g}s (explorer.dynamic_timeout: 3 x")
-    assert "the mean time of 2 successful task(s) like it" in stuck.error
+    error = results["stuck"].error
+    assert error.startswith(f"timed out after {3 * mean:.3g}s (explorer.dynamic_timeout: 3 x")
+    assert "the mean time of 2 successful task(s) like it" in error

@@ -300,24 +300,24 @@ class RayRunnerPool:
     ) -> List[TaskResult]:
         todo, per_runner = deque(tasks), self._tasks_per_runner(tasks)
         free = [runner for runner in self.runners for _ in range(per_runner)]
-        pending: Dict[Any, tuple] = {}  # ref -> (task, runner, started: monotonic, limit)
+        pending: Dict[Any, tuple] = {}  # ref -> (task, runner, started: monotonic)
         lost: Dict[int, int] = {}  # id(task) -> attempts lost to timeouts and dead runners
         results: List[TaskResult] = []
         cutoff = None if enough is None else OverRollout(tasks, enough, wait_after_min)
         while todo or pending:
             while todo and free:
                 runner, task = free.pop(), todo.popleft()
-                ref = runner.run_task.remote(task)
-                pending[ref] = (task, runner, time.monotonic(), self.timeout.limit(task))
-            # Wake at the next deadline at the latest, so a timeout is noticed on time.
-            first = min(started + limit for _, _, started, limit in pending.values())
+                pending[runner.run_task.remote(task)] = (task, runner, time.monotonic())
+            # Wake at the next deadline at the latest, so a timeout is noticed on time. A
+            # limit follows the successes so far: a task sent before any is cut once they come.
+            first = min(t0 + self.timeout.limit(task) for task, _, t0 in pending.values())
             left = cutoff.seconds_left() if cutoff is not None else None
             wait = min(1.0, first - time.monotonic(), 1.0 if left is None else left)
             done, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.01, wait))
             ended = [self._collect(ref, pending, lost, todo, free, per_runner) for ref in done]
             now = time.monotonic()
-            for ref, (task, runner, started, limit) in list(pending.items()):
-                if ref in pending and now - started > limit:
+            for ref, (task, runner, started) in list(pending.items()):
+                if ref in pending and now - started > self.timeout.limit(task):
                     pending.pop(ref)
                     msg = f"timed out after {self.timeout.describe(task)}"
                     ended.append((task, self._lost(task, msg, lost, todo)))
@@ -339,7 +339,7 @@ class RayRunnerPool:
     ) -> Tuple[Task, Optional[TaskResult]]:
         """(task as sent, its result; None when the task goes again). A success's time
         feeds the dynamic timeout."""
-        task, runner, started, _ = pending.pop(ref)
+        task, runner, started = pending.pop(ref)
         try:
             result = ray.get(ref)
         except ray.exceptions.RayActorError as exc:
@@ -355,8 +355,8 @@ class RayRunnerPool:
         """over_rollout: the step goes on. Tasks still running are cancelled (their runners
         killed and replaced: a running workflow cannot be stopped otherwise), tasks not
         started are dropped; all come back as ``left_behind`` results."""
-        behind = [task for task, _, _, _ in pending.values()] + list(todo)
-        busy = list({id(runner): runner for _, runner, _, _ in pending.values()}.values())
+        behind = [task for task, _, _ in pending.values()] + list(todo)
+        busy = list({id(runner): runner for _, runner, _ in pending.values()}.values())
         pending.clear()
         todo.clear()
         for runner in busy:
@@ -383,7 +383,7 @@ class RayRunnerPool:
     def _report(self, pending: Dict[Any, tuple], label: str) -> None:
         if self.report is None or not pending:
             return
-        task, _, started, _ = min(pending.values(), key=lambda item: item[2])
+        task, _, started = min(pending.values(), key=lambda item: item[2])
         age = time.monotonic() - started
         if age > self.REPORT_AFTER_S:
             self.report.wait(
@@ -396,7 +396,7 @@ class RayRunnerPool:
         self, runner: Any, pending: Dict[Any, tuple], todo: deque, free: List, per_runner: int
     ) -> None:
         """Replace ``runner``; the tasks it still held go back to the front of the queue."""
-        for ref, (task, owner, _, _) in list(pending.items()):
+        for ref, (task, owner, _) in list(pending.items()):
             if owner is runner:
                 pending.pop(ref)
                 todo.appendleft(task)
