@@ -2,6 +2,9 @@
 pipeline what the trainer reads, and steps stay accounted when a step is filtered empty."""
 
 import os
+import socket
+
+import pytest
 
 from tests.integration.conftest import HERE
 from tests.integration.test_run import records
@@ -67,3 +70,35 @@ def test_a_step_filtered_empty_is_still_a_step(tmp_path, micro_model, arithmetic
     assert all("actor/pg_loss" not in r for r in trainer)  # nothing trained, nothing hung
     explorer = records(result.job_dir, "explorer")
     assert [r["pipeline/reward_filter/dropped"] for r in explorer] == [16, 16]
+
+
+def test_guide_data_juicer_scores_then_reward_shaping(
+    tmp_path, micro_model, arithmetic_data, ray_cluster
+):
+    """The guide's experience pipeline: Data-Juicer scores each response (here its length,
+    ``text_len``), ``reward_shaping_mapper`` adds the score to the reward, and the trainer
+    trains on the shaped rewards. Data-Juicer runs in the service the operator starts."""
+    pytest.importorskip("data_juicer")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = repeated_taskset(tmp_path, arithmetic_data, distinct=4, copies=1)
+    pipelines = (
+        "{experience_pipeline: {operators: ["
+        "{name: data_juicer, args: {operators: [{text_length_filter: {min_len: 0}}]}},"
+        " {name: reward_shaping_mapper, args: {reward_shaping_configs:"
+        " [{stats_key: text_len, op_type: ADD, weight: 1.0}]}}]}}"
+    )
+    service = [f"service.data_juicer={{auto_start: true, port: {port}}}"]
+    (result,) = run(CONFIG, overrides(tmp_path, micro_model, data, pipelines) + service, [])
+    (explored,) = records(result.job_dir, "explorer")
+    (trained,) = records(result.job_dir, "trainer")
+    shaped = (
+        explored["rollout/reward/mean"]
+        + explored["pipeline/reward_shaping_mapper/reward_diff/mean"]
+    )
+    assert explored["pipeline/reward_shaping_mapper/missing_stats"] == 0
+    assert explored["pipeline/reward_shaping_mapper/reward_diff/max"] > 0  # lengths were added
+    assert trained["critic/rewards/mean"] == pytest.approx(shaped, abs=1e-5)
+    with socket.socket() as s:  # the service stopped with the run
+        assert s.connect_ex(("127.0.0.1", port)) != 0
