@@ -1,7 +1,7 @@
 """Decoupled runs: `trinity run` in mode train and another in mode explore, as a user starts
 them (two processes, each with its own local Ray), sharing the experience store and the job
-dir's checkpoints. Every experience written is read exactly once, also when the trainer is
-killed (-9) mid-run and started again."""
+dir's checkpoints. Every experience written is read exactly once, also when the trainer or
+the explorer is killed (-9) mid-run and started again."""
 
 import json
 import os
@@ -92,6 +92,8 @@ def counts(job_dir: str, steps: int) -> dict:
     print(f"decoupled run: {found}")
     assert dict(marked) == trained  # every train step read exactly the rows marked with it
     assert sorted(trained) == list(range(1, steps + 1))
+    # every explore step written once, whole (also when the explorer was restarted)
+    assert Counter(s for s, _, _ in rows) == {s: ROWS_PER_STEP for s in range(1, steps + 1)}
     return found
 
 
@@ -138,4 +140,21 @@ def test_a_killed_trainer_restarts_and_still_reads_each_experience_once(
 
     assert f"resuming at step {resumes_after}" in trainer_out
     found = counts(job_dir, steps=6)
+    assert (found["written"], found["read"], found["lost"], found["twice"]) == (48, 48, 0, 0)
+
+
+def test_a_killed_explorer_restarts_after_the_last_step_it_wrote(
+    tmp_path, micro_model, arithmetic_data
+):
+    args = overrides(tmp_path, micro_model, arithmetic_data, steps=6)
+    trainer = Side(tmp_path, "train", "train", args)
+    explorer = Side(tmp_path, "explore", "explore", args)
+    explorer.wait_for("explorer step    2")
+    explorer.kill()  # the trainer waits for the steps it did not write
+    again = Side(tmp_path, "explore_again", "explore", args)
+    explorer_out = again.finish()
+    trainer.finish()
+
+    assert "resuming at step" in explorer_out
+    found = counts(os.path.join(tmp_path, "tests", "grpo_small"), steps=6)
     assert (found["written"], found["read"], found["lost"], found["twice"]) == (48, 48, 0, 0)
