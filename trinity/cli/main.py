@@ -105,6 +105,53 @@ def debug(
 
 
 @app.command()
+def view(
+    run_dir: str = typer.Argument(
+        ..., help="A run's folder (<checkpoint_root_dir>/<project>/<name>)."
+    ),
+    step: Optional[int] = typer.Option(None, "--step", help="Only this explore step."),
+    task: Optional[str] = typer.Option(None, "--task", help="Only tasks whose id starts so."),
+    min_reward: Optional[float] = typer.Option(None, "--min-reward", help="Reward at least."),
+    max_reward: Optional[float] = typer.Option(None, "--max-reward", help="Reward at most."),
+    limit: int = typer.Option(20, "--limit", help="Rows listed at most."),
+    show: Optional[int] = typer.Option(None, "--show", help="Print row ID whole."),
+) -> None:
+    """List the experiences a run's buffer holds (explore step, task, reward, who read them),
+    or show one whole."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from trinity.buffer.store import StoreError
+    from trinity.buffer.view import Filters, list_rows, locate, one, open_store, show_row
+
+    console = Console(highlight=False)
+    try:
+        url, table, model_path = locate(run_dir)
+        store = open_store(url, table)
+        if show is not None:
+            show_row(one(store, show), model_path, console)
+            return
+        filters = Filters(step, task, min_reward, max_reward, limit)
+        total, rows = list_rows(store, filters)
+    except (FileNotFoundError, KeyError, StoreError) as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(code=2) from None
+    shown = Table("id", "step", "task", "reward", "version", "read by train step")
+    for row in rows:
+        read_by = "-" if row.consumed_by is None else str(row.consumed_by)
+        shown.add_row(
+            str(row.id),
+            str(row.step),
+            row.group_id,
+            f"{row.reward}",
+            str(row.model_version),
+            read_by,
+        )
+    console.print(shown)
+    console.print(f"{len(rows)} of {total} matching row(s) in {store.where}", soft_wrap=True)
+
+
+@app.command()
 def plot(
     run_dir: str = typer.Argument(
         ..., help="A run's folder (<checkpoint_root_dir>/<project>/<name>)."
@@ -164,6 +211,33 @@ def convert_verl(
         typer.echo(f"wrote {out} ({len(verl)} veRL keys, {len(unmapped)} not mapped)")
     for line in unmapped:
         typer.secho(f"not mapped: {line}", fg=typer.colors.YELLOW, err=True)
+
+
+@app.command()
+def studio(
+    config: Optional[str] = typer.Option(
+        None, "--config", help="A YAML config to open; unset: start from the defaults."
+    ),
+    port: int = typer.Option(8501, "--port", help="Port of the page."),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Address to listen on; 127.0.0.1 keeps it to this machine."
+    ),
+    plugin_dir: Optional[List[str]] = typer.Option(
+        None, "--plugin-dir", help="Folder of plugin modules to import (repeatable)."
+    ),
+) -> None:
+    """Open a local web page that builds a config from the config schema: every field with
+    its default and doc, checked as you type like `trinity run`, loaded from and saved to YAML."""
+    from trinity.studio import serve
+    from trinity.utils.plugin_loader import PluginError, load_plugins
+
+    try:
+        load_plugins(list(plugin_dir or []))
+    except PluginError as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(code=2) from None
+    typer.echo(f"Trinity-RFT studio: http://{host}:{port}/  (Ctrl+C to stop)")
+    serve(host, port, config)
 
 
 def main() -> None:

@@ -1,0 +1,97 @@
+"""trinity view: a run's experience buffer listed and filtered, one row shown; read-only."""
+
+import os
+
+import torch
+import yaml
+from typer.testing import CliRunner
+
+from trinity.buffer.store import SQLExperienceStore
+from trinity.cli.main import app
+from trinity.common.experience import Experience
+
+
+def exp(group, reward, version=0):
+    return Experience(
+        tokens=torch.tensor([5, 6, 7, 8]),
+        prompt_length=2,
+        reward=reward,
+        logprobs=torch.tensor([-0.5, -1.5]),
+        action_mask=torch.tensor([1, 1]),
+        group_id=group,
+        model_version=version,
+        prompt_text="2+2=",
+        response_text="4",
+    )
+
+
+def make_run(job_dir, model_path="/gone/model"):
+    os.makedirs(job_dir)
+    config = {
+        "model": {"model_path": model_path},
+        "buffer": {"trainer_input": {"experience_buffer": {"name": "exps", "path": None}}},
+    }
+    with open(os.path.join(job_dir, "config.yaml"), "w") as f:
+        yaml.safe_dump(config, f)
+    store = SQLExperienceStore(os.path.join(job_dir, "buffer", "exps.db"), "exps")
+    ids = store.add([exp("train-1-a-0", 1.0), exp("train-1-a-0", 0.0)], step=1)
+    store.add([exp("train-2-a-1", 0.5, 1), exp("train-2-b-0", -1.0, 1)], step=2)
+    store.mark_consumed(ids, by_step=1)
+    store.close()
+
+
+def view(*args):
+    return CliRunner().invoke(app, ["view", *map(str, args)])
+
+
+def test_rows_are_listed_with_step_task_reward_and_reader(tmp_path):
+    make_run(tmp_path / "run")
+    result = view(tmp_path / "run")
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if "train-" in line]
+    cells = [[c.strip() for c in line.strip("│ ").split("│")] for line in lines]
+    assert cells == [
+        ["1", "1", "train-1-a-0", "1.0", "0", "1"],
+        ["2", "1", "train-1-a-0", "0.0", "0", "1"],
+        ["3", "2", "train-2-a-1", "0.5", "1", "-"],
+        ["4", "2", "train-2-b-0", "-1.0", "1", "-"],
+    ]
+    assert "4 of 4 matching row(s)" in result.output
+
+
+def test_filters_by_step_task_and_reward(tmp_path):
+    make_run(tmp_path / "run")
+    assert "2 of 2 matching" in view(tmp_path / "run", "--step", 2).output
+    assert "1 of 1 matching" in view(tmp_path / "run", "--task", "train-2-b").output
+    out = view(tmp_path / "run", "--min-reward", 0.0, "--max-reward", 0.5).output
+    assert "2 of 2 matching" in out and "train-2-b-0" not in out
+    assert "1 of 4 matching" in view(tmp_path / "run", "--limit", 1).output
+
+
+def test_one_row_shown_whole_without_the_tokenizer(tmp_path):
+    make_run(tmp_path / "run")
+    result = view(tmp_path / "run", "--show", 3)
+    assert result.exit_code == 0, result.output
+    assert "prompt: '2+2='" in result.output and "response: '4'" in result.output
+    assert "reward: 0.5" in result.output
+    missing = view(tmp_path / "run", "--show", 99)
+    assert missing.exit_code == 2 and "no row 99" in missing.output
+
+
+def test_one_row_shown_as_tokens_with_the_runs_tokenizer(tmp_path, micro_model):
+    make_run(tmp_path / "run", micro_model)
+    result = view(tmp_path / "run", "--show", 1)
+    assert result.exit_code == 0, result.output
+    assert "tokens    4 = 2 prompt + 2 response, 2 trained on" in result.output
+    assert "logprobs  mean -1.000 over trained tokens, min -1.500" in result.output
+
+
+def test_nothing_is_created_where_there_is_no_buffer(tmp_path):
+    os.makedirs(tmp_path / "empty")
+    with open(tmp_path / "empty" / "config.yaml", "w") as f:
+        f.write("buffer: {}\n")
+    result = view(tmp_path / "empty")
+    assert result.exit_code == 2
+    assert "no experience buffer database at" in result.output
+    assert not os.path.exists(tmp_path / "empty" / "buffer")
+    assert view(tmp_path / "nowhere").exit_code == 2

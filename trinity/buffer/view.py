@@ -1,0 +1,107 @@
+"""``trinity view``: what a run's experience buffer holds, read-only.
+
+The buffer is found from the run's resolved ``config.yaml`` (the experience buffer's ``path``
+and ``name``, as the run used them), else from ``<job_dir>/buffer/*.db`` (table: the file's
+name). Rows are listed with their explore step, task (group id), reward, model version and the
+train step that read them, filtered by step, task and reward; one row can be shown whole.
+Nothing is created or written: a missing database or table is an error that says where it looked.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+from typing import Any, List, Optional, Tuple
+
+import sqlalchemy as sa
+import yaml
+
+from trinity.buffer.store import SQLExperienceStore
+from trinity.common.experience import Experience
+from trinity.utils.database import database_url, masked_url
+
+CONFIG_NAMES = ("config.yaml", "config_explore.yaml", "config_train.yaml")
+
+
+@dataclass
+class Filters:
+    step: Optional[int] = None  # explore step
+    task: Optional[str] = None  # group id (the task id), or a prefix of it
+    min_reward: Optional[float] = None
+    max_reward: Optional[float] = None
+    limit: int = 20
+
+
+def locate(job_dir: str) -> Tuple[str, str, Optional[str]]:
+    """(database URL, table, model path for the tokenizer) of a run's experience buffer."""
+    for name in CONFIG_NAMES:
+        path = os.path.join(job_dir, name)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                config = yaml.safe_load(f) or {}
+            storage = (config.get("buffer", {}).get("trainer_input") or {}).get(
+                "experience_buffer"
+            ) or {}
+            table = storage.get("name") or "experience_buffer"
+            where = storage.get("path") or os.path.join(job_dir, "buffer", f"{table}.db")
+            return database_url(where), table, (config.get("model") or {}).get("model_path")
+    found = sorted(glob.glob(os.path.join(glob.escape(job_dir), "buffer", "*.db")))
+    if not found:
+        raise FileNotFoundError(f"{job_dir}: no config.yaml and no buffer/*.db: not a run folder")
+    return database_url(found[0]), os.path.splitext(os.path.basename(found[0]))[0], None
+
+
+def open_store(url: str, table: str) -> SQLExperienceStore:
+    """The store, only if its database and table exist (a viewer never creates them)."""
+    if url.startswith("sqlite:///") and not os.path.isfile(url[len("sqlite:///") :]):
+        raise FileNotFoundError(f"no experience buffer database at {url[len('sqlite:///') :]}")
+    engine = sa.create_engine(url)
+    try:
+        if not sa.inspect(engine).has_table(table):
+            raise FileNotFoundError(f"{masked_url(url)} has no table '{table}'")
+    finally:
+        engine.dispose()
+    return SQLExperienceStore(url, table)
+
+
+def list_rows(store: SQLExperienceStore, filters: Filters) -> Tuple[int, List[Any]]:
+    """(rows matching ``filters``, the first ``limit`` of them, oldest first)."""
+    t = store.table
+    where = []
+    if filters.step is not None:
+        where.append(t.c.step == filters.step)
+    if filters.task is not None:
+        where.append(t.c.group_id.startswith(filters.task, autoescape=True))
+    if filters.min_reward is not None:
+        where.append(t.c.reward >= filters.min_reward)
+    if filters.max_reward is not None:
+        where.append(t.c.reward <= filters.max_reward)
+    columns = [t.c.id, t.c.step, t.c.group_id, t.c.reward, t.c.model_version, t.c.consumed_by]
+    with store.engine.connect() as conn:
+        total = conn.execute(sa.select(sa.func.count()).select_from(t).where(*where)).scalar()
+        rows = conn.execute(sa.select(*columns).where(*where).order_by(t.c.id).limit(filters.limit))
+        return int(total or 0), list(rows)
+
+
+def one(store: SQLExperienceStore, row_id: int) -> Experience:
+    found = store.experiences([row_id])
+    if row_id not in found:
+        raise KeyError(f"no row {row_id} in {store.where}")
+    return found[row_id]
+
+
+def show_row(exp: Experience, model_path: Optional[str], console: Any) -> None:
+    """One stored experience as ``trinity debug`` prints it (tokens need the run's tokenizer)."""
+    from transformers import AutoTokenizer
+
+    from trinity.explorer.debug import show_experience
+
+    # the run's own model folder only (never a hub lookup); gone: the stored texts instead
+    here = model_path and os.path.isdir(model_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_path) if here else None
+    if tokenizer is None:
+        console.print(f"prompt: {exp.prompt_text!r}\nresponse: {exp.response_text!r}")
+        console.print(f"reward: {exp.reward}  info: {exp.info}")
+        return
+    show_experience(0, exp, tokenizer, console)
