@@ -1,0 +1,111 @@
+"""What the studio tells about the values on the page: the YAML, the problems ``trinity run``
+would report before starting, and the values ``finalize`` derives."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Tuple
+
+import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from trinity.common.config.base import ConfigError, validate_model
+from trinity.common.config.config import Config
+from trinity.common.config.derive import derive
+from trinity.common.config.preflight import check_before_start
+from trinity.studio.form import parse_values, raw_values
+
+
+def check(raw: Dict[str, Any]) -> Dict[str, Any]:
+    """``{"yaml", "problems", "derived"}`` for the page's raw values.
+
+    The problems are those of ``trinity run``: the schema (``load_config``), then every
+    stage finalized and checked before Ray (``check_before_start``). ``derived`` maps each
+    stage to ``[path, value]`` pairs ``finalize`` filled in (keys the user did not write).
+    """
+    data, problems = parse_values(Config, raw)
+    result: Dict[str, Any] = {"yaml": to_yaml(data), "problems": problems, "derived": {}}
+    if problems:
+        return result
+    try:
+        config = validate_model(Config, _resolved(data))
+        result["derived"] = derived_values(config)
+        check_before_start(config)
+    except ConfigError as exc:
+        result["problems"] = exc.problems
+    return result
+
+
+def _resolved(data: Dict[str, Any]) -> Any:
+    """``${...}`` interpolations resolved as ``load_config`` resolves them."""
+    try:
+        return OmegaConf.to_container(OmegaConf.create(data), resolve=True)
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None) or "?"
+        reason = str(exc).splitlines()[0]
+        raise ConfigError(f"{key}: cannot resolve interpolation: {reason}") from None
+
+
+def derived_values(config: Config) -> Dict[str, List[Tuple[str, Any]]]:
+    """Per stage, the leaves whose finalized value differs from the value before ``derive``."""
+    labels = [stage.stage_name for stage in config.stages] or ["main"]
+    found: Dict[str, List[Tuple[str, Any]]] = {}
+    for label, stage in zip(labels, config.stage_configs(), strict=True):
+        try:
+            final, _ = derive(stage)
+        except ConfigError:
+            continue  # unsupported features: reported by check_before_start
+        before, after = (
+            _leaves(stage.model_dump(mode="json")),
+            _leaves(final.model_dump(mode="json")),
+        )
+        found[label] = [(path, value) for path, value in after.items() if before.get(path) != value]
+    return found
+
+
+def _leaves(data: Any, prefix: str = "") -> Dict[str, Any]:
+    if isinstance(data, dict) and data:
+        leaves: Dict[str, Any] = {}
+        for key, value in data.items():
+            leaves.update(_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
+        return leaves
+    if isinstance(data, list) and data and all(isinstance(item, dict) for item in data):
+        leaves = {}
+        for index, item in enumerate(data):
+            leaves.update(_leaves(item, f"{prefix}[{index}]"))
+        return leaves
+    return {prefix: data}
+
+
+def to_yaml(data: Dict[str, Any]) -> str:
+    """The YAML the studio saves: what the user set, in the schema's order."""
+    if not data:
+        return ""
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def load(path: str) -> Dict[str, Any]:
+    """The raw page values of a YAML file, interpolations kept as written."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except (OmegaConfBaseException, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    return raw_values(Config, raw)
+
+
+def save(raw: Dict[str, Any], path: str) -> str:
+    """Write the page's values to ``path`` as YAML; raises ``ConfigError`` if a value does
+    not parse (nothing is written then)."""
+    data, problems = parse_values(Config, raw)
+    if problems:
+        raise ConfigError(problems, f"{path} not written")
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(to_yaml(data))
+    return os.path.abspath(path)
