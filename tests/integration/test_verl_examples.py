@@ -1,13 +1,24 @@
 """The GRPO example of spec/align-with-verl.md runs, scaled down to the micro model."""
 
+import glob
 import json
 import os
+
+import pytest
 
 from tests.integration.conftest import HERE
 from trinity.runtime.launcher import run
 
 EXAMPLES = os.path.join(os.path.dirname(HERE), "unit", "configs")
 EXAMPLE = os.path.join(EXAMPLES, "grpo_example.yaml")
+
+
+@pytest.fixture(autouse=True)
+def wandb_offline(tmp_path, monkeypatch):
+    """The examples log to wandb (monitor_type: wandb): offline, in the job folder."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    for name in ("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / "wandb_home"))
 
 
 def test_verl_grpo_example_runs_a_few_steps(
@@ -29,9 +40,10 @@ def test_verl_grpo_example_runs_a_few_steps(
         "buffer.train_batch_size=16",
         "buffer.total_steps=2",
         "cluster.gpu_per_node=0",
-        "monitor.monitor_type=tensorboard",  # wandb is an optional extra, not installed here
     ]
     (result,) = run(EXAMPLE, overrides, [])
+    runs = glob.glob(os.path.join(result.job_dir, "monitor", "wandb", "offline-run-*"))
+    assert len(runs) == 2  # the explorer's and the trainer's
     with open(os.path.join(result.job_dir, "monitor", "trainer.jsonl")) as f:
         trainer = [json.loads(line) for line in f]
     assert [r["step"] for r in trainer] == [1, 2]
@@ -68,7 +80,6 @@ def test_verl_ppo_example_runs_a_few_steps(
         "buffer.train_batch_size=4",
         "buffer.total_steps=2",
         "cluster.gpu_per_node=0",
-        "monitor.monitor_type=tensorboard",
     ]
     (result,) = run(os.path.join(EXAMPLES, "ppo_example.yaml"), overrides, [])
     with open(os.path.join(result.job_dir, "monitor", "trainer.jsonl")) as f:
@@ -107,7 +118,6 @@ def _tiny(tmp_path, micro_model, data, tasksets: int) -> list:
         "buffer.total_steps=2",
         "synchronizer.sync_interval=1",
         "cluster.gpu_per_node=0",
-        "monitor.monitor_type=tensorboard",
     ]
 
 

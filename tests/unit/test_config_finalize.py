@@ -406,10 +406,10 @@ EXAMPLE_OVERRIDES = [
 
 
 def test_grpo_example_validates(tmp_path, caplog):
-    overrides = EXAMPLE_OVERRIDES + ["monitor.monitor_type=tensorboard"]
     with caplog.at_level(logging.WARNING, logger="trinity.config"):
-        config = load_config(example("grpo_example.yaml"), overrides).check_and_update()
+        config = load_config(example("grpo_example.yaml"), EXAMPLE_OVERRIDES).check_and_update()
     assert config.algorithm.algorithm_type == "grpo"
+    assert config.monitor.monitor_type == "wandb"
     assert (config.algorithm.repeat_times, config.buffer.train_batch_size) == (8, 2048)
     assert config.algorithm.kl_loss_fn == "low_var_kl"
     assert config.algorithm.kl_loss_fn_args == {"kl_coef": 0.001}
@@ -424,8 +424,7 @@ def test_grpo_example_validates(tmp_path, caplog):
 def test_ppo_example_fails_only_on_unbuilt_features():
     """Its reward model (explorer.auxiliary_models) is served like any auxiliary model now;
     only ppo itself is missing from this test's registry."""
-    overrides = EXAMPLE_OVERRIDES + ["monitor.monitor_type=tensorboard"]
-    config = load_config(example("ppo_example.yaml"), overrides)
+    config = load_config(example("ppo_example.yaml"), EXAMPLE_OVERRIDES)
     with pytest.raises(ConfigError) as excinfo:
         config.check_and_update()
     (found,) = excinfo.value.problems

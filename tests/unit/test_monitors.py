@@ -177,3 +177,25 @@ def test_an_mlflow_uri_without_a_server_is_reported(tmp_path):
     assert "mlflow server" in problem
     # a local store is opened by MLflow itself: nothing to probe
     assert monitor_problems(config_of("mlflow", uri=f"file://{tmp_path}/mlruns")) == []
+
+
+@pytest.mark.parametrize("name", ["grpo_example.yaml", "ppo_example.yaml"])
+def test_the_verl_examples_pass_the_monitor_check(name):
+    """align-with-verl.md's examples log to wandb, as written."""
+    pytest.importorskip("wandb")
+    from trinity.common.config import load_config
+
+    config = load_config(os.path.join(os.path.dirname(__file__), "configs", name))
+    assert config.monitor.monitor_type == "wandb"
+    assert monitor_problems(config) == []
+
+
+def test_the_trackers_environment_goes_to_the_role_actors(monkeypatch):
+    from trinity.monitor import monitor_env
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "ann")
+    wandb_env, mlflow_env = monitor_env("wandb"), monitor_env("mlflow")
+    assert wandb_env["WANDB_MODE"] == "offline" and all(k.startswith("WANDB_") for k in wandb_env)
+    assert mlflow_env["MLFLOW_TRACKING_USERNAME"] == "ann" and "WANDB_MODE" not in mlflow_env
+    assert monitor_env("tensorboard") == {}

@@ -12,6 +12,13 @@ imported below; then widen the ``monitor.monitor_type`` row of ``SUPPORTED``
 """
 
 from trinity.monitor import mlflow, tensorboard, wandb  # noqa: F401  (they register)
-from trinity.monitor.monitor import MONITORS, JsonlSink, MetricSink, Monitor, read_metrics
+from trinity.monitor.monitor import (
+    MONITORS,
+    JsonlSink,
+    MetricSink,
+    Monitor,
+    monitor_env,
+    read_metrics,
+)
 
-__all__ = ["MONITORS", "MetricSink", "JsonlSink", "Monitor", "read_metrics"]
+__all__ = ["MONITORS", "MetricSink", "JsonlSink", "Monitor", "monitor_env", "read_metrics"]

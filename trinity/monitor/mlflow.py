@@ -19,6 +19,8 @@ DEFAULT_URI = "http://localhost:5000"
 
 @MONITORS.register_module("mlflow")
 class MlflowSink(MetricSink):
+    ENV_PREFIX = "MLFLOW_"
+
     def __init__(
         self,
         job_dir: str,

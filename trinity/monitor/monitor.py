@@ -22,6 +22,10 @@ class MetricSink:
     ``Sink(job_dir, project, run_name, keep_until, **monitor_args)``; preflight holds
     ``monitor_args`` to the constructor's other parameters."""
 
+    # The tracker's environment variables (e.g. ``WANDB_``): the launcher passes the
+    # driver's values on to the role actors, which may run on other nodes.
+    ENV_PREFIX = ""
+
     def log(self, metrics: Dict[str, float], step: int) -> None:
         raise NotImplementedError
 
@@ -82,6 +86,12 @@ class Monitor:
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()
+
+
+def monitor_env(monitor_type: str) -> Dict[str, str]:
+    """The driver's environment variables that configure the chosen tracker."""
+    prefix = MONITORS.get(monitor_type).ENV_PREFIX
+    return {k: v for k, v in os.environ.items() if prefix and k.startswith(prefix)}
 
 
 def _drop_after(path: str, step: int) -> None:

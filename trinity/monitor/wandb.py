@@ -16,7 +16,9 @@ from trinity.monitor.tracked_run import TrackedRun
 
 @MONITORS.register_module("wandb")
 class WandbSink(MetricSink):
+    ENV_PREFIX = "WANDB_"
     _open = 0  # sinks of this process whose run is not finished
+
     def __init__(
         self,
         job_dir: str,

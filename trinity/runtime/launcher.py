@@ -187,20 +187,23 @@ class _Stage:
         import ray
 
         from trinity.engine.external import external_env
+        from trinity.monitor import monitor_env
         from trinity.runtime.explorer_role import ExplorerActor
         from trinity.runtime.trainer_role import TrainerActor
 
         cfg, start = self.config, 0
+        tracker = monitor_env(cfg.monitor.monitor_type)  # WANDB_MODE, MLFLOW_... of this shell
         if cfg.mode in ("both", "train"):
             self.preparing = "trainer"
-            self.trainer = TrainerActor.options(**pinned(self.placement.trainer_node)).remote(
-                cfg, self.plugin_dirs, self.queue, self.sync, steps, self.status
-            )
+            self.trainer = TrainerActor.options(
+                runtime_env={"env_vars": tracker} if tracker else None,
+                **pinned(self.placement.trainer_node),
+            ).remote(cfg, self.plugin_dirs, self.queue, self.sync, steps, self.status)
             start = self._prepare_trainer(steps)
         if cfg.mode in ("both", "explore", "bench"):
             self.preparing = "explorer"
             # An external model's URL and key, from this environment wherever the actor runs.
-            env = external_env(cfg)
+            env = {**tracker, **external_env(cfg)}
             self.explorer = ExplorerActor.options(
                 runtime_env={"env_vars": env} if env else None,
                 **pinned(self.placement.explorer_node),
