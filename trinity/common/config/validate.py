@@ -42,7 +42,8 @@ def _experience_buffer_storage(config: Config) -> Tuple[Any, ...]:
     # train mode reads SFT data from files; otherwise the explorer feeds the trainer a queue,
     # kept in a database (sql: the same queue, its table in the database at `path`). A train
     # run also reads the database a separate explore run writes (decoupled_checks.py).
-    return ("file", *STORE_TYPES) if config.mode == "train" else STORE_TYPES
+    # Bench reads no experiences: the training YAML's buffer is taken as it is.
+    return ("file", *STORE_TYPES) if config.mode in ("train", "bench") else STORE_TYPES
 
 
 def _replay_modes(config: Config) -> Tuple[Any, ...]:
@@ -50,6 +51,8 @@ def _replay_modes(config: Config) -> Tuple[Any, ...]:
     # gives replay_buffer to `queue` buffers only.
     storage = config.buffer.trainer_input.experience_buffer  # unset: the default queue
     queue = storage is None or storage.storage_type == "queue"
+    if config.mode == "bench":  # trains nothing: the training YAML's setting is kept
+        return (False, True)
     return (False, True) if config.mode == "both" and queue else (False,)
 
 
@@ -534,9 +537,24 @@ def _idle_replay(config: Config) -> List[Tuple[str, Any, str]]:
     return [(f"{path}.enable", True, why)]
 
 
+def _idle_pipelines(config: Config) -> List[Tuple[str, Any, str]]:
+    """``data_processor`` pipelines in a mode that explores no training tasks (train, bench:
+    e.g. the training YAML run again as the trainer of a decoupled pair): they do not run."""
+    if config.mode in ("both", "explore"):
+        return []
+    why = f"mode {config.mode} explores no training tasks; pipelines run in modes both, explore"
+    found = []
+    for key in ("task_pipeline", "experience_pipeline"):
+        pipeline = getattr(config.data_processor, key)
+        if pipeline is not None and pipeline.operators:
+            names = [op.name for op in pipeline.operators]
+            found.append((f"data_processor.{key}.operators", names, why))
+    return found
+
+
 def warn_inert(config: Config) -> None:
     """Warn about every user-set key that this build accepts but does not use."""
-    found = explicit_inert_values(config) + _idle_replay(config)
+    found = explicit_inert_values(config) + _idle_replay(config) + _idle_pipelines(config)
     if found:
         lines = "\n".join(f"  - {path} = {show(value)}: {reason}" for path, value, reason in found)
         logger.warning("These keys are accepted but have no effect here:\n%s", lines)
