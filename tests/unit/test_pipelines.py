@@ -295,19 +295,25 @@ def test_service_settings_name_one_server(tmp_path, micro_model, arithmetic_data
     ]
 
 
-def test_pipelines_need_an_explorer(tmp_path, micro_model, arithmetic_data):
+def test_pipelines_of_a_mode_without_exploring_are_named_in_a_warning(
+    tmp_path, micro_model, arithmetic_data, caplog
+):
+    """The training YAML run as the trainer of a decoupled pair (mode train) keeps its
+    data_processor: it is not an error, and the warning says it does not run there."""
     extra = """
     data_processor:
       experience_pipeline:
-        operators: [{name: reward_filter, args: {min_reward: 0}}]
+        operators: [{name: reward_filter, args: {min_reward: 0}}, {name: no_such_operator}]
     """
     sft = [
         "algorithm.algorithm_type=sft",
         "buffer.train_batch_size=4",
         f"buffer.trainer_input.experience_buffer={{name: s, path: {arithmetic_data['sft']}}}",
     ]
-    found = problems(tmp_path, micro_model, arithmetic_data, extra, "train", sft)
-    assert found == [
-        "data_processor.experience_pipeline: pipelines run where training tasks are explored "
-        "(modes both and explore), not in mode train; remove it from this stage"
-    ]
+    config = _config(tmp_path, micro_model, arithmetic_data["rl"], extra, "train", sft)
+    with caplog.at_level("WARNING", logger="trinity.config"):
+        check_before_start(config)
+    assert (
+        "data_processor.experience_pipeline.operators = ['reward_filter', 'no_such_operator']: "
+        "mode train explores no training tasks; pipelines run in modes both, explore"
+    ) in caplog.text

@@ -3,9 +3,9 @@
 Each operator name must resolve in ``OPERATORS`` and suit its pipeline (tasks or
 experiences); its ``args`` must bind to the operator's constructor; built-in operators are
 then constructed once, so their own argument checks (ranges, files, an installed
-Data-Juicer) fail before Ray starts. A pipeline needs an explorer (modes ``both`` and
-``explore``), the task pipeline's ``target_fields`` must be columns of every training
-taskset, and ``service.data_juicer`` must name one server.
+Data-Juicer) fail before Ray starts. The task pipeline's ``target_fields`` must be columns
+of every training taskset, and ``service.data_juicer`` must name one server. Modes that
+explore no training tasks (train, bench) run no pipeline, so nothing is checked there.
 """
 
 from __future__ import annotations
@@ -21,16 +21,12 @@ PIPELINES = {"task_pipeline": "task", "experience_pipeline": "experience"}
 
 def operator_problems(config: Config, construct: bool) -> List[str]:
     """Every problem of the stage's pipelines; ``construct``: also build built-ins once."""
+    if config.mode not in ("both", "explore"):
+        return []  # nothing runs them (validate.warn_inert says so): nothing to check
     problems = []
     for key, kind in PIPELINES.items():
         pipeline = getattr(config.data_processor, key)
         if pipeline is None or not pipeline.operators:
-            continue
-        if config.mode not in ("both", "explore"):
-            problems.append(
-                f"data_processor.{key}: pipelines run where training tasks are explored "
-                f"(modes both and explore), not in mode {config.mode}; remove it from this stage"
-            )
             continue
         shared = shared_args(config, key)
         for index, op in enumerate(pipeline.operators):
