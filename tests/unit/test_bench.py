@@ -192,3 +192,21 @@ def test_bench_of_a_staged_run_benches_the_run_of_every_stage(tmp_path):
         ("grpo_small_sft", "bench"),
         ("grpo_small_rl", "bench"),
     ]
+
+
+def test_a_training_yaml_benches_whatever_its_experience_buffer(
+    tmp_path, micro_model, arithmetic_data
+):
+    """Bench reads no experiences: an SFT run's file buffer (mode train only otherwise) and
+    a replay buffer (mode both only) are no reason to refuse benchmarking the run."""
+    fake_checkpoint(str(tmp_path / "tests" / "grpo_small"), 1)
+    sft = arithmetic_data["sft"]
+    config = bench_config(
+        tmp_path,
+        micro_model,
+        arithmetic_data,
+        f"buffer.trainer_input.experience_buffer={{name: s, storage_type: file, path: {sft}}}",
+        "buffer.trainer_input.experience_buffer.replay_buffer.enable=true",
+    )
+    (stage,) = check_before_start(config)
+    assert stage.mode == "bench"

@@ -42,7 +42,8 @@ def _experience_buffer_storage(config: Config) -> Tuple[Any, ...]:
     # train mode reads SFT data from files; otherwise the explorer feeds the trainer a queue,
     # kept in a database (sql: the same queue, its table in the database at `path`). A train
     # run also reads the database a separate explore run writes (decoupled_checks.py).
-    return ("file", *STORE_TYPES) if config.mode == "train" else STORE_TYPES
+    # Bench reads no experiences: the training YAML's buffer is taken as it is.
+    return ("file", *STORE_TYPES) if config.mode in ("train", "bench") else STORE_TYPES
 
 
 def _replay_modes(config: Config) -> Tuple[Any, ...]:
@@ -50,6 +51,8 @@ def _replay_modes(config: Config) -> Tuple[Any, ...]:
     # gives replay_buffer to `queue` buffers only.
     storage = config.buffer.trainer_input.experience_buffer  # unset: the default queue
     queue = storage is None or storage.storage_type == "queue"
+    if config.mode == "bench":  # trains nothing: the training YAML's setting is kept
+        return (False, True)
     return (False, True) if config.mode == "both" and queue else (False,)
 
 
