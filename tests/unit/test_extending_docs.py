@@ -23,6 +23,7 @@ from trinity.algorithm import (
     SAMPLE_STRATEGY,
 )
 from trinity.buffer import TASK_SELECTORS, build_selector
+from trinity.buffer.operators import OPERATORS
 from trinity.common.config import FormatConfig, GenerationConfig, load_config
 from trinity.common.config.schema_buffer import TaskSelectorConfig
 from trinity.common.experience import Experience, ExperienceBatch
@@ -46,6 +47,7 @@ REGISTRIES = [
     SAMPLE_STRATEGY,
     TASK_SELECTORS,
     MONITORS,
+    OPERATORS,
 ]
 
 
@@ -67,7 +69,7 @@ def plugins(tmp_path_factory):
 
 
 def test_every_extensible_registry_has_one_example(plugins):
-    assert len(PLUGIN_BLOCKS) == 9
+    assert len(PLUGIN_BLOCKS) == 10
     assert plugins == {
         "workflows": {"exact_match_workflow"},
         "reward_functions": {"keyword_reward"},
@@ -79,6 +81,7 @@ def test_every_extensible_registry_has_one_example(plugins):
         "sample_strategy": {"clip_reward"},
         "task_selectors": {"fixed_shuffle"},
         "monitors": set(),
+        "operators": {"banned_words_filter"},
     }
 
 
@@ -229,6 +232,20 @@ def test_task_selector_example_order(plugins):
     first = selector.order(10, epoch=0)
     assert sorted(first) == list(range(10)) and first != list(range(10))
     assert selector.order(10, epoch=1) == first
+
+
+def test_operator_example_rows_and_groups(plugins):
+    op = OPERATORS.get("banned_words_filter")(words=["Sorry"])
+    texts = [("a", "4"), ("a", "sorry, no"), ("b", "5"), ("b", "6")]
+    exps = [
+        Experience(tokens=[1, 2], prompt_length=1, group_id=g, response_text=t) for g, t in texts
+    ]
+    rows, metrics = op.process_experiences(exps, whole_groups=False)
+    assert [e.response_text for e in rows] == ["4", "5", "6"] and metrics == {"banned": 1.0}
+    groups, _ = op.process_experiences(exps, whole_groups=True)
+    assert [e.group_id for e in groups] == ["b", "b"]
+    with pytest.raises(ValueError, match="words is empty"):
+        OPERATORS.get("banned_words_filter")(words=[])
 
 
 def deep_merge(base: Dict, over: Dict) -> Dict:
