@@ -34,6 +34,7 @@ class RewardShapingMapper(Operator):
         self.configs = [_checked(i, c) for i, c in enumerate(reward_shaping_configs or [])]
         if not self.configs:
             raise ValueError("reward_shaping_configs is empty: list at least one stats_key")
+        self.warned = False
 
     def process_experiences(
         self, exps: List[Experience], whole_groups: bool
@@ -51,8 +52,15 @@ class RewardShapingMapper(Operator):
                     continue
                 exp.reward = _apply(float(exp.reward), op_type, weight * float(value))
             diffs.append(float(exp.reward) - before)
-        if missing:
-            logger.warning("reward_shaping_mapper: %d reward(s) lacked a statistic", missing)
+        if missing and not self.warned:  # once: the metric counts it every step
+            self.warned = True
+            names = ", ".join(key for key, _, _ in self.configs)
+            logger.warning(
+                "reward_shaping_mapper: %d reward(s) of this step lack a reward or a statistic "
+                "(%s); they are left as they are (metric missing_stats)",
+                missing,
+                names,
+            )
         metrics: Metrics = {"missing_stats": float(missing)}
         if diffs:
             metrics["reward_diff/mean"] = sum(diffs) / len(diffs)
