@@ -131,6 +131,7 @@ def run_stage(config: Any, plugin_dirs: List[str], printer: ProgressPrinter) -> 
         printer.poll(stage.snapshot(printer.events_seen))
         raise RunFailed(_failure_message(exc, stage.failed_role(), config)) from None
     finally:
+        printer.end_stage()
         stage.stop()
         if config.monitor.enable_ray_timeline:  # what each actor ran when, for chrome://tracing
             os.makedirs(os.path.join(job_dir, "monitor"), exist_ok=True)

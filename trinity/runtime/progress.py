@@ -1,4 +1,10 @@
-"""Console progress for ``trinity run``, read from the stage's JSON-lines metrics files."""
+"""Console progress for ``trinity run``, read from the stage's JSON-lines metrics files.
+
+On a terminal each stage has one live display (``StageProgress.render``: step of total,
+elapsed, ETA, latest numbers, last evaluation, what the run waits for); elsewhere (a log
+file, a pipe) one unwrapped line every ``every_steps`` steps or ``every_s`` seconds, and a
+line per evaluation. Events (failures, runner states) and long waits are printed as they come.
+"""
 
 from __future__ import annotations
 
@@ -8,25 +14,17 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from rich.console import Console
+from rich.live import Live
 
 from trinity.monitor import read_metrics
+from trinity.runtime.stage_progress import StageProgress
 
 # A wait is shown once it has lasted this long, then again every REPEAT_WAIT_S.
 SHOW_WAIT_AFTER_S = 5.0
 REPEAT_WAIT_S = 30.0
 
-# (metric, short label) shown per role when present.
-_SHOWN = {
-    "explorer": [("rollout/reward/mean", "reward"), ("rollout/accuracy/mean", "acc")],
-    "trainer": [
-        ("actor/pg_loss", "pg_loss"),
-        ("actor/sft_loss", "sft_loss"),
-        ("critic/rewards/mean", "reward"),
-        ("actor/kl_loss", "kl"),
-        ("actor/lr", "lr"),
-    ],
-    "bench": [],  # mode bench: its records are evaluations, printed as such
-}
+# The roles whose metrics files a stage reads.
+_FILES = ("explorer", "trainer", "bench")
 
 
 def eval_summary(job_dir: str) -> Dict[str, Tuple[Tuple[int, float], Tuple[int, float]]]:
@@ -39,17 +37,25 @@ def eval_summary(job_dir: str) -> Dict[str, Tuple[Tuple[int, float], Tuple[int, 
     return {k: (v[0], v[-1]) for k, v in series.items()}
 
 
-# The roles whose metrics a stage of each mode writes (other modes: every shown file).
+# The roles whose metrics a stage of each mode writes (other modes: every file).
 _ROLES = {"both": ("explorer", "trainer"), "explore": ("explorer",), "train": ("trainer",)}
+# The role whose records count a stage's steps.
+_COUNTS = {"explore": "explorer", "bench": "bench"}
 
 
 class ProgressPrinter:
-    def __init__(self) -> None:
-        self.console = Console(highlight=False)
+    def __init__(
+        self, console: Optional[Console] = None, every_steps: int = 10, every_s: float = 30.0
+    ) -> None:
+        self.console = console or Console(highlight=False)
+        self.every_steps, self.every_s = every_steps, every_s
         self.offsets: Dict[str, int] = {}  # bytes of each metrics file already shown
         self.job_dir = ""
         self.events_seen = 0  # events of the status board already printed
         self.waits_shown: Dict[str, Tuple[str, float]] = {}  # role -> (what, when printed)
+        self.progress: Optional[StageProgress] = None
+        self.live: Optional[Live] = None
+        self.last_line = (0, 0.0)  # (step, monotonic time) of the last progress line
 
     def new_board(self) -> None:
         """A stage starts with a new status board: nothing of it was printed yet."""
@@ -60,7 +66,7 @@ class ProgressPrinter:
         self.job_dir = config.checkpoint_job_dir
         # A resumed run appends to the same files: show only what this run writes, of its
         # own roles (a decoupled run's other side shows its records on its own console).
-        roles = [r for r in _SHOWN if r in _ROLES.get(config.mode, (r,))]
+        roles = [r for r in _FILES if r in _ROLES.get(config.mode, (r,))]
         self.offsets = {
             role: os.path.getsize(self._path(role)) if os.path.exists(self._path(role)) else 0
             for role in roles
@@ -71,6 +77,23 @@ class ProgressPrinter:
             f"algorithm={config.algorithm.algorithm_type} steps={steps}{resumed}\n"
             f"  outputs: {self.job_dir}"
         )
+        counts = _COUNTS.get(config.mode, "trainer")
+        self.progress = StageProgress(config.name, steps, start, counts)
+        self.last_line = (start, time.monotonic())
+        if self.console.is_terminal:
+            self.live = Live(
+                get_renderable=self.progress.render, console=self.console, refresh_per_second=2
+            )
+            self.live.start()
+
+    def end_stage(self) -> None:
+        """Close the stage's live display, or print its last line if not printed yet."""
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+        elif self.progress is not None and self.progress.step > self.last_line[0]:
+            self._line()
+        self.progress = None
 
     def _path(self, role: str) -> str:
         return os.path.join(self.job_dir, "monitor", f"{role}.jsonl")
@@ -87,6 +110,12 @@ class ProgressPrinter:
 
     def _print_waits(self, waits: Dict[str, Tuple[str, float]]) -> None:
         now = time.time()
+        if self.live is not None and self.progress is not None:  # shown in the display
+            lasting = [
+                (w, since) for w, since in waits.values() if now - since >= SHOW_WAIT_AFTER_S
+            ]
+            self.progress.waiting = min(lasting, key=lambda item: item[1]) if lasting else None
+            return
         for role, (what, since) in waits.items():
             shown = self.waits_shown.get(role)
             due = shown is None or shown[0] != what or now - shown[1] >= REPEAT_WAIT_S
@@ -112,21 +141,30 @@ class ProgressPrinter:
                 self._print(role, json.loads(line))
 
     def _print(self, role: str, record: Dict[str, Any]) -> None:
-        kind = "bench" if role == "bench" else "eval"
-        evals = {
-            k[len(kind) + 1 : -len("/mean")]: v
-            for k, v in record.items()
-            if k.startswith(f"{kind}/") and k.endswith(("/accuracy/mean", "/reward/mean"))
-        }
-        if evals:
-            shown = "  ".join(f"{k}={v:.3f}" for k, v in sorted(evals.items()))
-            self.console.print(f"  [cyan]{kind:<8}[/cyan] step {record['step']:>4}  {shown}")
+        if self.progress is None:
             return
-        parts = [f"{label}={record[key]:.4g}" for key, label in _SHOWN[role] if key in record]
-        if parts:
-            self.console.print(f"  {role:<8} step {record['step']:>4}  " + "  ".join(parts))
+        if self.progress.update(role, record) and self.live is None:
+            kind = "bench" if role == "bench" else "eval"
+            shown = "  ".join(f"{k}={v:.3f}" for k, v in sorted(self.progress.evals.items()))
+            self.console.print(
+                f"  [cyan]{kind:<8}[/cyan] step {record['step']:>4}  {shown}", soft_wrap=True
+            )
+        step, at = self.last_line
+        due = self.progress.step - step >= self.every_steps
+        due = (
+            due
+            or time.monotonic() - at >= self.every_s
+            or self.progress.step == self.progress.total
+        )
+        if self.live is None and self.progress.step > step and due:
+            self._line()
+
+    def _line(self) -> None:
+        self.console.print("  " + self.progress.line(), soft_wrap=True)
+        self.last_line = (self.progress.step, time.monotonic())
 
     def summary(self, results: List[Any]) -> None:
+        self.end_stage()
         self.console.print("\n[bold]run finished[/bold]")
         for r in results:
             self.console.print(f"  {r.name}: {r.job_dir}")

@@ -1,0 +1,85 @@
+"""Console progress: a line per N steps off-terminal, a live display on one; only the numbers
+the stage's algorithm produces."""
+
+import io
+import json
+import os
+from types import SimpleNamespace
+
+from rich.console import Console
+
+from trinity.runtime.progress import ProgressPrinter
+from trinity.runtime.stage_progress import StageProgress, clock
+
+
+def stage_config(job_dir, mode="both", algorithm="grpo"):
+    return SimpleNamespace(
+        checkpoint_job_dir=str(job_dir),
+        name="exp",
+        mode=mode,
+        algorithm=SimpleNamespace(algorithm_type=algorithm),
+    )
+
+
+def append(job_dir, role, *records):
+    os.makedirs(os.path.join(job_dir, "monitor"), exist_ok=True)
+    with open(os.path.join(job_dir, "monitor", f"{role}.jsonl"), "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+
+
+def test_the_line_says_step_of_total_eta_numbers_and_last_eval():
+    progress = StageProgress("exp", total=10)
+    progress.started -= 20  # 20 s in, 4 steps done: 5 s a step, 6 to go
+    progress.update("explorer", {"step": 0, "eval/t/accuracy/mean": 0.25})
+    progress.update("explorer", {"step": 4, "rollout/reward/mean": 0.5})
+    progress.update("trainer", {"step": 4, "actor/pg_loss": -0.01, "actor/lr": 1e-3})
+    line = progress.line()
+    assert line.startswith("exp | step 4/10  0:00:20 elapsed, ETA 0:00:30 | ")
+    assert "reward 0.5  pg_loss -0.01" in line and "lr" not in line
+    assert line.endswith("| eval (step 0): t accuracy 0.250")
+
+
+def test_an_sft_stage_shows_its_loss_and_no_reward():
+    progress = StageProgress("sft", total=3)
+    progress.update("trainer", {"step": 1, "actor/sft_loss": 2.5, "critic/rewards/mean": 0.0})
+    assert progress.numbers == {"sft_loss": 2.5}
+    assert "reward" not in progress.line() and "ETA" in progress.line()
+
+
+def test_a_resumed_stage_times_only_the_steps_it_ran():
+    progress = StageProgress("exp", total=10, start=6)
+    progress.started -= 8
+    progress.update("trainer", {"step": 8})
+    assert abs(progress.timing()[1] - 8.0) < 0.5  # 2 steps in 8 s; 2 to go
+    assert clock(3725) == "1:02:05"
+
+
+def test_off_a_terminal_one_line_every_n_steps_and_each_eval(tmp_path):
+    out = io.StringIO()
+    printer = ProgressPrinter(Console(file=out, width=60), every_steps=2, every_s=1e9)
+    printer.begin_stage(stage_config(tmp_path), steps=5, start=0)
+    assert printer.live is None
+    for step in range(1, 6):
+        append(tmp_path, "trainer", {"step": step, "actor/pg_loss": 0.1 * step})
+    append(tmp_path, "explorer", {"step": 5, "eval/arith/accuracy/mean": 0.5})
+    printer.poll()
+    printer.summary([])
+    lines = [line for line in out.getvalue().splitlines() if "| step" in line]
+    # steps 2 and 4 (every 2), then 5 (the last step); each on one line however long
+    assert [line.split("| step ")[1].split()[0] for line in lines] == ["2/5", "4/5", "5/5"]
+    assert "eval     step    5  arith accuracy=0.500" in out.getvalue()
+
+
+def test_on_a_terminal_a_live_display_that_shows_the_wait(tmp_path):
+    out = io.StringIO()
+    printer = ProgressPrinter(Console(file=out, width=100, force_terminal=True))
+    printer.begin_stage(stage_config(tmp_path), steps=4, start=0)
+    assert printer.live is not None
+    append(tmp_path, "trainer", {"step": 3, "actor/pg_loss": 0.2})
+    printer.poll(({"trainer": ("explore step 4", 0.0)}, []))  # waiting since 1970
+    rendered = io.StringIO()
+    Console(file=rendered, width=100).print(printer.progress.render())
+    assert "step 3/4" in rendered.getvalue() and "pg_loss 0.2" in rendered.getvalue()
+    assert "for explore step 4" in rendered.getvalue()
+    printer.end_stage()
+    assert printer.live is None
