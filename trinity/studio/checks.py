@@ -48,7 +48,7 @@ def _resolved(data: Dict[str, Any]) -> Any:
 
 
 def derived_values(config: Config) -> Dict[str, List[Tuple[str, Any]]]:
-    """Per stage, the leaves whose finalized value differs from the value before ``derive``."""
+    """Per stage, the values ``derive`` changed: ``[path, value]`` pairs."""
     labels = [stage.stage_name for stage in config.stages] or ["main"]
     found: Dict[str, List[Tuple[str, Any]]] = {}
     for label, stage in zip(labels, config.stage_configs(), strict=True):
@@ -56,26 +56,23 @@ def derived_values(config: Config) -> Dict[str, List[Tuple[str, Any]]]:
             final, _ = derive(stage)
         except ConfigError:
             continue  # unsupported features: reported by check_before_start
-        before, after = (
-            _leaves(stage.model_dump(mode="json")),
-            _leaves(final.model_dump(mode="json")),
-        )
-        found[label] = [(path, value) for path, value in after.items() if before.get(path) != value]
+        found[label] = _changes(stage.model_dump(mode="json"), final.model_dump(mode="json"))
     return found
 
 
-def _leaves(data: Any, prefix: str = "") -> Dict[str, Any]:
-    if isinstance(data, dict) and data:
-        leaves: Dict[str, Any] = {}
-        for key, value in data.items():
-            leaves.update(_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
-        return leaves
-    if isinstance(data, list) and data and all(isinstance(item, dict) for item in data):
-        leaves = {}
-        for index, item in enumerate(data):
-            leaves.update(_leaves(item, f"{prefix}[{index}]"))
-        return leaves
-    return {prefix: data}
+def _changes(before: Any, after: Any, prefix: str = "") -> List[Tuple[str, Any]]:
+    """``[path, value]`` where ``after`` differs; a section derived whole is one entry."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        changes: List[Tuple[str, Any]] = []
+        for key, value in after.items():
+            changes += _changes(before.get(key), value, f"{prefix}.{key}" if prefix else key)
+        return changes
+    if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+        changes = []
+        for index, (old, new) in enumerate(zip(before, after, strict=True)):
+            changes += _changes(old, new, f"{prefix}[{index}]")
+        return changes
+    return [] if before == after else [(prefix, after)]
 
 
 def to_yaml(data: Dict[str, Any]) -> str:

@@ -186,10 +186,8 @@ function showDerived(derived) {
   box.replaceChildren();
   Object.entries(derived).forEach(([stage, pairs]) => {
     if (Object.keys(derived).length > 1) box.append(el("h3", {}, stage));
-    const table = el("table");
-    pairs.forEach(([key, value]) => table.append(
-      el("tr", {}, el("td", {}, key), el("td", {}, JSON.stringify(value)))));
-    box.append(table);
+    pairs.forEach(([key, value]) => box.append(
+      el("div", {class: "derived"}, `${key} = ${JSON.stringify(value)}`)));
   });
 }
 
