@@ -2,6 +2,9 @@
 (skipped where Data-Juicer is not installed: ``pip install 'trinity-rft[data_juicer]'``)."""
 
 import socket
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -26,19 +29,50 @@ def test_auto_started_service_filters_and_scores_then_stops():
         operators=[{"text_length_filter": {"min_len": 0, "max_len": 4}}], service=service
     )
     assert op.client is None  # constructing (as the checks before Ray do) starts nothing
-    rows = [{"q": "abc"}, {"q": "abcdefg"}]
-    kept, _ = op.process_tasks(rows, TaskContext(["q"]))
-    assert kept == [{"q": "abc"}]
-    exps = [
-        Experience(tokens=[1, 2], prompt_length=1, group_id="g", response_text=t, reward=0.0)
-        for t in ("ok", "too long")
-    ]
-    out, _ = op.process_experiences(exps, whole_groups=False)
-    assert [(e.response_text, e.info["text_len"]) for e in out] == [("ok", 2)]
-    client = op.client
-    assert client.healthy()
-    op.close()
+    try:
+        rows = [{"q": "abc"}, {"q": "abcdefg"}]
+        kept, _ = op.process_tasks(rows, TaskContext(["q"]))
+        assert kept == [{"q": "abc"}]
+        exps = [
+            Experience(tokens=[1, 2], prompt_length=1, group_id="g", response_text=t, reward=0.0)
+            for t in ("ok", "too long")
+        ]
+        out, _ = op.process_experiences(exps, whole_groups=False)
+        assert [(e.response_text, e.info["text_len"]) for e in out] == [("ok", 2)]
+        client = op.client
+        assert client.healthy()
+    finally:
+        op.close()
     assert not client.healthy() and op.client is None
+
+
+def test_a_server_whose_owner_died_exits():
+    """An auto-started server outlives no owner (e.g. a killed explorer actor)."""
+    port = free_port()
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trinity.buffer.operators.dj_service",
+            "--port",
+            str(port),
+            "--owner-pid",
+            str(owner.pid),
+        ]
+    )
+    try:
+        client = DataJuicerClient(f"http://127.0.0.1:{port}")
+        deadline = time.monotonic() + 120
+        while not client.healthy():
+            assert server.poll() is None and time.monotonic() < deadline
+            time.sleep(0.5)
+        owner.kill()
+        owner.wait()
+        assert server.wait(timeout=30) == 0
+    finally:
+        owner.kill()
+        server.kill()
 
 
 def test_service_reports_a_bad_recipe():

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -23,6 +24,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 START_TIMEOUT_S = 120.0  # importing Data-Juicer takes seconds on a busy machine
 DEFAULT_PORT = 5005  # the configuration guide's example
+OWNER_POLL_S = 2.0  # how often an auto-started server checks that its owner is alive
 
 
 def load_process(process: List[Tuple[str, Dict[str, Any]]], np: int) -> List[Any]:
@@ -127,7 +129,8 @@ class DataJuicerClient:
                 f"service.data_juicer.port = {port} is taken: auto_start needs a free port"
             )
         fd, self._log = tempfile.mkstemp(prefix="dj_service_", suffix=".log")
-        command = [sys.executable, "-m", __name__, "--port", str(port)]
+        owner = str(os.getpid())  # the server exits when this process is gone (killed actor)
+        command = [sys.executable, "-m", __name__, "--port", str(port), "--owner-pid", owner]
         self.server = subprocess.Popen(command, stdout=fd, stderr=subprocess.STDOUT)
         os.close(fd)
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -161,13 +164,26 @@ def _port_taken(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _exit_with(owner: int) -> None:
+    """End this server once process ``owner`` is gone (it cannot stop us any more)."""
+    while True:
+        time.sleep(OWNER_POLL_S)
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            os._exit(0)
+
+
 def main() -> None:
     import uvicorn
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--owner-pid", type=int, help="exit when this process ends")
     args = parser.parse_args()
+    if args.owner_pid:
+        threading.Thread(target=_exit_with, args=(args.owner_pid,), daemon=True).start()
     uvicorn.run(create_app(), host=args.host, port=args.port, log_level="warning")
 
 
