@@ -630,8 +630,21 @@ CASES: List[Bad] = [
     ),
     Bad(
         "monitor-not-built",
-        ["monitor.monitor_type = wandb", "not supported"],
-        set={"monitor.monitor_type": "wandb"},
+        ["monitor.monitor_type = neptune", "not supported", "tensorboard, wandb, mlflow"],
+        set={"monitor.monitor_type": "neptune"},
+    ),
+    Bad(
+        "monitor-arg-typo",
+        ["monitor.monitor_args.api_keys", "did you mean 'api_key'"],
+        set={"monitor.monitor_type": "wandb", "monitor.monitor_args": {"api_keys": "k"}},
+    ),
+    Bad(
+        "mlflow-server-down",  # port 9 (discard): nothing listens there
+        ["monitor.monitor_args.uri = http://127.0.0.1:9", "no MLflow tracking server answers"],
+        set={
+            "monitor.monitor_type": "mlflow",
+            "monitor.monitor_args": {"uri": "http://127.0.0.1:9"},
+        },
     ),
     Bad(
         "sql-taskset-not-built",

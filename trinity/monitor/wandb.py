@@ -40,7 +40,7 @@ class WandbSink(MetricSink):
             id=self._tracked.run_id,  # None: wandb makes a new one
             resume="allow" if self._tracked.resumed else "never",
             dir=os.path.join(job_dir, "monitor"),
-            reinit="create_new",  # explorer and trainer may share a process
+            reinit="create_new",  # several sinks may share a process (the tests do)
             settings=settings,
         )
         self._tracked.started(self._run.id)
