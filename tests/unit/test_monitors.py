@@ -199,3 +199,15 @@ def test_the_trackers_environment_goes_to_the_role_actors(monkeypatch):
     assert wandb_env["WANDB_MODE"] == "offline" and all(k.startswith("WANDB_") for k in wandb_env)
     assert mlflow_env["MLFLOW_TRACKING_USERNAME"] == "ann" and "WANDB_MODE" not in mlflow_env
     assert monitor_env("tensorboard") == {}
+
+
+def test_metric_names_mlflow_refuses_are_made_acceptable():
+    pytest.importorskip("mlflow")
+    from mlflow.utils.validation import _validate_metric_name
+
+    from trinity.monitor.mlflow import metric_name
+
+    name = metric_name("eval/gsm8k@test (hard)/accuracy/mean")
+    assert name == "eval/gsm8k_test _hard_/accuracy/mean"
+    _validate_metric_name(name)  # raises if MLflow would refuse it
+    assert metric_name("rollout/time: step-1.5") == "rollout/time: step-1.5"

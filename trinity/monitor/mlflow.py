@@ -8,6 +8,7 @@ A resumed job continues the role's run (tracked_run.py).
 from __future__ import annotations
 
 import os
+import re
 import time
 from typing import Dict, Optional
 
@@ -15,6 +16,8 @@ from trinity.monitor.monitor import MONITORS, MetricSink
 from trinity.monitor.tracked_run import TrackedRun
 
 DEFAULT_URI = "http://localhost:5000"
+# What MLflow accepts in a metric name; a taskset's name may hold more (e.g. "gsm8k@test").
+NOT_IN_NAMES = re.compile(r"[^/\w.\- :]")
 
 
 @MONITORS.register_module("mlflow")
@@ -54,7 +57,7 @@ class MlflowSink(MetricSink):
             return
         now = int(time.time() * 1000)
         batch = [
-            Metric(key, float(value), now, step)
+            Metric(metric_name(key), float(value), now, step)
             for key, value in metrics.items()
             if isinstance(value, (int, float))
         ]
@@ -63,6 +66,11 @@ class MlflowSink(MetricSink):
 
     def close(self) -> None:
         self._client.set_terminated(self._run_id)
+
+
+def metric_name(key: str) -> str:
+    """``key`` with each character MLflow refuses (the whole batch would fail) as ``_``."""
+    return NOT_IN_NAMES.sub("_", key)
 
 
 def _experiment_id(client, name: str) -> str:
