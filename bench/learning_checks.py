@@ -8,12 +8,14 @@
 - ``guess_number`` and ``calculator``: the multi-turn examples (``examples/guess_number``,
   ``examples/calculator_agent``), each with its own SFT warm-up then GRPO on whole episodes:
   success rate on held-out games / questions, sampled at temperature 1; ``--plot`` draws it.
+  Without ``--preset``, ``--n-sft``, ``--sft-epochs``, ``--steps`` they run what the example
+  ships (its ``prepare_*`` defaults and YAML).
 
 Usage::
 
     python bench/learning_checks.py --sft-checkpoint CKPT/hf --data ./quickstart --out out.json
-    python bench/learning_checks.py --only calculator --out docs/results/calculator.json \
-        --plot docs/results/calculator.png
+    python bench/learning_checks.py --only guess_number --out docs/results/guess_number.json \
+        --plot docs/results/guess_number.png
 
 Writes one JSON file with every curve and prints one line per check. It measures;
 it asserts nothing.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import inspect
 import json
 import os
 import random
@@ -194,15 +197,18 @@ def multi_turn_check(name: str, args: argparse.Namespace) -> Dict[str, Any]:
     """Both stages (SFT warm-up, GRPO) of example ``name`` on fresh data; held-out curves."""
     example = MULTI_TURN[name]
     root = os.path.join(os.environ["TRINITY_CHECKPOINT_ROOT_DIR"], name)
-    paths = example.prepare(os.path.join(root, "data"), preset=args.preset, n_sft=args.n_sft)
+    shipped = inspect.signature(example.prepare).parameters
+    preset = args.preset or shipped["preset"].default
+    n_sft = args.n_sft or shipped["n_sft"].default
+    paths = example.prepare(os.path.join(root, "data"), preset=preset, n_sft=n_sft)
     os.environ[example.data_env] = os.path.join(root, "data")
-    overrides = [
-        f"checkpoint_root_dir={root}",
-        f"stages.0.buffer.total_epochs={args.sft_epochs}",
-        f"buffer.total_steps={args.steps}",
-        f"explorer.eval_interval={max(1, args.steps // 4)}",
-        *args.override,
-    ]
+    overrides = [f"checkpoint_root_dir={root}"]
+    if args.sft_epochs:
+        overrides.append(f"stages.0.buffer.total_epochs={args.sft_epochs}")
+    if args.steps:
+        interval = max(1, args.steps // 4)
+        overrides += [f"buffer.total_steps={args.steps}", f"explorer.eval_interval={interval}"]
+    overrides += args.override
     start = time.monotonic()
     _, grpo = run(example.config, overrides, list(example.plugin_dirs))
     explorer = read_metrics(os.path.join(grpo.job_dir, "monitor", "explorer.jsonl"))
@@ -216,7 +222,7 @@ def multi_turn_check(name: str, args: argparse.Namespace) -> Dict[str, Any]:
         "heldout_success": heldout,
         "train_success": curve(explorer, "rollout/accuracy/mean"),
         "wall_seconds": round(time.monotonic() - start, 1),
-        "settings": {"preset": args.preset, "n_sft": args.n_sft, "overrides": overrides},
+        "settings": {"preset": preset, "n_sft": n_sft, "overrides": overrides},
     }
     for metric in ("turns", "tool_calls"):  # what the example's workflow reports
         if curve(explorer, f"{eval_key}/{metric}/mean"):
@@ -259,19 +265,24 @@ def main() -> None:
     parser.add_argument("--sft-checkpoint", help="the quickstart SFT warm-up (quickstart checks)")
     parser.add_argument("--data", help="the quickstart folder (data/rl, data/sft)")
     parser.add_argument("--out", default="learning_checks.json")
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--steps", type=int, help="RL steps (quickstart: 40; multi-turn: YAML's)")
     parser.add_argument("--only", nargs="*", default=list(QUICKSTART_CHECKS))
     # 2e-4: the best of 2e-4, 5e-4, 2e-3, 5e-3 (docs/results/lora.json); 2e-3 and up unlearn
     parser.add_argument("--lora-lr", type=float, default=2e-4, help="lora: the adapter's lr")
     parser.add_argument("--plot", help="multi-turn: PNG of its curves (needs matplotlib)")
-    parser.add_argument("--preset", default="tiny", help="multi-turn: the model's size")
-    parser.add_argument("--n-sft", type=int, default=2000, help="multi-turn: SFT dialogues")
-    parser.add_argument("--sft-epochs", type=int, default=2, help="multi-turn: SFT epochs")
+    # Unset, the multi-turn checks run what each example ships: its prepare function's
+    # preset and SFT dialogues, its YAML's SFT epochs.
+    parser.add_argument("--preset", help="multi-turn: the model's size")
+    parser.add_argument("--n-sft", type=int, help="multi-turn: SFT dialogues")
+    parser.add_argument("--sft-epochs", type=int, help="multi-turn: SFT epochs")
     parser.add_argument("--override", nargs="*", default=[], help="multi-turn: config overrides")
     args = parser.parse_args()
     quickstart = [c for c in args.only if c in QUICKSTART_CHECKS]
     if quickstart and not (args.sft_checkpoint and args.data):
         parser.error(f"{', '.join(quickstart)} need --sft-checkpoint and --data")
+    # Read by every Ray worker's OpenMP at start: threads that spin while a peer waits for a
+    # busy core made a micro SFT step ~10x slower on a shared 2-core machine (0.2 s vs 2+ s).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.setdefault("TRINITY_CHECKPOINT_ROOT_DIR", os.path.abspath("learning_checks_ckpt"))
     os.makedirs(os.environ["TRINITY_CHECKPOINT_ROOT_DIR"], exist_ok=True)
     results: Dict[str, Dict] = {}
@@ -295,6 +306,7 @@ def quickstart_checks(args: argparse.Namespace, checks: List[str]) -> Dict[str, 
         read_jsonl(os.path.join(rl_dir, "train.jsonl")),
         read_jsonl(os.path.join(rl_dir, "test.jsonl")),
     )
+    args.steps = args.steps or 40
     results: Dict[str, Dict] = {}
     for algorithm in checks:
         if algorithm in ("ppo", "rloo"):

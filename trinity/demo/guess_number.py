@@ -9,8 +9,8 @@ Ranges hold ``2**k - 1`` numbers and ``max_turns`` is ``k``, so only a binary se
 guessing the middle of the interval left) wins every time; guessing anywhere inside the
 interval wins 68% of 7-number and 60% of 15-number games. The SFT warm-up teaches the
 format from such random-but-valid play; RL has to discover the strategy. Feedback names the
-interval left, so the best move is the middle of the last message's interval: a function a
-2-3M-parameter model can learn, unlike recalling the interval from every earlier answer.
+interval left, so the best move is the middle of the last message's interval: a function even
+the 88K-parameter ``micro`` model learns, unlike recalling the interval from every earlier answer.
 
 Everything is generated from a seed and written as JSON lines (``prepare_guess_number``).
 """
@@ -242,7 +242,7 @@ def make_guess_number_sft(
 def prepare_guess_number(
     root: str,
     *,
-    preset: str = "tiny",
+    preset: str = "micro",
     n_sft: int = 4000,
     n_train: int = 256,
     n_test: int = 64,
