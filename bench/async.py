@@ -66,13 +66,14 @@ def _samples_per_step(job_dir: str) -> int:
     return saved["buffer"]["batch_size"] * saved["algorithm"]["repeat_times"]
 
 
-def timed_run(config: str, side: str, args: argparse.Namespace) -> Dict:
+def timed_run(config: str, side: str, label: str, args: argparse.Namespace) -> Dict:
     overrides = [
-        f"name=sync_{side}",
+        f"name=sync_{label}",
         f"model.model_path={os.path.abspath(args.sft_checkpoint)}",
         f"synchronizer.sync_interval={args.sync_interval}",
         f"buffer.total_steps={args.steps}",
         f"explorer.eval_interval={args.eval_interval}",
+        f"explorer.eval_on_startup={str(args.startup_eval).lower()}",
         *SIDES[side],
     ]
     # Each run starts (and stops) its own Ray, so a later one does not inherit a warm one.
@@ -87,7 +88,7 @@ def timed_run(config: str, side: str, args: argparse.Namespace) -> Dict:
     versions = [int(r["rollout/model_version"]) for r in steps]
     samples = len(steps) * _samples_per_step(result.job_dir)
     return {
-        "side": side,
+        "side": label,
         "overrides": SIDES[side],
         "wall_s": wall,
         "wall_s_without_eval": wall - eval_seconds,
@@ -127,9 +128,16 @@ def main(argv: List[str] | None = None) -> Dict:
     parser.add_argument("--eval-interval", type=int, default=20)
     parser.add_argument("--sync-interval", type=int, default=1)
     parser.add_argument(
+        "--startup-eval",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="evaluate the starting weights too (--no-startup-eval: the final weights only)",
+    )
+    parser.add_argument(
         "--sides",
         default="fixed,explorer_driven,trainer_driven",
-        help=f"comma-separated, the first is the baseline; of: {', '.join(SIDES)}",
+        help=f"comma-separated, the first is the baseline (a repeated side runs again); "
+        f"of: {', '.join(SIDES)}",
     )
     parser.add_argument("--out", default="async.json")
     args = parser.parse_args(argv)
@@ -141,7 +149,11 @@ def main(argv: List[str] | None = None) -> Dict:
     os.environ["TRINITY_QUICKSTART_DIR"] = os.path.abspath(args.data)
     os.environ["TRINITY_CHECKPOINT_ROOT_DIR"] = workdir
     config = one_stage_config(workdir)
-    runs = [timed_run(config, side, args) for side in sides]
+    # A side named twice (e.g. fixed first and last, to see the machine's drift) runs twice.
+    labels = [
+        s if s not in sides[:i] else f"{s}_{sides[:i].count(s) + 1}" for i, s in enumerate(sides)
+    ]
+    runs = [timed_run(config, side, label, args) for side, label in zip(sides, labels, strict=True)]
     report = {"benchmark": "async", "steps": args.steps, "sync_interval": args.sync_interval}
     report.update(runs=runs, **summarize(runs, args.steps))
     with open(args.out, "w") as f:
