@@ -31,6 +31,7 @@ import torch
 
 from bench.sync import SIZES, _sides
 from trinity.common.models.tiny import build_tiny_model
+from trinity.runtime.synchronizer import Wanted
 from trinity.trainer import lora
 
 
@@ -61,7 +62,7 @@ def _rounds(folder: str, model: torch.nn.Module, args: argparse.Namespace) -> Di
             start = time.perf_counter()
             publish(trainer, version, model)
             published = time.perf_counter()
-            got = receive(explorer, version)
+            got = receive(explorer, Wanted(version))
             done = time.perf_counter()
             if version > 1 and got == version:
                 rounds.append({"publish_s": published - start, "receive_s": done - published})

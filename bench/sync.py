@@ -45,6 +45,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from trinity.common.models.tiny import TINY_PRESETS, build_tiny_model
+from trinity.runtime.synchronizer import Wanted
 from trinity.trainer.checkpoint import save_checkpoint
 
 SIZES: Dict[str, Dict[str, int]] = {
@@ -148,7 +149,7 @@ def bench_method(method: str, folder: str, model: torch.nn.Module, args: argpars
             start = time.perf_counter()
             publish(trainer, version, model)
             published = time.perf_counter()
-            got = receive(explorer, version)
+            got = receive(explorer, Wanted(version))
             done = time.perf_counter()
             if version > 1 and got == version:  # round 1 is the warm-up
                 rounds.append({"publish_s": published - start, "receive_s": done - published})
