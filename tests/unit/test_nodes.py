@@ -88,7 +88,7 @@ def _stage(mode="both", nodes=2, engines=1, ranks=1, name="exp"):
         mode=mode,
         cluster=SimpleNamespace(node_num=nodes),
         explorer=SimpleNamespace(rollout_model=SimpleNamespace(engine_num=engines)),
-        synchronizer=SimpleNamespace(sync_offset=0),
+        synchronizer=SimpleNamespace(sync_offset=0, sync_style="fixed"),
         trainer=SimpleNamespace(cpu_ranks=ranks),
     )
 
