@@ -9,9 +9,9 @@ Typical use (what the launcher does)::
 
 Modules: ``schema_*.py`` declare the sections of the configuration guide, ``verl.py`` the
 veRL keys of ``trainer.trainer_config``, ``loader.py`` reads and writes YAML, ``derive.py``
-derives unset values, ``validate.py`` holds the support and range tables, and
-``preflight.py`` (with ``preflight_components.py``) is what ``trinity run`` checks before Ray
-starts: every stage finalized, then model folders, data, component names and arguments.
+derives unset values, ``support.py`` holds the support and range tables that ``validate.py``
+checks, and ``preflight.py`` (with ``preflight_components.py``) is what ``trinity run`` checks
+before Ray starts: every stage finalized, then model folders, data, component names and arguments.
 
 How to add a new key
 --------------------
@@ -24,7 +24,7 @@ How to add a new key
 2. If its default depends on other keys or on the machine, make it ``Optional[...] = None``
    ("unset") and derive it in ``derive.py`` with ``set_default(section, "foo", value)``,
    which never overrides a value the user wrote.
-3. If only some values work yet, add a row to ``SUPPORTED`` in ``validate.py``; if it has a
+3. If only some values work yet, add a row to ``SUPPORTED`` in ``support.py``; if it has a
    smallest sensible value, a row to ``MINIMUMS`` (``ABOVE`` for a strict bound,
    ``AT_MOST_ONE`` for fractions, ``SAMPLING`` for a sampling parameter). If it is
    accepted for compatibility but has no effect, declare it with ``inert(..., reason=...)``

@@ -15,9 +15,8 @@ from trinity.common.config.config import Config
 from trinity.common.config.schema_algorithm import AlgorithmConfig
 from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.config.schema_model import ModelConfig
+from trinity.common.config.support import COMPONENT_REGISTRIES, algorithm_module
 from trinity.common.config.validate import (
-    COMPONENT_REGISTRIES,
-    algorithm_module,
     check_consistency,
     check_supported,
     external_models,

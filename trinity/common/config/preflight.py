@@ -30,7 +30,8 @@ from trinity.common.config.preflight_components import (
 from trinity.common.config.preflight_operators import operator_problems
 from trinity.common.config.ranks import warn_ranks
 from trinity.common.config.schema_buffer import StorageConfig
-from trinity.common.config.validate import algorithm_module, external_models, warn_inert
+from trinity.common.config.support import algorithm_module
+from trinity.common.config.validate import external_models, warn_inert
 from trinity.utils.database import connection_problem, database_url, sqlite_file
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")

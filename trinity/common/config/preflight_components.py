@@ -16,7 +16,7 @@ from typing import Any, Collection, Dict, Iterator, List, Tuple
 from trinity.common.config.base import is_set
 from trinity.common.config.config import Config
 from trinity.common.config.schema_buffer import StorageConfig
-from trinity.common.config.validate import COMPONENT_REGISTRIES, algorithm_module
+from trinity.common.config.support import COMPONENT_REGISTRIES, algorithm_module
 
 # What the trainer passes every sample strategy besides sample_strategy_args
 # (trinity/trainer/trainer.py: Trainer.attach_reader).

@@ -1,0 +1,204 @@
+"""The tables of what this build supports and what can possibly run (``validate.py`` reads them).
+
+``SUPPORTED`` maps a key path to the values this build can run, and ``MINIMUMS`` (``ABOVE``,
+``AT_MOST_ONE``) maps a key path to its smallest sensible value (a strict lower bound, an
+upper bound of 1). ``*`` in a path matches every item of a list or mapping. Growing a feature
+means widening its row, nothing else. ``SAMPLING`` holds the ranges of sampling parameters,
+checked on ``model`` and on every taskset's ``rollout_args``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, Dict, Iterator, Tuple, Union
+
+from pydantic import BaseModel
+
+from trinity.common.config.base import join_path
+from trinity.common.config.config import Config
+from trinity.common.config.decoupled_checks import STORE_TYPES
+from trinity.common.config.schema_buffer import MAX_TOP_LOGPROBS
+
+
+def algorithm_module() -> Any:
+    """``trinity.algorithm``, imported on first use (it imports config types itself)."""
+    return importlib.import_module("trinity.algorithm")
+
+
+def _registered_algorithms(config: Config) -> Tuple[Any, ...]:
+    return tuple(algorithm_module().ALGORITHM_TYPE.names())
+
+
+def _experience_buffer_storage(config: Config) -> Tuple[Any, ...]:
+    # train mode reads SFT data from files; otherwise the explorer feeds the trainer a queue,
+    # kept in a database (sql: the same queue, its table in the database at `path`). A train
+    # run also reads the database a separate explore run writes (decoupled_checks.py).
+    # Bench reads no experiences: the training YAML's buffer is taken as it is.
+    return ("file", *STORE_TYPES) if config.mode in ("train", "bench") else STORE_TYPES
+
+
+def _replay_modes(config: Config) -> Tuple[Any, ...]:
+    # The replay pool lives in the queue actor the trainer of a `both` run reads; the guide
+    # gives replay_buffer to `queue` buffers only.
+    storage = config.buffer.trainer_input.experience_buffer  # unset: the default queue
+    queue = storage is None or storage.storage_type == "queue"
+    if config.mode == "bench":  # trains nothing: the training YAML's setting is kept
+        return (False, True)
+    return (False, True) if config.mode == "both" and queue else (False,)
+
+
+def uses_teacher(config: Config) -> bool:
+    """The algorithm distils from ``explorer.auxiliary_models[0]`` (``use_teacher``)."""
+    registry = algorithm_module().ALGORITHM_TYPE
+    name = config.algorithm.algorithm_type
+    return name in registry and getattr(registry.get(name), "use_teacher", False)
+
+
+# algorithm key -> name of its registry in trinity.algorithm
+COMPONENT_REGISTRIES = {
+    "sample_strategy": "SAMPLE_STRATEGY",
+    "advantage_fn": "ADVANTAGE_FN",
+    "policy_loss_fn": "POLICY_LOSS_FN",
+    "kl_penalty_fn": "KL_FN",
+    "kl_loss_fn": "KL_FN",
+    "entropy_loss_fn": "ENTROPY_LOSS_FN",
+}
+
+Allowed = Union[Tuple[Any, ...], Callable[[Config], Tuple[Any, ...]]]
+
+SUPPORTED: Dict[str, Allowed] = {
+    "mode": ("both", "train", "explore", "bench"),
+    "algorithm.algorithm_type": _registered_algorithms,
+    "model.lora_configs.*.lora_dtype": ("auto", "float32", "bfloat16", "float16"),
+    "model.rope_scaling": (None,),
+    "model.rope_theta": (None,),
+    "model.tinker.enable": (False,),
+    "buffer.explorer_input.tasksets.*.storage_type": ("file", "sql"),
+    "buffer.explorer_input.eval_tasksets.*.storage_type": ("file", "sql"),
+    "buffer.trainer_input.experience_buffer.storage_type": _experience_buffer_storage,
+    "buffer.trainer_input.experience_buffer.replay_buffer.enable": _replay_modes,
+    "buffer.trainer_input.auxiliary_buffers.*.storage_type": ("file",),
+    "explorer.rollout_model.engine_type": (None, "transformers", "external"),
+    "explorer.auxiliary_models.*.engine_type": (None, "transformers", "external"),
+    "synchronizer.sync_style": ("fixed", "explorer_driven", "trainer_driven"),
+    "synchronizer.sync_method": (None, "memory", "checkpoint"),
+    "trainer.trainer_strategy": ("fsdp", "fsdp2"),
+    "trainer.ulysses_sequence_parallel_size": (1,),
+    "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size": (1,),
+    "trainer.trainer_config.actor_rollout_ref.ref.ulysses_sequence_parallel_size": (None, 1),
+    "trainer.trainer_config.critic.ulysses_sequence_parallel_size": (1,),
+    "monitor.monitor_type": ("tensorboard", "wandb", "mlflow"),
+    # the task pipeline processes buffer.explorer_input.tasksets where they are read
+    "data_processor.task_pipeline.inputs": ([],),
+}
+
+MINIMUMS: Dict[str, float] = {
+    "cluster.node_num": 1,
+    "cluster.gpu_per_node": 0,
+    "algorithm.repeat_times": 1,
+    "algorithm.optimizer.lr": 0.0,
+    "algorithm.optimizer.lr_warmup_steps_ratio": 0.0,
+    "algorithm.optimizer.min_lr_ratio": 0.0,
+    "algorithm.optimizer.weight_decay": 0.0,
+    "model.min_response_tokens": 0,
+    "model.lora_configs.*.lora_rank": 1,
+    "model.max_model_len": 1,
+    "model.max_prompt_tokens": 1,
+    "model.max_response_tokens": 1,
+    "buffer.batch_size": 1,
+    "buffer.train_batch_size": 1,
+    "buffer.total_epochs": 1,
+    "buffer.total_steps": 1,
+    "buffer.explorer_input.tasksets.*.repeat_times": 1,
+    "buffer.explorer_input.eval_tasksets.*.repeat_times": 1,
+    "buffer.trainer_input.experience_buffer.max_read_timeout": 0.0,
+    "buffer.trainer_input.experience_buffer.replay_buffer.reuse_cooldown_time": 0.0,
+    "explorer.runner_per_model": 1,
+    "explorer.max_repeat_times_per_runner": 1,
+    "explorer.runner_state_report_interval": 0,
+    "explorer.max_timeout": 1,
+    "explorer.max_retry_times": 0,
+    "explorer.max_failed_ratio": 0.0,
+    "explorer.eval_interval": 1,
+    "explorer.bench_checkpoints.*": 0,
+    "explorer.rollout_model.engine_num": 1,
+    "synchronizer.sync_interval": 1,
+    "synchronizer.sync_offset": 0,
+    "synchronizer.sync_timeout": 1,
+    "trainer.total_steps": 1,
+    "trainer.save_interval": 0,
+    # -1 used to delete the checkpoint just written; null keeps every checkpoint
+    "trainer.max_checkpoints_to_keep": 1,
+    "trainer.max_token_len_per_gpu": 1,
+    "trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 1,
+    "trainer.trainer_config.actor_rollout_ref.actor.ppo_epochs": 1,
+    "trainer.trainer_config.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 1,
+    "data_processor.task_pipeline.num_process": 1,
+}
+
+STORAGE_PATHS = (
+    "buffer.explorer_input.tasksets.*",
+    "buffer.explorer_input.eval_tasksets.*",
+    "buffer.trainer_input.experience_buffer",
+    "buffer.trainer_input.auxiliary_buffers.*",
+)
+
+# Values that must be strictly greater than the given bound.
+ABOVE: Dict[str, float] = {
+    "model.repetition_penalty": 0.0,
+    "model.lora_configs.*.lora_alpha": 0.0,
+    "trainer.grad_clip": 0.0,  # clipping the gradient norm to 0 zeroes every update
+}
+
+# Fractions that must lie in [0, 1].
+AT_MOST_ONE = (
+    "algorithm.optimizer.lr_warmup_steps_ratio",
+    "algorithm.optimizer.min_lr_ratio",
+    "explorer.max_failed_ratio",
+)
+
+# Sampling parameter -> (whether a value is allowed, the allowed range in words).
+# top_k: the engine (trinity/common/models/sampling.py), transformers and vLLM read 0 and -1
+# as "no top-k limit", so both are allowed; anything below -1 is a typo.
+SAMPLING: Dict[str, Tuple[Callable[[Any], bool], str]] = {
+    "temperature": (lambda v: v >= 0, ">= 0 (0 is greedy)"),
+    "top_p": (lambda v: 0 < v <= 1, "in (0, 1] (1 is off)"),
+    "top_k": (lambda v: v >= -1, ">= 1, or -1 (or 0) for no limit"),
+    "n": (lambda v: v >= 1, ">= 1"),
+    "max_tokens": (lambda v: v >= 1, ">= 1"),
+    "logprobs": (lambda v: 0 <= v <= MAX_TOP_LOGPROBS, f"in [0, {MAX_TOP_LOGPROBS}]"),
+}
+
+
+def values_at(obj: Any, path: str, prefix: str = "") -> Iterator[Tuple[str, Any]]:
+    """(concrete path, value) for every match of ``path``; unset (None) sections match nothing."""
+    head, _, rest = path.partition(".")
+    if obj is None:
+        return
+    if head == "*":
+        items = enumerate(obj) if isinstance(obj, list) else obj.items()
+        for key, item in items:
+            yield from _descend(item, rest, join_path(prefix, key))
+    else:
+        yield from _descend(getattr(obj, head), rest, join_path(prefix, head))
+
+
+def _descend(value: Any, rest: str, path: str) -> Iterator[Tuple[str, Any]]:
+    if rest:
+        yield from values_at(value, rest, path)
+    else:
+        yield path, value
+
+
+def show(value: Any) -> str:
+    """A value as a user would write it in YAML."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(exclude_unset=True)
+    elif isinstance(value, list) and value and isinstance(value[0], BaseModel):
+        value = [v.model_dump(exclude_unset=True) for v in value]
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
