@@ -187,37 +187,12 @@ def build_app(served: ServedModel) -> FastAPI:
         messages = arguments_as_objects(_text_messages(body.messages))
         session = request.headers.get(SESSION_HEADER)
         conversation = served.conversation(session) if session and served.conversation else None
-        try:
-            if conversation is not None:
-                prompt = conversation.prompt_ids(messages, body.tools)
-            else:
-                prompt = served.chat_ids(messages, body.tools)
-        except Exception as exc:  # jinja errors of the model's own template
-            raise APIError(
-                400, f"the chat template cannot render these messages: {exc}", "messages"
-            ) from None
+        prompt = _chat_prompt(served, conversation, messages, body.tools)
         limit = body.max_completion_tokens if body.max_completion_tokens else body.max_tokens
         top = (body.top_logprobs or 0) if body.logprobs else 0
         params = sampling_params(body, len(prompt), served.max_model_len, limit, top, "messages")
         sampled = await served.sample(prompt, params)
-        parse = bool(body.tools) and body.tool_choice != "none"
-        choices = []
-        for i, exp in enumerate(sampled.experiences):
-            content, calls = (
-                parse_tool_calls(exp.response_text) if parse else (exp.response_text, [])
-            )
-            message: Dict[str, Any] = {"role": "assistant", "content": content}
-            if calls:
-                message["tool_calls"] = calls
-            choices.append(
-                {
-                    "index": i,
-                    "message": message,
-                    "logprobs": chat_logprobs(exp, served.decode) if body.logprobs else None,
-                    "finish_reason": "tool_calls" if calls else exp.info["finish_reason"],
-                    "stop_reason": exp.info.get("stop_reason"),
-                }
-            )
+        choices = [_chat_choice(served, body, i, exp) for i, exp in enumerate(sampled.experiences)]
         if conversation is not None:  # the next turn may continue any of these replies
             replies = [c["message"] for c in choices]
             record_turn(
@@ -246,23 +221,54 @@ def build_app(served: ServedModel) -> FastAPI:
                 *(served.sample(p, q) for p, q in zip(prompts, params, strict=True))
             )
         )
-        choices = []
-        for group in sampled:
-            for exp in group.experiences:
-                logprobs = body.logprobs is not None
-                choices.append(
-                    {
-                        "index": len(choices),
-                        "text": exp.response_text,
-                        "logprobs": completion_logprobs(exp, served.decode) if logprobs else None,
-                        "finish_reason": exp.info["finish_reason"],
-                        "stop_reason": exp.info.get("stop_reason"),
-                    }
-                )
+        exps = [exp for group in sampled for exp in group.experiences]
+        choices = [_completion_choice(served, body, i, exp) for i, exp in enumerate(exps)]
         reply = {**envelope("text_completion", served.name), "choices": choices}
         return _JSON(_with_tokens(request, reply, sampled, usage(sampled)))
 
     return app
+
+
+def _chat_prompt(served: ServedModel, conversation: Any, messages: List, tools: Any) -> List[int]:
+    """The prompt ids: continuing a recorded turn of the session, else the template's."""
+    try:
+        if conversation is not None:
+            return conversation.prompt_ids(messages, tools)
+        return served.chat_ids(messages, tools)
+    except Exception as exc:  # jinja errors of the model's own template
+        raise APIError(
+            400, f"the chat template cannot render these messages: {exc}", "messages"
+        ) from None
+
+
+def _chat_choice(served: ServedModel, body: ChatRequest, index: int, exp: Any) -> Dict[str, Any]:
+    """One ``choices`` item of a chat completion, tool calls parsed when tools were given."""
+    parse = bool(body.tools) and body.tool_choice != "none"
+    content, calls = parse_tool_calls(exp.response_text) if parse else (exp.response_text, [])
+    message: Dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "index": index,
+        "message": message,
+        "logprobs": chat_logprobs(exp, served.decode) if body.logprobs else None,
+        "finish_reason": "tool_calls" if calls else exp.info["finish_reason"],
+        "stop_reason": exp.info.get("stop_reason"),
+    }
+
+
+def _completion_choice(
+    served: ServedModel, body: CompletionRequest, index: int, exp: Any
+) -> Dict[str, Any]:
+    """One ``choices`` item of a (text) completion, prompts and their samples in order."""
+    logprobs = body.logprobs is not None
+    return {
+        "index": index,
+        "text": exp.response_text,
+        "logprobs": completion_logprobs(exp, served.decode) if logprobs else None,
+        "finish_reason": exp.info["finish_reason"],
+        "stop_reason": exp.info.get("stop_reason"),
+    }
 
 
 def _with_tokens(
