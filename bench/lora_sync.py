@@ -3,7 +3,7 @@
 A LoRA trainer's ``memory`` sync sends ``W + scale * B @ A`` of every adapted layer, under
 the base model's names (``trinity/trainer/lora.py``: ``sync_state_dict``), computed at each
 sync; nothing else changes, so nothing else is sent. This runs the same rounds as
-``bench/sync.py`` (``TrainerActor._publish`` -> ``Synchronizer`` -> a real ``EngineActor``
+``bench/sync.py`` (``TrainerRole._publish`` -> ``Synchronizer`` -> a real ``EngineActor``
 loading the weights in its own process) twice on the 25m preset: the plain model (every
 weight) and the same model wrapped with an adapter (``all-linear``, rank 32, alpha 32; B set
 to random values so each merge produces new weights). ``merge_s`` is the median time of
@@ -46,9 +46,9 @@ def _rounds(folder: str, model: torch.nn.Module, args: argparse.Namespace) -> Di
     import ray
 
     from trinity.runtime.explorer_role import ExplorerActor
-    from trinity.runtime.trainer_role import TrainerActor
+    from trinity.runtime.trainer_role import TrainerRole
 
-    publish = TrainerActor.__ray_actor_class__._publish
+    publish = TrainerRole._publish
     receive = ExplorerActor.__ray_actor_class__._sync
     job_dir = tempfile.mkdtemp(prefix="sync-lora-", dir=args.work_dir)
     trainer, explorer, actors = _sides("memory", job_dir, model, folder, args.threads)

@@ -1,6 +1,6 @@
 """Weight-sync seconds by model size, for the ``memory`` and ``checkpoint`` methods.
 
-Each round runs the project's own code: ``TrainerActor._publish`` on the trainer side and
+Each round runs the project's own code: ``TrainerRole._publish`` on the trainer side and
 ``ExplorerActor._sync`` on the explorer side (called on stand-in instances that carry only
 the attributes those methods read), a real ``Synchronizer`` actor between them and a real
 ``EngineActor`` (a ``TransformersEngine``) receiving the weights in its own process:
@@ -69,7 +69,7 @@ METHODS = ("memory", "checkpoint")
 
 
 class _WeightsOnlySaver:
-    """Stands in for ``Trainer`` in ``TrainerActor._publish``: ``save`` writes checkpoint
+    """Stands in for ``Trainer`` in ``TrainerRole._publish``: ``save`` writes checkpoint
     ``step`` with the project's ``save_checkpoint``, weights only (see module docstring)."""
 
     def __init__(self, job_dir: str, model: torch.nn.Module) -> None:
@@ -136,9 +136,9 @@ def bench_method(method: str, folder: str, model: torch.nn.Module, args: argpars
     import ray
 
     from trinity.runtime.explorer_role import ExplorerActor
-    from trinity.runtime.trainer_role import TrainerActor
+    from trinity.runtime.trainer_role import TrainerRole
 
-    publish = TrainerActor.__ray_actor_class__._publish  # the undecorated methods
+    publish = TrainerRole._publish  # the undecorated methods
     receive = ExplorerActor.__ray_actor_class__._sync
     job_dir = tempfile.mkdtemp(prefix=f"sync-{method}-", dir=args.work_dir)
     trainer, explorer, actors = _sides(method, job_dir, model, folder, args.threads)

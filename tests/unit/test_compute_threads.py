@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from trinity.runtime import actors
+from trinity.runtime import roles
 
 
 def _config(mode: str, engines: int = 1, offset: int = 0, ranks: int = 1, style: str = "fixed"):
@@ -30,19 +30,19 @@ def _config(mode: str, engines: int = 1, offset: int = 0, ranks: int = 1, style:
 def test_threads_follow_what_runs_at_the_same_time(
     monkeypatch, mode, engines, offset, engine_threads, trainer_threads
 ):
-    monkeypatch.setattr(actors.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(roles.os, "cpu_count", lambda: 8)
     config = _config(mode, engines, offset)
-    assert actors.compute_threads(config, "engine") == engine_threads
-    assert actors.compute_threads(config, "trainer") == trainer_threads
+    assert roles.compute_threads(config, "engine") == engine_threads
+    assert roles.compute_threads(config, "trainer") == trainer_threads
 
 
 @pytest.mark.parametrize("style", ["explorer_driven", "trainer_driven"])
 def test_dynamic_sync_styles_overlap_even_with_offset_0(monkeypatch, style):
     # the explorer never waits for an update: engine and trainer run at the same time
-    monkeypatch.setattr(actors.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(roles.os, "cpu_count", lambda: 8)
     config = _config("both", 1, 0, style=style)
-    assert actors.compute_threads(config, "engine") == 4
-    assert actors.compute_threads(config, "trainer") == 4
+    assert roles.compute_threads(config, "engine") == 4
+    assert roles.compute_threads(config, "trainer") == 4
 
 
 @pytest.mark.parametrize(
@@ -54,7 +54,7 @@ def test_dynamic_sync_styles_overlap_even_with_offset_0(monkeypatch, style):
     ],
 )
 def test_trainer_ranks_split_the_cores(monkeypatch, mode, offset, engine_threads, trainer_threads):
-    monkeypatch.setattr(actors.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(roles.os, "cpu_count", lambda: 8)
     config = _config(mode, 1, offset, ranks=2)
-    assert actors.compute_threads(config, "engine") == engine_threads
-    assert actors.compute_threads(config, "trainer") == trainer_threads
+    assert roles.compute_threads(config, "engine") == engine_threads
+    assert roles.compute_threads(config, "trainer") == trainer_threads

@@ -9,9 +9,9 @@ import pytest
 import trinity.common.config.derive as derive_module
 from trinity.common.config import ConfigError, load_config
 from trinity.runtime import placement
-from trinity.runtime.actors import compute_threads
-from trinity.runtime.launcher import log_file
+from trinity.runtime.failures import log_file
 from trinity.runtime.placement import Node, Placement
+from trinity.runtime.roles import compute_threads
 
 BASE = """
 project: proj
@@ -168,7 +168,7 @@ def test_log_file_of_an_actor_grouped_by_node(tmp_path):
 
 
 def test_a_failure_names_the_log_in_its_node_folder(tmp_path):
-    from trinity.runtime.launcher import _failure_message
+    from trinity.runtime.failures import failure_message
 
     config = SimpleNamespace(
         name="exp",
@@ -179,7 +179,7 @@ def test_a_failure_names_the_log_in_its_node_folder(tmp_path):
     )
     (tmp_path / "log" / "127.0.0.2").mkdir(parents=True)
     (tmp_path / "log" / "127.0.0.2" / "trainer_rank_1.log").write_text("x")
-    message = _failure_message(RuntimeError("gloo timed out"), "trainer rank 1", config)
+    message = failure_message(RuntimeError("gloo timed out"), "trainer rank 1", config)
     assert message.splitlines()[:2] == [
         "stage 'exp': the trainer rank 1 failed: RuntimeError: gloo timed out",
         f"full log: {tmp_path / 'log' / '127.0.0.2' / 'trainer_rank_1.log'}",

@@ -7,7 +7,6 @@ threads), then builds the plain component it hosts.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections import deque
 from typing import Any, Dict, List, Optional, Tuple
@@ -17,44 +16,11 @@ import ray
 from trinity.common.workflows.workflow import Task
 from trinity.explorer.pool_rules import DynamicTimeout, OverRollout
 from trinity.explorer.runner import AsyncWorkflowRunner, TaskResult, WorkflowRunner
+from trinity.runtime.roles import setup_process
 from trinity.runtime.status import Reporter, RunStatus
+from trinity.runtime.trainer_role import TrainerRole
 
 logger = logging.getLogger(__name__)
-
-
-def setup_process(
-    plugin_dirs: List[str],
-    job_dir: str,
-    actor_name: str,
-    level: str = "INFO",
-    threads: int = 1,
-    by_node: bool = False,
-) -> None:
-    """Plugins, logging to ``<job_dir>/log/<actor_name>.log`` (``log/<node ip>/`` with
-    ``by_node``: ``log.group_by_node``), and ``threads`` torch threads.
-
-    Compute actors split the cores between them: on a small machine, two processes each
-    running all-core OpenMP loops spin against each other and slow down many times over.
-    """
-    from trinity.utils.plugin_loader import load_plugins
-
-    load_plugins(plugin_dirs)
-    log_dir = os.path.join(job_dir, "log")
-    if by_node:
-        log_dir = os.path.join(log_dir, ray.util.get_node_ip_address())
-    os.makedirs(log_dir, exist_ok=True)
-    handler = logging.FileHandler(os.path.join(log_dir, f"{actor_name}.log"))
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers = [handler]
-    root.setLevel(level)
-    import torch
-
-    threads = max(1, threads)
-    torch.set_num_threads(threads)
-    node = ray.get_runtime_context().get_node_id()
-    ip = ray.util.get_node_ip_address()
-    logger.info("%s runs on node %s (%s) with %d torch thread(s)", actor_name, node, ip, threads)
 
 
 @ray.remote(num_cpus=0)
@@ -216,35 +182,8 @@ class QueueActor:
 
 
 StatusActor = ray.remote(num_cpus=0)(RunStatus)
-
-
-def compute_threads(
-    config: Any, role: str, node_cpus: Optional[int] = None, engines_here: int = 1
-) -> int:
-    """Torch threads for a compute actor of a stage: ``role`` is "engine" or "trainer".
-
-    Actors that compute at the same time split the cores: two processes each running
-    all-core OpenMP loops spin against each other and slow down many times over. With
-    ``sync_offset: 0`` (and ``sync_style: fixed``) in a ``both`` run the engines and the
-    trainer strictly alternate (the explorer waits for each update, the trainer for each
-    batch), so each side gets every core while the other waits; otherwise they overlap and
-    share.
-
-    With ``cluster.node_num`` >= 2 the roles run on nodes of their own (``placement.py``):
-    ``node_cpus`` is Ray's CPU count of the actor's node, split only with the other actors of
-    its role there (``engines_here`` engines, or the trainer's ranks).
-    """
-    if node_cpus is not None:
-        sharing = engines_here if role == "engine" else config.trainer.cpu_ranks
-        return max(1, node_cpus // max(1, sharing))
-    cores = os.cpu_count() or 1
-    engines = config.explorer.rollout_model.engine_num if config.mode != "train" else 0
-    # every rank of a sharded trainer (trainer.cpu_ranks) computes at the same time
-    trainers = config.trainer.cpu_ranks if config.mode != "explore" else 0
-    sync = config.synchronizer
-    if config.mode == "both" and sync.sync_style == "fixed" and sync.sync_offset == 0:
-        return max(1, cores // engines) if role == "engine" else max(1, cores // trainers)
-    return max(1, cores // max(1, engines + trainers))
+# The trainer (rank 0) of a stage that runs on Ray; local_stage.py runs a TrainerRole in-process.
+TrainerActor = ray.remote(num_cpus=0)(TrainerRole)
 
 
 class RayRunnerPool:

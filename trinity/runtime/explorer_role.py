@@ -12,15 +12,9 @@ import ray
 
 from trinity.explorer.bench import run_bench
 from trinity.explorer.pool_rules import DynamicTimeout
-from trinity.runtime.actors import (
-    AsyncRunnerActor,
-    EngineActor,
-    RayRunnerPool,
-    RunnerActor,
-    setup_process,
-)
+from trinity.runtime.actors import AsyncRunnerActor, EngineActor, RayRunnerPool, RunnerActor
 from trinity.runtime.placement import Placement, pinned
-from trinity.runtime.roles import WAIT_SLICE_S, role_monitor
+from trinity.runtime.roles import WAIT_SLICE_S, role_monitor, setup_process
 from trinity.runtime.status import Reporter
 from trinity.runtime.synchronizer import SyncTimeoutError, Wanted
 from trinity.trainer.checkpoint import weights_path
@@ -130,16 +124,9 @@ class ExplorerActor:
         self.report = Reporter(status, "explorer")
         self.loaded_version = 0
 
-    def prepare(self, start_step: int) -> int:
-        """Build engines, runners and readers; returns the step exploring resumes after.
-
-        With a queue that already holds explored steps (a resumed run), exploring continues
-        after the last step written: what was explored is trained on, not explored again.
-        """
-        from trinity.buffer import MixedTaskReader, TaskReader
-        from trinity.buffer.pipelines import build_task_pipeline
-        from trinity.explorer.explorer import Explorer
-
+    def start_engines(self) -> None:
+        """Start the engines and the runners, and wait until the runners are up. The
+        launcher calls it while the trainer prepares, so their processes start together."""
         cfg = self.config
         self.engines = self._start_engines(cfg.explorer.name, cfg.explorer.rollout_model)
         # engines of explorer.auxiliary_models[i]: not trained, served over the OpenAI API
@@ -149,7 +136,7 @@ class ExplorerActor:
         ]
         runners = cfg.explorer.runner_per_model * len(self.engines)
         self.slots = runner_slots(cfg, runners)
-        pool = RayRunnerPool(
+        self.pool = RayRunnerPool(
             self._make_runner,
             runners,
             cfg.explorer.max_timeout,
@@ -158,6 +145,19 @@ class ExplorerActor:
             report=self.report,
             timeout=task_timeout(cfg.explorer),
         )
+
+    def prepare(self, start_step: int) -> int:
+        """Build the readers and the ``Explorer`` (after ``start_engines``); returns the step
+        exploring resumes after.
+
+        With a queue that already holds explored steps (a resumed run), exploring continues
+        after the last step written: what was explored is trained on, not explored again.
+        """
+        from trinity.buffer import MixedTaskReader, TaskReader
+        from trinity.buffer.pipelines import build_task_pipeline
+        from trinity.explorer.explorer import Explorer
+
+        cfg, pool = self.config, self.pool
         if cfg.mode == "bench":  # evaluates saved checkpoints: no taskset, no queue
             return self._prepare_bench(pool)
         if self.queue is not None:

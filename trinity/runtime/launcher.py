@@ -6,13 +6,13 @@ from the previous stage's final weights (its HF export).
 
 from __future__ import annotations
 
-import glob
 import math
 import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from trinity.runtime.failures import RunFailed, failure_message
 from trinity.runtime.placement import (
     Placement,
     alive_nodes,
@@ -21,11 +21,6 @@ from trinity.runtime.placement import (
     pinned,
 )
 from trinity.runtime.progress import ProgressPrinter, eval_summary
-
-
-class RunFailed(RuntimeError):
-    """A component of a stage failed; the message names it and where its log is."""
-
 
 # When trainer rank 0 fails, how long to look for another rank's failure that caused it.
 RANK_FAILURE_WAIT_S = 2.0
@@ -103,19 +98,31 @@ def init_ray(namespace: str) -> None:
 
 
 def run_stage(config: Any, plugin_dirs: List[str], printer: ProgressPrinter) -> StageResult:
-    """Run one stage's roles to the end; any failure becomes one ``RunFailed`` message."""
-    import ray
-
+    """Run one stage's roles to the end, in this process when it needs no other
+    (``local_stage.py``), else on Ray; any failure becomes one ``RunFailed`` message."""
     from trinity.common.config import save_resolved_config
     from trinity.common.config.decoupled_checks import resolved_config_name
+    from trinity.runtime.local_stage import run_in_process, runs_in_process
 
     job_dir = config.checkpoint_job_dir
     os.makedirs(job_dir, exist_ok=True)
     # A bench of a run, or one side of a decoupled run, keeps the run's own config.yaml.
     save_resolved_config(config, os.path.join(job_dir, resolved_config_name(config)))
     steps = planned_steps(config)
-    stage = _Stage(config, plugin_dirs)
     printer.new_board()
+    if runs_in_process(config):
+        final_hf = run_in_process(config, plugin_dirs, printer, steps)
+        return StageResult(config.name, job_dir, final_hf, eval_summary(job_dir))
+    return _run_on_ray(config, plugin_dirs, printer, steps)
+
+
+def _run_on_ray(
+    config: Any, plugin_dirs: List[str], printer: ProgressPrinter, steps: int
+) -> StageResult:
+    import ray
+
+    job_dir = config.checkpoint_job_dir
+    stage = _Stage(config, plugin_dirs)
     try:
         start = stage.start_roles(steps)
         printer.begin_stage(config, steps, start)
@@ -129,7 +136,7 @@ def run_stage(config: Any, plugin_dirs: List[str], printer: ProgressPrinter) -> 
         final_hf = stage.final_hf()
     except ray.exceptions.RayError as exc:
         printer.poll(stage.snapshot(printer.events_seen))
-        raise RunFailed(_failure_message(exc, stage.failed_role(), config)) from None
+        raise RunFailed(failure_message(exc, stage.failed_role(), config)) from None
     finally:
         printer.end_stage()
         stage.stop()
@@ -189,11 +196,20 @@ class _Stage:
 
         from trinity.engine.external import external_env
         from trinity.monitor import monitor_env
+        from trinity.runtime.actors import TrainerActor
         from trinity.runtime.explorer_role import ExplorerActor
-        from trinity.runtime.trainer_role import TrainerActor
 
         cfg, start = self.config, 0
         tracker = monitor_env(cfg.monitor.monitor_type)  # WANDB_MODE, MLFLOW_... of this shell
+        if cfg.mode in ("both", "explore", "bench"):
+            # An external model's URL and key, from this environment wherever the actor runs.
+            env = {**tracker, **external_env(cfg)}
+            self.explorer = ExplorerActor.options(
+                runtime_env={"env_vars": env} if env else None,
+                **pinned(self.placement.explorer_node),
+            ).remote(cfg, self.plugin_dirs, self.queue, self.sync, self.status, self.placement)
+            # Engines and runners start while the trainer prepares: processes start together.
+            engines_up = self.explorer.start_engines.remote()
         if cfg.mode in ("both", "train"):
             self.preparing = "trainer"
             self.trainer = TrainerActor.options(
@@ -201,14 +217,9 @@ class _Stage:
                 **pinned(self.placement.trainer_node),
             ).remote(cfg, self.plugin_dirs, self.queue, self.sync, steps, self.status)
             start = self._prepare_trainer(steps)
-        if cfg.mode in ("both", "explore", "bench"):
+        if self.explorer is not None:
             self.preparing = "explorer"
-            # An external model's URL and key, from this environment wherever the actor runs.
-            env = {**tracker, **external_env(cfg)}
-            self.explorer = ExplorerActor.options(
-                runtime_env={"env_vars": env} if env else None,
-                **pinned(self.placement.explorer_node),
-            ).remote(cfg, self.plugin_dirs, self.queue, self.sync, self.status, self.placement)
+            ray.get(engines_up)
             explored = ray.get(self.explorer.prepare.remote(start))
             start = start if self.trainer is not None else explored
         self.preparing = None
@@ -319,54 +330,11 @@ def _queue(config: Any) -> Any:
     )
 
 
-def _failure_message(exc: Exception, role: str, config: Any) -> str:
-    """One readable message for a role's failure: its own error text, and where its log is."""
-    import ray
-
-    cause = exc
-    # A role's error may have crossed several actors; each hop wraps it once more.
-    while isinstance(cause, ray.exceptions.RayError) and getattr(cause, "cause", None):
-        if cause.cause is cause:
-            break
-        cause = cause.cause
-    if isinstance(cause, ray.exceptions.RayError):  # no Python error inside: an actor died
-        text = f"{type(cause).__name__}: {_last_line(str(cause))}"
-    else:
-        text = f"{type(cause).__name__}: {cause}"
-    name = config.trainer.name if role == "trainer" else config.explorer.name
-    if role.startswith("trainer rank "):
-        from trinity.runtime.trainer_ranks import rank_name
-
-        name = rank_name(config, int(role.rsplit(" ", 1)[1]))
-    log = log_file(config, name)
-    return (
-        f"stage '{config.name}': the {role} failed: {text}\n"
-        f"full log: {log}\noutputs written so far are kept in {config.checkpoint_job_dir}"
-    )
-
-
-def log_file(config: Any, name: str) -> str:
-    """Where actor ``name`` of a stage logs: ``log/<name>.log``, or with
-    ``log.group_by_node`` the newest ``log/<node ip>/<name>.log`` (the job dir is on a
-    filesystem every node shares; when none is found there, the path with a placeholder)."""
-    root = os.path.join(config.checkpoint_job_dir, "log")
-    if not config.log.group_by_node:
-        return os.path.join(root, f"{name}.log")
-    found = glob.glob(os.path.join(glob.escape(root), "*", f"{glob.escape(name)}.log"))
-    if found:
-        return max(found, key=os.path.getmtime)
-    return os.path.join(root, "<node ip>", f"{name}.log")
-
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else text
-
-
 def run(config_path: str, overrides: List[str], plugin_dirs: List[str]) -> List[StageResult]:
     """Everything ``trinity run`` does; config errors surface before Ray starts."""
     from trinity.common.config import apply_run_name, load_config
     from trinity.common.config.preflight import check_before_start
+    from trinity.runtime.local_stage import runs_in_process
     from trinity.utils.plugin_loader import load_plugins
 
     load_plugins(plugin_dirs)
@@ -375,13 +343,14 @@ def run(config_path: str, overrides: List[str], plugin_dirs: List[str]) -> List[
     # problems in one ConfigError before anything starts.
     stages = check_before_start(root)
     check_cluster_address(stages)  # cluster.node_num >= 2 needs a cluster to join
-    init_ray(stages[0].ray_namespace)
-    check_node_count(stages)
     printer = ProgressPrinter()
     results: List[StageResult] = []
     for stage in stages:
         if results and results[-1].final_hf:
             stage.model.model_path = results[-1].final_hf
+        if not runs_in_process(stage):  # Ray starts with the first stage that needs it
+            init_ray(stages[0].ray_namespace)
+            check_node_count(stages)
         results.append(run_stage(stage, plugin_dirs, printer))
         plot_stage(results[-1].job_dir)
     printer.summary(results)

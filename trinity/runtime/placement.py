@@ -61,7 +61,7 @@ class Placement:
     def engine_threads(self, config: Any, index: int) -> int:
         """Torch threads of engine ``index``: a share of its node's CPUs when the engines
         have nodes of their own, else of this machine's cores (``compute_threads``)."""
-        from trinity.runtime.actors import compute_threads
+        from trinity.runtime.roles import compute_threads
 
         node = self.engine_node(index)
         if node is None:

@@ -13,13 +13,15 @@ import os
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import numpy as np
-import torch
 
 from trinity.common.config.sync_checks import DYNAMIC_STYLES
 from trinity.trainer.checkpoint import latest_step, weights_path
+
+if TYPE_CHECKING:  # the synchronizer actor hands weights on without ever loading torch
+    import torch
 
 
 def pack_state(state_dict: Dict[str, torch.Tensor]) -> Dict[str, Tuple[np.ndarray, str]]:
@@ -30,6 +32,8 @@ def pack_state(state_dict: Dict[str, torch.Tensor]) -> Dict[str, Tuple[np.ndarra
     at 100M parameters). ``ray.put`` copies the views once, so later optimizer steps do not
     leak into a published version. bf16 travels bit-for-bit as int16.
     """
+    import torch
+
     packed = {}
     for name, tensor in state_dict.items():
         t = tensor.detach().cpu()
@@ -40,6 +44,8 @@ def pack_state(state_dict: Dict[str, torch.Tensor]) -> Dict[str, Tuple[np.ndarra
 
 def unpack_state(packed: Dict[str, Tuple[np.ndarray, str]]) -> Dict[str, torch.Tensor]:
     """Tensors over the arrays of ``pack_state`` (no copy; ``load_state_dict`` copies)."""
+    import torch
+
     out = {}
     with warnings.catch_warnings():  # object-store arrays are read-only; we only read them
         warnings.simplefilter("ignore", UserWarning)

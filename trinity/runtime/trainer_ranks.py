@@ -14,8 +14,8 @@ from typing import Any, List, Tuple
 
 import ray
 
-from trinity.runtime.actors import compute_threads, setup_process
 from trinity.runtime.placement import own_node_cpus
+from trinity.runtime.roles import compute_threads, setup_process
 
 logger = logging.getLogger(__name__)
 

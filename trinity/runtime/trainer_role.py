@@ -1,5 +1,9 @@
-"""The trainer actor (rank 0): builds the plain ``Trainer``, attaches its experience reader
-(the queue, or a file dataset in ``train`` mode) and publishes weights to the synchronizer."""
+"""The trainer role (rank 0): builds the plain ``Trainer``, attaches its experience reader
+(the queue, or a file dataset in ``train`` mode) and publishes weights to the synchronizer.
+
+On Ray it is ``actors.TrainerActor``; a ``train`` stage on files runs it in the launcher's
+process (``local_stage.py``), without a queue or synchronizer.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +12,14 @@ import os
 import traceback
 from typing import Any, Dict, List, Optional
 
-import ray
-
-from trinity.runtime.actors import compute_threads, setup_process
 from trinity.runtime.placement import own_node_cpus
-from trinity.runtime.queue_reader import QueueReader
-from trinity.runtime.roles import role_monitor
+from trinity.runtime.roles import compute_threads, role_monitor, setup_process
 from trinity.runtime.status import Reporter
-from trinity.runtime.synchronizer import pack_state, readable_bound
 
 logger = logging.getLogger(__name__)
 
 
-@ray.remote(num_cpus=0)
-class TrainerActor:
+class TrainerRole:
     def __init__(
         self,
         config: Any,
@@ -68,6 +66,8 @@ class TrainerActor:
             report=self.report.event,
         )
         if self.config.synchronizer.sync_style == "explorer_driven":  # publish when asked
+            import ray
+
             kwargs["publish_due"] = lambda step: ray.get(self.sync_actor.take_ask.remote())
         if self.config.trainer.cpu_ranks > 1:  # rank 0 of several (trainer_ranks.py)
             self.trainer = sharded_trainer(self.config, 0, self.group_port, **kwargs)
@@ -85,6 +85,9 @@ class TrainerActor:
         cfg = self.config
         storage = cfg.buffer.trainer_input.experience_buffer
         if self.queue is not None:
+            from trinity.runtime.queue_reader import QueueReader
+            from trinity.runtime.synchronizer import readable_bound
+
             sync = cfg.synchronizer
             return QueueReader(
                 self.queue,
@@ -142,7 +145,10 @@ class TrainerActor:
         }
 
     def _publish(self, version: int, model: Any) -> None:
+        import ray
+
         if self.config.synchronizer.sync_method == "memory":
+            from trinity.runtime.synchronizer import pack_state
             from trinity.trainer.lora import sync_state_dict  # LoRA: merged adapted layers
 
             sharded = self.config.trainer.cpu_ranks > 1  # gathered from every rank
@@ -158,14 +164,21 @@ class TrainerActor:
     def run(self) -> int:
         try:
             step = self.trainer.run()
-            ray.get(self.sync_actor.trainer_finished.remote())
+            self._finished()
             return step
         except BaseException:
             logger.exception("the trainer failed")
-            ray.get(self.sync_actor.trainer_finished.remote(traceback.format_exc(limit=3)))
+            self._finished(traceback.format_exc(limit=3))
             raise
         finally:
             self.monitor.close()
+
+    def _finished(self, error: Optional[str] = None) -> None:
+        """Tell the synchronizer (an explorer waiting for weights) that training ended."""
+        if self.sync_actor is not None:
+            import ray
+
+            ray.get(self.sync_actor.trainer_finished.remote(error))
 
     def final_hf_dir(self) -> Optional[str]:
         from trinity.trainer.checkpoint import step_dir

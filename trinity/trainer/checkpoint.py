@@ -30,11 +30,12 @@ import os
 import pickle
 import re
 import shutil
-from typing import Any, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
-import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+
+if TYPE_CHECKING:  # torch is imported where it is used: the job-folder helpers here
+    import torch  # (latest_step, step_dir, ...) serve processes that never load it
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 WEIGHTS_FILE = os.path.join("actor", "model.safetensors")
@@ -136,6 +137,8 @@ def fsync_tree(path: str) -> None:
 
 
 def _save_torch(obj: Any, path: str) -> None:
+    import torch
+
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         with io.BufferedWriter(_FdWriter(fd), buffer_size=1 << 20) as f:
@@ -158,6 +161,8 @@ def save_weights(state_dict: Dict[str, torch.Tensor], path: str) -> None:
     safetensors refuses two names for one tensor (a causal LM's tied embeddings and
     ``lm_head``): the later name is kept in the file's metadata as an alias.
     """
+    from safetensors.torch import save_file
+
     tensors: Dict[str, torch.Tensor] = {}
     aliases: Dict[str, str] = {}
     first: Dict[tuple, str] = {}
@@ -178,6 +183,8 @@ def save_weights(state_dict: Dict[str, torch.Tensor], path: str) -> None:
 
 def load_weights(path: str) -> Dict[str, torch.Tensor]:
     """The state dict ``save_weights`` wrote to ``path`` (tied names point at one tensor)."""
+    from safetensors.torch import load_file
+
     try:
         tensors = load_file(path, device="cpu")
         with safe_open(path, framework="pt") as f:
@@ -339,6 +346,8 @@ def save_checkpoint(
 
 
 def _load_torch(path: str) -> Any:
+    import torch
+
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:

@@ -28,7 +28,7 @@ from dataclasses import fields
 from typing import Any, Dict, Iterator, List, Optional
 
 from trinity.common.experience import Experience
-from trinity.common.models.hf_engine import SamplingParams
+from trinity.common.models.sampling import SamplingParams
 
 _PARAM_NAMES = {f.name for f in fields(SamplingParams)}
 

@@ -1,0 +1,80 @@
+"""A ``train`` stage on files runs in the launcher's process: no Ray, same outputs and errors."""
+
+import errno
+import json
+import os
+
+import pytest
+
+import trinity.runtime.launcher as launcher
+from tests.integration.conftest import HERE, base_overrides
+from trinity.runtime.failures import RunFailed
+from trinity.runtime.launcher import run
+from trinity.trainer import checkpoint
+
+CONFIG = os.path.join(HERE, "configs", "grpo_small.yaml")
+
+
+def sft_overrides(tmp_path, micro_model, arithmetic_data, steps: int) -> list:
+    buffer = (
+        "{name: sft_data, storage_type: file, path: '%s', "
+        "format: {prompt_key: prompt, response_key: response}}" % arithmetic_data["sft"]
+    )
+    return base_overrides(tmp_path, micro_model, arithmetic_data) + [
+        "mode=train",
+        "algorithm.algorithm_type=sft",
+        "buffer.train_batch_size=8",
+        f"buffer.total_steps={steps}",
+        f"buffer.trainer_input.experience_buffer={buffer}",
+    ]
+
+
+@pytest.fixture
+def no_ray(monkeypatch):
+    """Fail the test if the run tries to start (or join) Ray."""
+
+    def refuse(namespace: str) -> None:
+        raise AssertionError(f"init_ray({namespace!r}) called for an in-process stage")
+
+    monkeypatch.setattr(launcher, "init_ray", refuse)
+
+
+def test_an_sft_stage_trains_in_this_process(tmp_path, micro_model, arithmetic_data, no_ray, capfd):
+    (result,) = run(CONFIG, sft_overrides(tmp_path, micro_model, arithmetic_data, 3), [])
+    with open(os.path.join(result.job_dir, "monitor", "trainer.jsonl")) as f:
+        records = [json.loads(line) for line in f]
+    assert [r["step"] for r in records] == [1, 2, 3]
+    assert all(r["actor/sft_loss"] > 0 for r in records)
+    assert result.final_hf == os.path.join(result.job_dir, "global_step_3", "hf")
+    assert os.path.isfile(os.path.join(result.final_hf, "config.json"))
+    with open(os.path.join(result.job_dir, "log", "trainer.log")) as f:
+        assert "trainer runs in the launcher's process" in f.read()
+    console = capfd.readouterr()
+    # transformers' own progress bars and warnings go to the log, as from an actor
+    assert "Loading weights" not in console.err + console.out
+    assert "step 3/3" in console.out
+
+
+def test_a_failing_in_process_trainer_names_itself_and_keeps_checkpoints(
+    tmp_path, micro_model, arithmetic_data, no_ray, monkeypatch
+):
+    write = checkpoint._save_torch
+
+    def full_disk(obj, path):
+        if "global_step_2" in path:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+        return write(obj, path)
+
+    monkeypatch.setattr(checkpoint, "_save_torch", full_disk)  # the trainer runs right here
+    overrides = sft_overrides(tmp_path, micro_model, arithmetic_data, 3)
+    with pytest.raises(RunFailed) as info:
+        run(CONFIG, overrides + ["trainer.save_interval=1"], [])
+    job_dir = os.path.join(tmp_path, "tests", "grpo_small")
+    log = os.path.join(job_dir, "log", "trainer.log")
+    lines = str(info.value).splitlines()
+    assert lines[0].startswith("stage 'grpo_small': the trainer failed: CheckpointError: disk full")
+    assert "the previous checkpoint (step 1) is intact" in lines[0]
+    assert lines[1] == f"full log: {log}"
+    with open(log) as f:
+        assert "Traceback" in f.read()
+    assert checkpoint.latest_step(job_dir) == 1  # the last whole checkpoint stays
