@@ -80,15 +80,19 @@ def one_run(checkout: str, quickstart: str, workdir: str, args: argparse.Namespa
 def summarize(runs: List[Dict]) -> Dict:
     """Medians over a checkout's runs (and every run, for the record)."""
 
-    def median(get) -> float:
-        return statistics.median(get(run) for run in runs)
+    def median(*keys: str) -> float:
+        def value(run: Dict) -> float:
+            for key in keys:
+                run = run[key]
+            return run
 
-    out = {"first_step_s": median(lambda r: r["first_step_s"])}
-    out["wall_s"] = median(lambda r: r["wall_s"])
-    out["peak_pss_mb"] = median(lambda r: r["peak_memory"]["pss_mb"])
-    out["peak_processes"] = median(lambda r: r["peak_memory"]["processes"])
+        return statistics.median(value(run) for run in runs)
+
+    out = {"first_step_s": median("first_step_s"), "wall_s": median("wall_s")}
+    out["peak_pss_mb"] = median("peak_memory", "pss_mb")
+    out["peak_processes"] = median("peak_memory", "processes")
     for stage in STAGES:
-        out[f"{stage}_to_first_step_s"] = median(lambda r: r["stages"][stage]["to_first_step_s"])
+        out[f"{stage}_to_first_step_s"] = median("stages", stage, "to_first_step_s")
     return dict(median=out, runs=runs)
 
 

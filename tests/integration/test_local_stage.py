@@ -16,10 +16,8 @@ CONFIG = os.path.join(HERE, "configs", "grpo_small.yaml")
 
 
 def sft_overrides(tmp_path, micro_model, arithmetic_data, steps: int) -> list:
-    buffer = (
-        "{name: sft_data, storage_type: file, path: '%s', "
-        "format: {prompt_key: prompt, response_key: response}}" % arithmetic_data["sft"]
-    )
+    path, fmt = arithmetic_data["sft"], "{prompt_key: prompt, response_key: response}"
+    buffer = f"{{name: sft_data, storage_type: file, path: '{path}', format: {fmt}}}"
     return base_overrides(tmp_path, micro_model, arithmetic_data) + [
         "mode=train",
         "algorithm.algorithm_type=sft",
