@@ -38,6 +38,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -154,10 +156,17 @@ def make_sft_checkpoint(args: argparse.Namespace, paths: Dict[str, str]) -> str:
         overrides.append(f"stages.0.buffer.total_epochs={args.sft_epochs}")
     if args.sft_lr:
         overrides.append(f"stages.0.algorithm.optimizer.lr={args.sft_lr}")
-    result, _ = launch(config, overrides)
-    if not result.final_hf:
-        raise RuntimeError(f"the SFT stage wrote no HF export under {result.job_dir}")
-    return result.final_hf
+    # In a process of its own, as `trinity run` would: what it leaves in memory (a train
+    # stage runs in its launcher's process) must not count in this process's measurements.
+    command = [sys.executable, "-m", "trinity.cli.main", "run", "--config", config, *overrides]
+    subprocess.run(command, check=True, capture_output=True, cwd=ROOT)
+    from trinity.runtime.launcher import final_export
+
+    job_dir = os.path.join(args.workdir, "checkpoints", "quickstart", f"{name}_sft")
+    hf = final_export(job_dir)
+    if hf is None:
+        raise RuntimeError(f"the SFT stage wrote no HF export under {job_dir}")
+    return hf
 
 
 def grpo_overrides(args: argparse.Namespace, checkpoint: str, rl_path: str) -> List[str]:

@@ -64,7 +64,8 @@ def one_run(checkout: str, quickstart: str, workdir: str, args: argparse.Namespa
     command += [f"buffer.total_steps={args.grpo_steps}", "explorer.eval_interval=1000"]
     with PeakMemory(interval=args.sample_s) as memory:
         start = time.time()
-        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        # cwd too: ``python -m`` puts the working directory first on sys.path
+        done = subprocess.run(command, env=env, cwd=checkout, capture_output=True, text=True)
         wall = time.time() - start
     if done.returncode != 0:
         raise RuntimeError(f"{checkout}: trinity run failed:\n{done.stdout}\n{done.stderr}")
@@ -106,7 +107,8 @@ def parse(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--workdir", help="quickstart and checkpoints (default: a temp dir)")
     parser.add_argument("--out", default=os.path.join("docs", "results", "startup.json"))
     args = parser.parse_args(argv)
-    args.checkouts = dict(item.split("=", 1) for item in args.checkouts.split(","))
+    pairs = (item.split("=", 1) for item in args.checkouts.split(","))
+    args.checkouts = {name: os.path.abspath(path) for name, path in pairs}
     args.workdir = os.path.abspath(args.workdir or tempfile.mkdtemp(prefix="startup-"))
     return args
 

@@ -192,7 +192,7 @@ def test_kill_9_and_resume_trains_every_experience_once(tmp_path, micro_model, a
     """kill -9 of the whole run mid-way, then the same command again: experiences written
     vs trained on, none lost and none trained twice; each step explored and logged once."""
     args = [sys.executable, "-m", "trinity.cli.main", "run", "--config", BASE_CONFIG]
-    args += overrides(tmp_path, micro_model, arithmetic_data, "buffer.total_steps=30")
+    args += overrides(tmp_path, micro_model, arithmetic_data, "buffer.total_steps=12")
     args += ["trainer.save_interval=4"]
     job_dir = os.path.join(tmp_path, "tests", "grpo_small")
     first = subprocess.Popen(
@@ -208,14 +208,14 @@ def test_kill_9_and_resume_trains_every_experience_once(tmp_path, micro_model, a
     assert "resuming at step" in second.stdout
 
     trainer = records(job_dir, "trainer")
-    assert [r["step"] for r in trainer] == list(range(1, 31))  # each step once
+    assert [r["step"] for r in trainer] == list(range(1, 13))  # each step once
     explored = [r["step"] for r in records(job_dir, "explorer") if "rollout/model_version" in r]
-    assert explored == list(range(1, 31))  # nothing explored twice
+    assert explored == list(range(1, 13))  # nothing explored twice
     with sqlite3.connect(os.path.join(job_dir, "buffer", "experience_buffer.db")) as db:
         written = db.execute("SELECT COUNT(*) FROM experience_buffer").fetchone()[0]
         unread = db.execute("SELECT COUNT(*) FROM experience_buffer WHERE consumed_by IS NULL")
         assert unread.fetchone()[0] == 0
-    assert written == 30 * 16
+    assert written == 12 * 16
     assert sum(r["sample/experience_count"] for r in trainer) == written  # none twice
 
 

@@ -50,7 +50,6 @@ class TrainerRole:
         return where
 
     def prepare(self) -> int:
-        from trinity.runtime.trainer_ranks import sharded_trainer
         from trinity.trainer.checkpoint import latest_step
         from trinity.trainer.trainer import Trainer
 
@@ -70,6 +69,8 @@ class TrainerRole:
 
             kwargs["publish_due"] = lambda step: ray.get(self.sync_actor.take_ask.remote())
         if self.config.trainer.cpu_ranks > 1:  # rank 0 of several (trainer_ranks.py)
+            from trinity.runtime.trainer_ranks import sharded_trainer
+
             self.trainer = sharded_trainer(self.config, 0, self.group_port, **kwargs)
         else:
             self.trainer = Trainer(self.config, **kwargs)
