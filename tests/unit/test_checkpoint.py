@@ -165,7 +165,7 @@ def test_disk_errors_are_named_in_words(tmp_path, monkeypatch, code, words):
     def fail(tensors, path, metadata=None):
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(ckpt, "save_file", fail)
+    monkeypatch.setattr("safetensors.torch.save_file", fail)  # save_weights imports it late
     with pytest.raises(ckpt.CheckpointError, match=words) as info:
         ckpt.save_checkpoint(str(tmp_path), 1, torch.nn.Linear(2, 2), {}, {})
     assert str(info.value).endswith("no earlier checkpoint exists")

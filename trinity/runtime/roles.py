@@ -69,7 +69,9 @@ def setup_process(
     threads = max(1, threads)
     torch.set_num_threads(threads)
     ray = sys.modules.get("ray")
-    if ray is None or not ray.is_initialized():  # a stage local_stage.py runs in-process
+    # Not an actor: a stage local_stage.py runs in the launcher's process (which may have
+    # joined Ray for an earlier stage, or a test's session).
+    if ray is None or not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None:
         logger.info(
             "%s runs in the launcher's process with %d torch thread(s)", actor_name, threads
         )
