@@ -55,9 +55,11 @@ def start_engines(config: Any) -> tuple:
 def debug(config: Any, count: int, taskset: Optional[str], console: Console) -> int:
     """Run ``count`` tasks and print what they produced; the number of tasks that failed."""
     from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
     from trinity.explorer.runner import WorkflowRunner
 
+    hf_logging.disable_progress_bar()  # a "Loading weights" bar per model is noise here
     tasks = pick_tasks(config, count, taskset)
     engine, auxiliary = start_engines(config)
     runner = WorkflowRunner(
