@@ -138,8 +138,8 @@ def bench_method(method: str, folder: str, model: torch.nn.Module, args: argpars
     from trinity.runtime.explorer_role import ExplorerActor
     from trinity.runtime.trainer_role import TrainerRole
 
-    publish = TrainerRole._publish  # the undecorated methods
-    receive = ExplorerActor.__ray_actor_class__._sync
+    publish = TrainerRole._publish
+    receive = ExplorerActor.__ray_actor_class__._sync  # the method under the Ray decorator
     job_dir = tempfile.mkdtemp(prefix=f"sync-{method}-", dir=args.work_dir)
     trainer, explorer, actors = _sides(method, job_dir, model, folder, args.threads)
     rounds: List[Dict[str, float]] = []

@@ -345,12 +345,14 @@ def run(config_path: str, overrides: List[str], plugin_dirs: List[str]) -> List[
     check_cluster_address(stages)  # cluster.node_num >= 2 needs a cluster to join
     printer = ProgressPrinter()
     results: List[StageResult] = []
+    ray_started = False
     for stage in stages:
         if results and results[-1].final_hf:
             stage.model.model_path = results[-1].final_hf
-        if not runs_in_process(stage):  # Ray starts with the first stage that needs it
+        if not ray_started and not runs_in_process(stage):  # with the first stage needing it
             init_ray(stages[0].ray_namespace)
-            check_node_count(stages)
+            check_node_count(stages)  # every stage's node count, once
+            ray_started = True
         results.append(run_stage(stage, plugin_dirs, printer))
         plot_stage(results[-1].job_dir)
     printer.summary(results)
