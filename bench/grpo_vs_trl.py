@@ -7,9 +7,9 @@ alone through ``trinity run``), and train GRPO on the quickstart's arithmetic ta
     python bench/grpo_vs_trl.py --preset tiny --steps 150 --eval-interval 25 \\
         --out docs/results/grpo_vs_trl_tiny.json
 
-How: Trinity runs the quickstart GRPO config (``trinity.runtime.launcher.run``, Ray actors,
-``sync_offset`` from ``--sync-offset``, default 0 as in the quickstart); TRL runs in this
-process afterwards, never at the same time. Each step both see the same 16 training
+How: Trinity runs the quickstart GRPO config (``trinity run`` in a process of its own, as a
+user runs it; ``sync_offset`` from ``--sync-offset``, default 0 as in the quickstart); TRL
+runs in this process afterwards, never at the same time. Each step both see the same 16 training
 questions in the same (file) order, sample 8 answers each (128 completions) scored by the
 project's ``math_reward``, and take one AdamW step over all 128 (token-mean loss,
 group-normalised advantages, no KL, constant lr). The shared hyperparameters are read from
@@ -21,11 +21,13 @@ What is timed (evaluation, a greedy pass over the 200 held-out questions, always
     start of the final eval, if later: the final weights must reach the explorer); TRL from
     the end of its step-0 eval (in ``on_train_begin``) to the end of the last optimizer step.
     Eval spans inside the window are subtracted. ``samples_per_s = steps * 128 / loop_s``.
-  * ``startup_s``: run start to loop start, step-0 eval included (Trinity: Ray start, actors,
-    model loads; its first eval also starts the workflow runners; TRL: model load and
-    ``GRPOTrainer`` construction, imports excluded). ``wall_s``: the whole run.
+  * ``startup_s``: run start to loop start, step-0 eval included (Trinity: the process's
+    start and imports, checks, model loads, and Ray's start and actors when the stage runs
+    on Ray; TRL: model load and ``GRPOTrainer`` construction, imports excluded). ``wall_s``:
+    the whole run.
   * the accuracy curve ``CURVE_FIELDS``, time (eval excluded) to first reach ``--target``,
-    and peak memory of this process plus all its descendants (Ray's processes included).
+    and peak memory: of ``trinity run``'s process and its descendants (Ray's processes
+    included when it starts Ray), of this process for TRL.
 
 Why it is fair: same weights, data order, prompts, sampling settings, reward code, batch
 geometry, optimizer, schedule and clip; eval cost is excluded from both; neither saves
@@ -62,19 +64,23 @@ CAVEATS = [
     "sampling: Trinity's rollout engine vs TRL's model.generate, both plain temperature "
     "sampling without top-k/top-p; the random streams differ (--seed seeds both: Trinity's "
     "explorer.rollout_model.seed, TRL's seed).",
-    "threads: TRL runs all cores in one process; Trinity splits them between its actors.",
-    "startup: Trinity's includes Ray's start and its actors' imports; TRL's excludes imports.",
+    "threads: TRL runs all cores in one process; so does Trinity's stage, which runs in "
+    "`trinity run`'s process on one machine (its engine and trainer take turns at sync_offset 0).",
+    "startup: Trinity's is `trinity run` as a new process (its imports included); TRL's "
+    "excludes imports.",
 ]
 
 
 class PeakMemory:
-    """Peak memory of this process and all its descendants, sampled in a thread: ``pss_mb``
-    sums proportional set sizes (a page k processes share counts 1/k in each, so libraries
-    every Ray worker maps count once); ``rss_sum_mb`` sums RSS, over-counting shared pages."""
+    """Peak memory of a process (``pid``; None: this one) and all its descendants, sampled in
+    a thread: ``pss_mb`` sums proportional set sizes (a page k processes share counts 1/k in
+    each, so libraries every Ray worker maps count once); ``rss_sum_mb`` sums RSS,
+    over-counting shared pages."""
 
     # Reading every process's smaps costs real CPU (a quarter of a core at 0.5 s on this
     # 2-core machine, taken from the Ray workers, which run at a lower priority): sample slowly.
-    def __init__(self, interval: float = 5.0) -> None:
+    def __init__(self, interval: float = 5.0, pid: Optional[int] = None) -> None:
+        self.pid = pid
         self.interval, self._stop = interval, threading.Event()
         self.peak = {"pss_mb": 0.0, "rss_sum_mb": 0.0, "processes": 0}
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -84,8 +90,11 @@ class PeakMemory:
     def sample(self) -> None:
         import psutil
 
-        root = psutil.Process()
-        procs, pss, rss = [root] + root.children(recursive=True), 0, 0
+        try:
+            root = psutil.Process(self.pid)
+            procs, pss, rss = [root] + root.children(recursive=True), 0, 0
+        except psutil.NoSuchProcess:  # the measured process has ended
+            return
         for proc in procs:
             try:
                 info = proc.memory_full_info()
@@ -125,20 +134,23 @@ def config_head(workdir: str) -> str:
     return quickstart_part(workdir, "grpo.yaml", "\nstages:")
 
 
-def launch(config: str, overrides: List[str]) -> Tuple[Any, float]:
-    """``trinity run`` here: (result, wall seconds). A Ray it started is shut down after
-    (untimed), so later measurements of this process tree hold no Ray processes."""
-    import ray
-
-    from trinity.runtime.launcher import run
-
-    ray_was_up, start = ray.is_initialized(), time.monotonic()
-    try:
-        (result,) = run(config, overrides, [])
-        return result, time.monotonic() - start
-    finally:
-        if not ray_was_up:
-            ray.shutdown()
+def launch(config: str, overrides: List[str], job_dir: str) -> Tuple[Dict, float]:
+    """``trinity run`` as a user runs it, in a process of its own (so nothing it leaves in
+    memory counts in TRL's measurement, made in this process afterwards): (peak memory of
+    its process tree, wall seconds). It writes to ``job_dir``."""
+    command = [sys.executable, "-m", "trinity.cli.main", "run", "--config", config, *overrides]
+    start = time.monotonic()
+    with tempfile.TemporaryFile() as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, cwd=ROOT)
+        with PeakMemory(pid=process.pid) as memory:
+            code = process.wait()
+        if code != 0:
+            output.seek(0)
+            tail = output.read().decode(errors="replace")[-3000:]
+            raise RuntimeError(f"trinity run exited with {code}:\n{tail}")
+    if not os.path.isdir(job_dir):
+        raise RuntimeError(f"trinity run wrote no job folder at {job_dir}")
+    return memory.peak, time.monotonic() - start
 
 
 def make_sft_checkpoint(args: argparse.Namespace, paths: Dict[str, str]) -> str:
@@ -171,8 +183,8 @@ def make_sft_checkpoint(args: argparse.Namespace, paths: Dict[str, str]) -> str:
 
 def grpo_overrides(args: argparse.Namespace, checkpoint: str, rl_path: str) -> List[str]:
     """The quickstart GRPO config with our checkpoint, data, step counts and sync offset."""
-    overrides = [f"name=grpo_vs_trl_{args.preset}", f"model.model_path={checkpoint}"]
-    overrides += ["continue_from_checkpoint=false"]  # a fresh, time-stamped job dir every run
+    overrides = [f"name={args.run_name}", f"model.model_path={checkpoint}"]
+    overrides += ["continue_from_checkpoint=true"]  # run_name is new for every bench run
     overrides += [f"checkpoint_root_dir={os.path.join(args.workdir, 'checkpoints')}"]
     overrides += [f"buffer.explorer_input.taskset.path={rl_path}"]
     overrides += [f"buffer.explorer_input.eval_tasksets.0.path={rl_path}"]
@@ -242,15 +254,15 @@ def run_trinity(args: argparse.Namespace, checkpoint: str, rl_path: str, params:
     from trinity.monitor import read_metrics
 
     overrides = grpo_overrides(args, checkpoint, rl_path)
-    with PeakMemory() as memory:
-        run_start = time.time()
-        result, wall = launch(config_head(args.workdir), overrides)
-    logs = [os.path.join(result.job_dir, "monitor", f"{r}.jsonl") for r in ("explorer", "trainer")]
+    job_dir = os.path.join(args.workdir, "checkpoints", "quickstart", args.run_name)
+    run_start = time.time()
+    peak, wall = launch(config_head(args.workdir), overrides, job_dir)
+    logs = [os.path.join(job_dir, "monitor", f"{r}.jsonl") for r in ("explorer", "trainer")]
     timeline = trinity_timeline(*[read_metrics(path) for path in logs], run_start)
     for point in timeline["curve"]:
         point[1] = point[0] * params["samples_per_step"]
-    settings = {"sync_offset": args.sync_offset, "job_dir": result.job_dir}
-    return dict(wall_s=wall, **timeline, peak_memory=memory.peak, settings=settings)
+    settings = {"sync_offset": args.sync_offset, "job_dir": job_dir}
+    return dict(wall_s=wall, **timeline, peak_memory=peak, settings=settings)
 
 
 def run_trl(args: argparse.Namespace, checkpoint: str, rl_path: str, params: Dict) -> Dict:
@@ -351,6 +363,7 @@ def parse(argv: Optional[List[str]]) -> argparse.Namespace:
     if args.data and not args.sft_checkpoint:
         parser.error("--data needs --sft-checkpoint (the SFT stage uses the built quickstart)")
     args.workdir = os.path.abspath(args.workdir or tempfile.mkdtemp(prefix="grpo-vs-trl-"))
+    args.run_name = f"grpo_vs_trl_{args.preset}_{time.strftime('%Y%m%d_%H%M%S')}"
     os.makedirs(args.workdir, exist_ok=True)
     args.out = args.out or os.path.join(ROOT, "docs", "results", f"grpo_vs_trl_{args.preset}.json")
     args.plot = args.plot or os.path.splitext(args.out)[0] + ".png"

@@ -45,11 +45,11 @@ def _rounds(folder: str, model: torch.nn.Module, args: argparse.Namespace) -> Di
     whether the engine ended up with exactly what ``sync_state_dict`` sends."""
     import ray
 
-    from trinity.runtime.explorer_role import ExplorerActor
+    from trinity.runtime.explorer_role import ExplorerRole
     from trinity.runtime.trainer_role import TrainerRole
 
     publish = TrainerRole._publish
-    receive = ExplorerActor.__ray_actor_class__._sync
+    receive = ExplorerRole._sync
     job_dir = tempfile.mkdtemp(prefix="sync-lora-", dir=args.work_dir)
     trainer, explorer, actors = _sides("memory", job_dir, model, folder, args.threads)
     # what _sync and _publish read beyond bench/sync.py's stand-in config: an external rollout

@@ -1,7 +1,7 @@
 """Weight-sync seconds by model size, for the ``memory`` and ``checkpoint`` methods.
 
 Each round runs the project's own code: ``TrainerRole._publish`` on the trainer side and
-``ExplorerActor._sync`` on the explorer side (called on stand-in instances that carry only
+``ExplorerRole._sync`` on the explorer side (called on stand-in instances that carry only
 the attributes those methods read), a real ``Synchronizer`` actor between them and a real
 ``EngineActor`` (a ``TransformersEngine``) receiving the weights in its own process:
 
@@ -116,7 +116,7 @@ def _sides(method: str, job_dir: str, model: torch.nn.Module, folder: str, threa
     trainer = SimpleNamespace(
         config=config, sync_actor=sync, trainer=_WeightsOnlySaver(job_dir, model)
     )
-    from trinity.runtime.explorer_role import ExplorerActor
+    from trinity.runtime.explorer_role import ExplorerRole
     from trinity.runtime.status import Reporter
 
     explorer = SimpleNamespace(
@@ -126,7 +126,7 @@ def _sides(method: str, job_dir: str, model: torch.nn.Module, folder: str, threa
         loaded_version=0,
         report=Reporter(None, "explorer"),
     )
-    wait = ExplorerActor.__ray_actor_class__._wait_for_trainer
+    wait = ExplorerRole._wait_for_trainer
     explorer._wait_for_trainer = lambda version: wait(explorer, version)
     return trainer, explorer, [sync, engine]
 
@@ -135,11 +135,11 @@ def bench_method(method: str, folder: str, model: torch.nn.Module, args: argpars
     """Warm-up round plus ``repeats`` timed rounds of one sync method; medians in seconds."""
     import ray
 
-    from trinity.runtime.explorer_role import ExplorerActor
+    from trinity.runtime.explorer_role import ExplorerRole
     from trinity.runtime.trainer_role import TrainerRole
 
     publish = TrainerRole._publish
-    receive = ExplorerActor.__ray_actor_class__._sync  # the method under the Ray decorator
+    receive = ExplorerRole._sync
     job_dir = tempfile.mkdtemp(prefix=f"sync-{method}-", dir=args.work_dir)
     trainer, explorer, actors = _sides(method, job_dir, model, folder, args.threads)
     rounds: List[Dict[str, float]] = []

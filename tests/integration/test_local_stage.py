@@ -1,4 +1,4 @@
-"""A ``train`` stage on files runs in the launcher's process: no Ray, same outputs and errors."""
+"""Stages on one machine run in the launcher's process: no Ray, same outputs and errors."""
 
 import errno
 import json
@@ -76,3 +76,79 @@ def test_a_failing_in_process_trainer_names_itself_and_keeps_checkpoints(
     with open(log) as f:
         assert "Traceback" in f.read()
     assert checkpoint.latest_step(job_dir) == 1  # the last whole checkpoint stays
+
+
+def records_of(job_dir: str, role: str) -> list:
+    with open(os.path.join(job_dir, "monitor", f"{role}.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.mark.parametrize("mode", ["multi-threading", "asynchronous"])
+def test_a_grpo_stage_explores_and_trains_in_this_process(
+    tmp_path, micro_model, arithmetic_data, no_ray, mode
+):
+    overrides = base_overrides(tmp_path, micro_model, arithmetic_data)
+    (result,) = run(CONFIG, overrides + [f"explorer.concurrent_mode={mode}"], [])
+    trainer, explorer = (
+        records_of(result.job_dir, "trainer"),
+        records_of(result.job_dir, "explorer"),
+    )
+    assert [r["step"] for r in trainer] == [1, 2, 3]
+    # strictly on-policy (sync_offset 0): step s sampled by the weights after s - 1 updates,
+    # handed over in memory from the trainer to the engine of this process
+    versions = [r["rollout/model_version"] for r in explorer if "rollout/model_version" in r]
+    assert versions == [0, 1, 2]
+    assert [r["step"] for r in explorer if "eval/arith_test/accuracy/mean" in r] == [0, 2, 3]
+    assert result.final_hf == os.path.join(result.job_dir, "global_step_3", "hf")
+    # each role logs to its own file, as its actor would
+    log = os.path.join(result.job_dir, "log")
+    assert {"trainer.log", "explorer.log", "explorer_engine_0.log"} <= set(os.listdir(log))
+    assert {"explorer_runner_0.log", "explorer_runner_1.log"} <= set(os.listdir(log))
+    with open(os.path.join(log, "explorer_engine_0.log")) as f:
+        assert "rollout engine now at model version 2" in f.read()
+    with open(os.path.join(log, "explorer.log")) as f:
+        text = f.read()
+    assert "explorer runs in the launcher's process" in text
+    assert "rollout engine now at" not in text  # the engine's records went to its own file
+
+
+def test_a_grpo_stage_on_ray_when_asked_matches_the_in_process_one(
+    tmp_path, micro_model, arithmetic_data, ray_cluster
+):
+    """``cluster.in_process: false``: the same stage, every role an actor, same records."""
+    overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
+        "cluster.in_process=false"
+    ]
+    (result,) = run(CONFIG, overrides, [])
+    import ray
+
+    assert ray.is_initialized()
+    trainer, explorer = (
+        records_of(result.job_dir, "trainer"),
+        records_of(result.job_dir, "explorer"),
+    )
+    assert [r["step"] for r in trainer] == [1, 2, 3]
+    versions = [r["rollout/model_version"] for r in explorer if "rollout/model_version" in r]
+    assert versions == [0, 1, 2]
+    with open(os.path.join(result.job_dir, "log", "explorer.log")) as f:
+        assert "explorer runs on node" in f.read()
+
+
+def test_a_trainer_failing_mid_run_in_process_ends_the_stage_naming_it(
+    tmp_path, micro_model, arithmetic_data, no_ray, monkeypatch
+):
+    """The explorer waiting for weights the trainer will never publish does not stall the
+    run: the first failure ends it, named, and the last whole checkpoint stays."""
+    write = checkpoint._save_torch
+
+    def full_disk(obj, path):
+        if "global_step_2" in path:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+        return write(obj, path)
+
+    monkeypatch.setattr(checkpoint, "_save_torch", full_disk)
+    with pytest.raises(RunFailed) as info:
+        run(CONFIG, base_overrides(tmp_path, micro_model, arithmetic_data), [])
+    first = str(info.value).splitlines()[0]
+    assert first.startswith("stage 'grpo_small': the trainer failed: CheckpointError: disk full")
+    assert checkpoint.latest_step(os.path.join(tmp_path, "tests", "grpo_small")) == 1

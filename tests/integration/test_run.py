@@ -67,7 +67,7 @@ def test_guide_example_workflow_as_plugin(
     assert weights_changed(micro_model, result.final_hf)
     out = capsys.readouterr().out
     assert "explorer_runner_0" in out
-    assert " finished, 0 failed so far" in out
+    assert " finished, 0 failed so far" in out, out
 
 
 def test_sft_stage_then_grpo_stage(tmp_path, micro_model, arithmetic_data, ray_cluster):

@@ -224,6 +224,7 @@ def test_bad_dataset_stops_before_ray_naming_file_and_row(tmp_path, base_config,
 
 def test_skip_bad_rows_gets_past_the_data_checks(tmp_path, base_config, ray_guard):
     bad = Case("two_bad_rows", "t.jsonl", row() * 3 + row(None) + "[]\n" + GOOD, "line 4")
+    base_config["cluster"] = {"in_process": False}  # on Ray: the guard sees it start
     run, _ = _run(tmp_path, base_config, bad, skip=True)
     assert isinstance(run.exception, RayStartAttempted), run.output
     assert len(ray_guard) == 1

@@ -33,6 +33,7 @@ def test_ray_of_a_run_listens_on_loopback_only(tmp_path, micro_model, arithmetic
     args = [sys.executable, "-m", "trinity.cli.main", "run", "--config", BASE_CONFIG]
     args += base_overrides(tmp_path, micro_model, arithmetic_data)
     args += ["buffer.total_steps=200", "buffer.explorer_input.eval_tasksets=[]"]
+    args += ["cluster.in_process=false"]  # the stage on Ray, whose servers are under test
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",)}
     run = subprocess.Popen(
         args,

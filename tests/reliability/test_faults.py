@@ -113,6 +113,7 @@ def test_a_killed_runner_is_replaced_and_its_task_rerun(
         "buffer.explorer_input.default_workflow_type=runner_killing_workflow",
         f"buffer.explorer_input.taskset.workflow_args={{marker_dir: {markers}}}",
         "buffer.total_steps=2",
+        "cluster.in_process=false",  # runners in processes of their own, so one can die
     )
     (result,) = timed("runner process killed", lambda: run(BASE_CONFIG, args, [PLUGINS]))
     assert os.path.exists(markers / "runner-1")  # the fault did happen
@@ -136,6 +137,7 @@ def test_a_killed_engine_is_restarted_and_gets_the_weights_back(
         f"{{marker_dir: {markers}, engine_name: explorer_engine_0, kill_row: 8}}",
         "buffer.total_steps=4",
         "synchronizer.sync_interval=2",
+        "cluster.in_process=false",  # the engine an actor Ray restarts
     )
     (result,) = timed("rollout engine killed", lambda: run(BASE_CONFIG, args, [PLUGINS]))
     assert os.path.exists(markers / "engine-8")

@@ -4,40 +4,80 @@ from types import SimpleNamespace
 
 import pytest
 
-from trinity.runtime.local_stage import runs_in_process
+from trinity.runtime.local_stage import ray_reasons, runs_in_process
 
 
-def stage(mode="train", storage_type="file", cpu_ranks=1, node_num=1, timeline=False):
+def stage(
+    mode="train",
+    storage_type="file",
+    cpu_ranks=1,
+    node_num=1,
+    timeline=False,
+    in_process=True,
+    engine_type="transformers",
+    env_vars=None,
+    sync_method="memory",
+    by_node=False,
+    auxiliary=(),
+):
     buffer = SimpleNamespace(storage_type=storage_type)
     return SimpleNamespace(
         mode=mode,
         buffer=SimpleNamespace(trainer_input=SimpleNamespace(experience_buffer=buffer)),
         trainer=SimpleNamespace(cpu_ranks=cpu_ranks),
-        cluster=SimpleNamespace(node_num=node_num),
+        cluster=SimpleNamespace(node_num=node_num, in_process=in_process),
         monitor=SimpleNamespace(enable_ray_timeline=timeline),
+        log=SimpleNamespace(group_by_node=by_node),
+        synchronizer=SimpleNamespace(sync_method=sync_method),
+        explorer=SimpleNamespace(
+            rollout_model=SimpleNamespace(engine_type=engine_type),
+            auxiliary_models=[SimpleNamespace(engine_type=t) for t in auxiliary],
+            env_vars=env_vars or {},
+        ),
     )
 
 
-def test_a_train_stage_on_files_with_one_rank_runs_here(monkeypatch):
+@pytest.mark.parametrize(
+    "config",
+    [
+        stage(),  # SFT, DPO... on files
+        stage(mode="both", storage_type="queue"),
+        stage(mode="explore", storage_type="queue", engine_type="external"),
+        stage(mode="bench"),
+        stage(mode="both", storage_type="queue", sync_method="checkpoint", auxiliary=["external"]),
+    ],
+)
+def test_one_node_stages_with_what_this_process_can_host_run_here(monkeypatch, config):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    assert runs_in_process(stage())
+    assert runs_in_process(config), ray_reasons(config)
 
 
 @pytest.mark.parametrize(
-    "why, config",
+    "reason, config",
     [
-        ("an explorer", stage(mode="both", storage_type="queue")),
-        ("a separate explore run's store", stage(storage_type="queue")),
-        ("several trainer ranks", stage(cpu_ranks=2)),
-        ("several nodes", stage(node_num=2)),
-        ("the Ray timeline", stage(timeline=True)),
+        ("the trainer reads a separate explore run's store", stage(storage_type="queue")),
+        ("trainer.cpu_ranks > 1", stage(cpu_ranks=2)),
+        ("cluster.node_num > 1", stage(mode="both", storage_type="queue", node_num=2)),
+        ("monitor.enable_ray_timeline", stage(timeline=True)),
+        ("cluster.in_process is false", stage(mode="both", in_process=False)),
+        ("log.group_by_node", stage(by_node=True)),
+        ("engine_type vllm", stage(mode="both", engine_type="vllm")),
+        ("engine_type vllm", stage(mode="both", auxiliary=["transformers", "vllm"])),
+        ("explorer.env_vars (set per runner process)", stage(mode="both", env_vars={"A": "1"})),
+        ("synchronizer.sync_method nccl", stage(mode="both", sync_method="nccl")),
     ],
 )
-def test_other_stages_run_on_ray(monkeypatch, why, config):
+def test_other_stages_run_on_ray_and_say_why(monkeypatch, reason, config):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    assert not runs_in_process(config), why
+    assert not runs_in_process(config)
+    assert ray_reasons(config) == [reason]
+
+
+def test_a_train_stage_ignores_explorer_settings(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert runs_in_process(stage(engine_type="vllm", env_vars={"A": "1"}))
 
 
 def test_a_cluster_the_user_names_is_used(monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "auto")
-    assert not runs_in_process(stage())
+    assert ray_reasons(stage(mode="both")) == ["RAY_ADDRESS names a cluster"]

@@ -331,3 +331,17 @@ class RunningServer:
         self.server.should_exit = True
         await self.task
         self.socket.close()
+
+
+def serve_engine(model: Any, model_path: str, host: str, port: int) -> RunningServer:
+    """The OpenAI-compatible API of ``model`` (a ``TransformersInferenceModel`` holding
+    ``model_path``) on the running loop; an address it cannot listen on is an error naming
+    the keys that set it."""
+    app = build_app(ServedModel.from_transformers(model, model_path))
+    try:
+        return RunningServer(app, host, port)
+    except OSError as exc:
+        raise OSError(
+            f"explorer.rollout_model.openai_api_host/openai_api_port: cannot listen on "
+            f"{host}:{port} ({exc.strerror}); use a free port, or 0 for any free one"
+        ) from exc

@@ -40,16 +40,12 @@ def pick_tasks(config: Any, count: int, taskset: Optional[str]) -> List[Any]:
 
 def start_engines(config: Any) -> tuple:
     """(rollout engine, [one engine per auxiliary model]) in this process."""
-    from trinity.engine.local import LocalEngine
-    from trinity.runtime.explorer_role import _openai_api, engine_kwargs, external_engine
+    from trinity.runtime.explorer_role import local_engine
 
-    def start(auxiliary: Any = None) -> Any:
-        served = auxiliary or config.explorer.rollout_model
-        if served.engine_type == "external":
-            return external_engine(config, auxiliary)
-        return LocalEngine(_openai_api(config, auxiliary), **engine_kwargs(config, auxiliary))
-
-    return start(), [start(aux) for aux in config.explorer.auxiliary_models]
+    auxiliary = config.explorer.auxiliary_models
+    return local_engine(config, "debug_engine"), [
+        local_engine(config, f"debug_auxiliary_{i}_engine", aux) for i, aux in enumerate(auxiliary)
+    ]
 
 
 def debug(config: Any, count: int, taskset: Optional[str], console: Console) -> int:

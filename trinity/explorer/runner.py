@@ -51,14 +51,20 @@ class WorkflowRunner:
         ``explorer.runner_state_report_interval``)."""
         self.model = ModelWrapper(engine, default_params, enable_history)
         self.state = RunnerState()
+        self._reporting: Optional[threading.Event] = None
         if report is not None and report_interval > 0:
-            start_reporting(self.state, report, report_interval)
+            self._reporting = start_reporting(self.state, report, report_interval)
         self.max_retry_times = max_retry_times
         self.auxiliary_engines = list(auxiliary_engines or [])
         # Resettable workflows not in use, by class, reused across tasks. A task takes one out
         # for its attempt, so two tasks running at once (threads or coroutines) never share one.
         self._idle: Dict[type, List[Workflow]] = {}
         self._idle_lock = threading.Lock()
+
+    def close(self) -> None:
+        """Stop reporting this runner's state (a runner in this process that is given up)."""
+        if self._reporting is not None:
+            self._reporting.set()
 
     def _checkout(self, task: Task) -> Workflow:
         """A workflow for ``task``: an idle one reset to it, or a new one."""

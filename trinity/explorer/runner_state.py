@@ -57,17 +57,17 @@ class RunnerState:
         return f"{doing}; {self.finished} finished, {self.failed} failed so far"
 
 
-def start_reporting(state: RunnerState, report: Any, interval: float) -> threading.Thread:
+def start_reporting(state: RunnerState, report: Any, interval: float) -> threading.Event:
     """Send ``state``'s line through ``report`` (a ``Reporter``) every ``interval`` seconds,
-    from a daemon thread that lives as long as the runner's process."""
+    from a daemon thread, until the returned event is set (a runner in a Ray actor never
+    sets it: the thread lives as long as the process)."""
+    stop = threading.Event()
 
     def loop() -> None:
-        while True:
-            time.sleep(interval)
+        while not stop.wait(interval):
             line = state.line()
             if line is not None:
                 report.event(line)
 
-    thread = threading.Thread(target=loop, name="runner-state", daemon=True)
-    thread.start()
-    return thread
+    threading.Thread(target=loop, name="runner-state", daemon=True).start()
+    return stop

@@ -1,5 +1,9 @@
-"""The explorer actor: starts the engines and runners, feeds the plain ``Explorer`` its tasks
-and weights, and writes what it makes to the experience queue."""
+"""The explorer role: starts the engines and runners, feeds the plain ``Explorer`` its tasks
+and weights, and writes what it makes to the experience queue.
+
+``ExplorerRole`` starts its engines and runners in its own process (``LocalEngine``, runner
+threads: a stage ``local_stage.py`` runs); ``actors.RayExplorerRole`` starts them as Ray actors.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,18 @@ import math
 import time
 from typing import Any, Dict, List, Optional
 
-import ray
-
 from trinity.explorer.bench import run_bench
+from trinity.explorer.pool import LoopRunner, Runner, RunnerPool, ThreadRunner
 from trinity.explorer.pool_rules import DynamicTimeout
-from trinity.runtime.actors import AsyncRunnerActor, EngineActor, RayRunnerPool, RunnerActor
-from trinity.runtime.placement import Placement, pinned
-from trinity.runtime.roles import WAIT_SLICE_S, role_monitor, setup_process
+from trinity.runtime.placement import Placement
+from trinity.runtime.roles import (
+    WAIT_SLICE_S,
+    call,
+    call_all,
+    log_to_file,
+    role_monitor,
+    setup_process,
+)
 from trinity.runtime.status import Reporter
 from trinity.runtime.synchronizer import SyncTimeoutError, Wanted
 from trinity.trainer.checkpoint import weights_path
@@ -50,7 +59,7 @@ def engine_kwargs(config: Any, auxiliary: Any = None) -> Dict[str, Any]:
     )
 
 
-def _openai_api(config: Any, auxiliary: Any = None) -> Optional[Dict[str, Any]]:
+def openai_api(config: Any, auxiliary: Any = None) -> Optional[Dict[str, Any]]:
     """Where an engine serves its OpenAI-compatible API, or None when it is off. Auxiliary
     models are always served: workflows reach them only through it."""
     served = auxiliary or config.explorer.rollout_model
@@ -79,6 +88,21 @@ def external_engine(config: Any, auxiliary: Any = None) -> Any:
     return ExternalModel.from_config(auxiliary.external_model, key, auxiliary.model_path)
 
 
+def local_engine(config: Any, name: str, auxiliary: Any = None, threads: int = 0) -> Any:
+    """The rollout model's engine (or ``auxiliary``'s) in this process: a ``LocalEngine``
+    named ``name`` with ``threads`` torch threads (0: torch's default), or for an external
+    model a client of its API (no engine starts, runners call it directly)."""
+    from trinity.engine.local import LocalEngine
+
+    served = auxiliary or config.explorer.rollout_model
+    if served.engine_type == "external":
+        return external_engine(config, auxiliary)
+    kwargs = engine_kwargs(config, auxiliary)
+    if threads:
+        kwargs["num_threads"] = threads
+    return LocalEngine(openai_api(config, auxiliary), name=name, **kwargs)
+
+
 def task_timeout(explorer: Any) -> DynamicTimeout:
     """Each task's time limit: ``explorer.max_timeout``, or with ``explorer.dynamic_timeout``
     the mean successful task time x its ``ratio`` (capped by ``max_timeout``)."""
@@ -96,8 +120,7 @@ def runner_slots(config: Any, runners: int) -> int:
     return max(1, math.ceil(rows / max(1, runners)))
 
 
-@ray.remote(num_cpus=0)
-class ExplorerActor:
+class ExplorerRole:
     def __init__(
         self,
         config: Any,
@@ -136,7 +159,7 @@ class ExplorerActor:
         ]
         runners = cfg.explorer.runner_per_model * len(self.engines)
         self.slots = runner_slots(cfg, runners)
-        self.pool = RayRunnerPool(
+        self.pool = RunnerPool(
             self._make_runner,
             runners,
             cfg.explorer.max_timeout,
@@ -161,9 +184,9 @@ class ExplorerActor:
         if cfg.mode == "bench":  # evaluates saved checkpoints: no taskset, no queue
             return self._prepare_bench(pool)
         if self.queue is not None:
-            start_step = max(start_step, ray.get(self.queue.last_step.remote()))
+            start_step = max(start_step, call(self.queue, "last_step"))
             if cfg.mode == "explore":  # a decoupled trainer stops at the end mark: not yet
-                ray.get(self.queue.set_explorer_finished.remote(False))
+                call(self.queue, "set_explorer_finished", False)
         buf, pipeline = cfg.buffer, build_task_pipeline(cfg)
         readers = [
             TaskReader(ts, buf.total_epochs, buf.total_steps, pipeline)
@@ -176,15 +199,13 @@ class ExplorerActor:
             reader.read(cfg.buffer.batch_size)
         evals = {ts.name: TaskReader(ts) for ts in cfg.buffer.explorer_input.eval_tasksets}
         self.monitor = role_monitor(cfg, "explorer", start_step)
-        write = (
-            (lambda exps, step: ray.get(self.queue.put.remote(exps, step))) if self.queue else None
-        )
+        write = (lambda exps, step: call(self.queue, "put", exps, step)) if self.queue else None
         self.explorer = Explorer(
             cfg, pool, reader, evals, self._sync, write, self.monitor.log, start_step, self.report
         )
         return start_step
 
-    def _prepare_bench(self, pool: RayRunnerPool) -> int:
+    def _prepare_bench(self, pool: RunnerPool) -> int:
         from trinity.buffer import TaskReader
         from trinity.explorer.bench import bench_steps
         from trinity.explorer.explorer import Explorer
@@ -204,50 +225,24 @@ class ExplorerActor:
         weights they started with); returns the oldest version an engine holds."""
         if step > 0:
             path = weights_path(self.config.checkpoint_job_dir, step)
-            ray.get([e.load_weights.remote(path, step) for e in self.engines])
-        return min(ray.get([e.model_version.remote() for e in self.engines]))
+            call_all(self.engines, "load_weights", path, step)
+        return min(call_all(self.engines, "model_version"))
 
     def _start_engines(self, prefix: str, served: Any, auxiliary: Any = None) -> List[Any]:
-        """``served.engine_num`` engine actors named ``<prefix>_engine_<i>``; for an external
-        model, as many references to its API (no engine starts, runners call it directly)."""
-        cfg = self.config
-        if served.engine_type == "external":
-            return [external_engine(cfg, auxiliary)] * served.engine_num
-        return [
-            EngineActor.options(
-                name=f"{prefix}_engine_{i}", **pinned(self.placement.engine_node(i))
-            ).remote(
-                cfg.checkpoint_job_dir,
-                f"{prefix}_engine_{i}",
-                cfg.log.level,
-                self.placement.engine_threads(cfg, i),
-                openai_api=_openai_api(cfg, auxiliary),
-                by_node=cfg.log.group_by_node,
-                **engine_kwargs(cfg, auxiliary),
-            )
-            for i in range(served.engine_num)
-        ]
+        """``served.engine_num`` engines named ``<prefix>_engine_<i>``, in this process."""
+        cfg, engines = self.config, []
+        for i in range(served.engine_num):
+            name = f"{prefix}_engine_{i}"
+            if served.engine_type != "external":  # an API's client logs nothing of its own
+                log_to_file(cfg.checkpoint_job_dir, name, cfg.log.group_by_node)
+            threads = self.placement.engine_threads(cfg, i)
+            engines.append(local_engine(cfg, name, auxiliary, threads))
+        return engines
 
-    def _make_runner(self, index: int) -> Any:
+    def _runner_kwargs(self, index: int, name: str) -> Dict[str, Any]:
+        """What runner ``index`` (named ``name``) is built with, wherever it runs."""
         cfg = self.config
-        name = f"{cfg.explorer.name}_runner_{index}"
-        is_async = cfg.explorer.concurrent_mode == "asynchronous"
-        # An async runner runs its slots as coroutines; blocking workflows get a thread each.
-        options = {"threads": self.slots} if is_async else {}
-        actor = AsyncRunnerActor if is_async else RunnerActor
-        return actor.options(
-            name=name,
-            max_concurrency=self.slots,
-            **pinned(self.placement.engine_node(index % len(self.engines))),
-            runtime_env={"env_vars": dict(cfg.explorer.env_vars)}
-            if cfg.explorer.env_vars
-            else None,
-        ).remote(
-            self.plugin_dirs,
-            cfg.checkpoint_job_dir,
-            name,
-            cfg.log.level,
-            by_node=cfg.log.group_by_node,
+        return dict(
             engine=self.engines[index % len(self.engines)],
             auxiliary_engines=[engines[index % len(engines)] for engines in self.auxiliary],
             default_params={
@@ -258,8 +253,20 @@ class ExplorerActor:
             enable_history=cfg.explorer.rollout_model.enable_history,
             report=Reporter(self.report.board, name),
             report_interval=cfg.explorer.runner_state_report_interval,
-            **options,
         )
+
+    def _make_runner(self, index: int) -> Runner:
+        """Runner ``index`` in this process: an async runner on a loop of its own
+        (``concurrent_mode: asynchronous``), else a thread per task."""
+        from trinity.explorer.runner import AsyncWorkflowRunner, WorkflowRunner
+
+        cfg = self.config
+        name = f"{cfg.explorer.name}_runner_{index}"
+        log_to_file(cfg.checkpoint_job_dir, name, cfg.log.group_by_node)
+        kwargs = self._runner_kwargs(index, name)
+        if cfg.explorer.concurrent_mode == "asynchronous":
+            return LoopRunner(lambda: AsyncWorkflowRunner(threads=self.slots, **kwargs), name)
+        return ThreadRunner(WorkflowRunner(**kwargs), name)
 
     def _sync(self, want: Wanted) -> int:
         """Make every engine hold the weights ``want`` says (``explore`` mode: the newest on
@@ -268,24 +275,24 @@ class ExplorerActor:
         if self.config.explorer.rollout_model.engine_type == "external":
             return self.loaded_version  # an API takes no weights (validated: explore mode)
         if want.ask:
-            ray.get(self.sync_actor.ask.remote())
+            call(self.sync_actor, "ask")
         if self.config.mode == "explore":
-            found = ray.get(self.sync_actor.wait_for.remote(self.loaded_version + 1, 0.0))
+            found = call(self.sync_actor, "wait_for", self.loaded_version + 1, 0.0)
         elif want.final:
             # The trainer ends after reading what is left in the queue: nothing more comes.
             if self.queue is not None:
-                ray.get(self.queue.close.remote())
+                call(self.queue, "close")
             found = self._wait_for_trainer(None)
         else:
             found = None if want.version is None else self._wait_for_trainer(want.version)
-        versions = ray.get([e.model_version.remote() for e in self.engines])
+        versions = call_all(self.engines, "model_version")
         stale = [e for e, v in zip(self.engines, versions, strict=True) if v < self.loaded_version]
         if found is not None and found[0] > self.loaded_version and found[1]:
             stale, self.loaded_version = self.engines, found[0]
         if stale:
-            found = found or ray.get(self.sync_actor.wait_for.remote(self.loaded_version, 0.0))
+            found = found or call(self.sync_actor, "wait_for", self.loaded_version, 0.0)
             if found is not None and found[1]:
-                ray.get([e.load_weights.remote(found[1][0], found[0]) for e in stale])
+                call_all(stale, "load_weights", found[1][0], found[0])
         return self.loaded_version
 
     def _wait_for_trainer(self, version: Optional[int]) -> Any:
@@ -297,20 +304,30 @@ class ExplorerActor:
         while (left := timeout - (time.monotonic() - start)) > 0:
             wait = min(WAIT_SLICE_S, left)
             if version is None:
-                found = ray.get(self.sync_actor.wait_finished.remote(wait))
+                found = call(self.sync_actor, "wait_finished", wait)
             else:
-                found = ray.get(self.sync_actor.wait_for.remote(version, wait))
+                found = call(self.sync_actor, "wait_for", version, wait)
             if found is not None:
                 self.report.done()
                 return found
             self.report.wait(
                 f"the trainer to {what} (synchronizer.sync_timeout={timeout:g}s)", since=since
             )
-        latest = ray.get(self.sync_actor.published.remote())
+        latest = call(self.sync_actor, "published")
         raise SyncTimeoutError(
             f"the trainer did not {what} within synchronizer.sync_timeout={timeout:g}s "
             f"(latest published: {latest}); it is slow or stuck: see its log"
         )
+
+    def close(self) -> None:
+        """Stop the engines and runners this process hosts (their servers, their loops)."""
+        from trinity.runtime.loop_host import LoopHost
+
+        for engine in [*self.engines, *(e for engines in self.auxiliary for e in engines)]:
+            if isinstance(engine, LoopHost):
+                engine.close()
+        for runner in self.pool.runners:
+            runner.stop()
 
     def run(self) -> Any:
         """Explore to the end (returns the last step), or in bench mode evaluate each
@@ -320,14 +337,14 @@ class ExplorerActor:
                 return run_bench(self.explorer, self.bench_steps, self._load_checkpoint)
             step = self.explorer.run()
             if self.queue is not None and self.config.mode == "explore":
-                ray.get(self.queue.set_explorer_finished.remote(True))  # every step written
+                call(self.queue, "set_explorer_finished", True)  # every step written
             return step
         except BaseException:
             logger.exception("the explorer failed")
             raise
         finally:
             if self.queue is not None:
-                ray.get(self.queue.close.remote())
+                call(self.queue, "close")
             self.monitor.close()
             if self.explorer.pipeline is not None:
                 self.explorer.pipeline.close()  # e.g. stops an auto-started Data-Juicer service

@@ -10,7 +10,7 @@ import math
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from trinity.runtime.failures import RunFailed, failure_message
 from trinity.runtime.placement import (
@@ -110,15 +110,20 @@ def run_stage(config: Any, plugin_dirs: List[str], printer: ProgressPrinter) -> 
     save_resolved_config(config, os.path.join(job_dir, resolved_config_name(config)))
     steps = planned_steps(config)
     printer.new_board()
-    if runs_in_process(config):
-        final_hf = run_in_process(config, plugin_dirs, printer, steps)
-        return StageResult(config.name, job_dir, final_hf, eval_summary(job_dir))
-    return _run_on_ray(config, plugin_dirs, printer, steps)
+    run = run_in_process if runs_in_process(config) else _run_on_ray
+    final_hf, outputs = run(config, plugin_dirs, printer, steps)
+    if config.mode == "bench":  # a later stage's step 0 is this run's final export
+        return StageResult(
+            config.name, job_dir, final_export(job_dir), bench=outputs.get("explorer")
+        )
+    return StageResult(config.name, job_dir, final_hf, eval_summary(job_dir))
 
 
 def _run_on_ray(
     config: Any, plugin_dirs: List[str], printer: ProgressPrinter, steps: int
-) -> StageResult:
+) -> Tuple[Optional[str], Dict[str, Any]]:
+    """The stage's roles as Ray actors: (the trainer's final HF export, what each role's
+    ``run`` returned)."""
     import ray
 
     job_dir = config.checkpoint_job_dir
@@ -143,10 +148,7 @@ def _run_on_ray(
         if config.monitor.enable_ray_timeline:  # what each actor ran when, for chrome://tracing
             os.makedirs(os.path.join(job_dir, "monitor"), exist_ok=True)
             ray.timeline(filename=os.path.join(job_dir, "monitor", "timeline.json"))
-    if config.mode == "bench":  # a later stage's step 0 is this run's final export
-        records = stage.outputs.get("explorer")
-        return StageResult(config.name, job_dir, final_export(job_dir), bench=records)
-    return StageResult(config.name, job_dir, final_hf, eval_summary(job_dir))
+    return final_hf, stage.outputs
 
 
 def final_export(job_dir: str) -> Optional[str]:
@@ -182,7 +184,9 @@ class _Stage:
             sync_cfg.sync_timeout,
             has_trainer=config.mode == "both",
         )
-        self.queue = _queue(config)
+        from trinity.runtime.actors import QueueActor
+
+        self.queue = stage_queue(config, QueueActor.remote)
         self.trainer = self.explorer = None
         self.ranks: List[Any] = []  # trainer ranks 1..N-1 (trainer.cpu_ranks > 1)
         self.roles: Dict[Any, str] = {}  # run() ref -> role
@@ -196,8 +200,7 @@ class _Stage:
 
         from trinity.engine.external import external_env
         from trinity.monitor import monitor_env
-        from trinity.runtime.actors import TrainerActor
-        from trinity.runtime.explorer_role import ExplorerActor
+        from trinity.runtime.actors import ExplorerActor, TrainerActor
 
         cfg, start = self.config, 0
         tracker = monitor_env(cfg.monitor.monitor_type)  # WANDB_MODE, MLFLOW_... of this shell
@@ -302,9 +305,10 @@ class _Stage:
                 ray.kill(actor, no_restart=True)
 
 
-def _queue(config: Any) -> Any:
-    """The experience queue actor of a stage the explorer writes to, or of a train stage
-    reading what a separate explore run writes (None when it trains on files).
+def stage_queue(config: Any, host: Callable[..., Any]) -> Any:
+    """The experience queue of a stage the explorer writes to, or of a train stage reading
+    what a separate explore run writes (None when it trains on files): ``host(...)`` with
+    ``QueueHost``'s arguments (``QueueActor.remote``, or ``QueueHost`` in one process).
 
     On resume (same job dir) it puts back what train steps after the trainer's checkpoint
     consumed: their updates were lost with the process, so they are trained on again, once.
@@ -316,7 +320,6 @@ def _queue(config: Any) -> Any:
     if config.mode not in ("both", "explore") and not follow:
         return None
     from trinity.buffer.store import buffer_database
-    from trinity.runtime.actors import QueueActor
     from trinity.trainer.checkpoint import latest_step
 
     job_dir, storage = config.checkpoint_job_dir, config.buffer.trainer_input.experience_buffer
@@ -325,9 +328,7 @@ def _queue(config: Any) -> Any:
     database = buffer_database(storage, job_dir)
     rewind_to = (latest_step(job_dir) or 0) if config.mode != "explore" else None
     replay = storage.replay_buffer if storage.replay_buffer.enable else None
-    return QueueActor.remote(
-        database, storage.name, rewind_to=rewind_to, replay=replay, follow=follow
-    )
+    return host(database, storage.name, rewind_to=rewind_to, replay=replay, follow=follow)
 
 
 def run(config_path: str, overrides: List[str], plugin_dirs: List[str]) -> List[StageResult]:

@@ -1,11 +1,16 @@
-"""A stage that needs no other process runs in the launcher's own: no Ray, no actors.
+"""A stage on one node runs in the launcher's own process: no Ray, no actors.
 
-That is a ``train`` stage on files (SFT, DPO, ...) with one trainer rank on one node: its
-trainer reads no queue and publishes no weights, so it is the ``TrainerRole`` alone. Run
-in-process it takes its first step seconds sooner (no Ray to start, no second process to
-import torch and transformers into) and holds one process's memory instead of Ray's dozen.
-Anything else (an explorer, several ranks or nodes, a cluster named by ``RAY_ADDRESS``, the
-Ray timeline) runs on Ray as before.
+The roles are the same plain objects a Ray stage hosts in actors: ``TrainerRole``,
+``ExplorerRole`` (its engines as ``LocalEngine``s, its runners as threads), the experience
+queue (``QueueHost``), the synchronizer (on an event loop of its own, ``LoopHost``) and the
+status board. Each role runs in a thread named after it while the main thread prints
+progress; what a role's threads log goes to its file under ``log/``, as from an actor.
+
+Run in-process a stage starts in seconds (no Ray to start, no process per role importing
+torch again) and holds one process's memory instead of Ray's dozen. What it gives up: a
+task that outlives ``explorer.max_timeout`` is abandoned, not killed (its thread runs on),
+and a workflow that kills its process ends the run. ``cluster.in_process: false`` runs every
+stage on Ray; so do stages that need it (``runs_in_process``).
 """
 
 from __future__ import annotations
@@ -14,62 +19,190 @@ import contextlib
 import logging
 import os
 import threading
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from trinity.runtime.failures import RunFailed, failure_message
+from trinity.runtime.roles import RoleLogs
 from trinity.runtime.status import RunStatus
 
 logger = logging.getLogger(__name__)
 
+# Engines a stage in this process can host (``explorer_role.local_engine``).
+IN_PROCESS_ENGINES = ("transformers", "external")
+
+
+def ray_reasons(config: Any) -> List[str]:
+    """Why this stage runs on Ray (none: ``local_stage`` runs it)."""
+    from trinity.common.config.decoupled_checks import reads_explorer_store
+
+    rollout, explorer = config.explorer.rollout_model, config.explorer
+    reasons = {
+        "cluster.in_process is false": not config.cluster.in_process,
+        "RAY_ADDRESS names a cluster": bool(os.environ.get("RAY_ADDRESS")),
+        "cluster.node_num > 1": config.cluster.node_num > 1,
+        "trainer.cpu_ranks > 1": config.trainer.cpu_ranks > 1,
+        "monitor.enable_ray_timeline": config.monitor.enable_ray_timeline,
+        "log.group_by_node": config.log.group_by_node,
+        # a decoupled trainer follows the explorer's store from another process
+        "the trainer reads a separate explore run's store": reads_explorer_store(config),
+    }
+    if config.mode != "train":
+        reasons["explorer.env_vars (set per runner process)"] = bool(explorer.env_vars)
+        reasons["synchronizer.sync_method nccl"] = config.synchronizer.sync_method == "nccl"
+        for served in (rollout, *explorer.auxiliary_models):  # vllm: GPU engines on Ray
+            reasons[f"engine_type {served.engine_type}"] = (
+                served.engine_type not in IN_PROCESS_ENGINES
+            )
+    return [why for why, applies in reasons.items() if applies]
+
 
 def runs_in_process(config: Any) -> bool:
     """Whether ``local_stage`` runs this stage (see the module docstring)."""
-    from trinity.common.config.decoupled_checks import reads_explorer_store
-
-    return (
-        config.mode == "train"
-        and config.trainer.cpu_ranks == 1
-        and config.cluster.node_num == 1
-        and not reads_explorer_store(config)  # a decoupled trainer follows the explorer's store
-        and not config.monitor.enable_ray_timeline
-        and not os.environ.get("RAY_ADDRESS")  # the user asked for their cluster
-    )
+    return config.mode in ("train", "both", "explore", "bench") and not ray_reasons(config)
 
 
-def run_in_process(config: Any, plugin_dirs: List[str], printer: Any, steps: int) -> Optional[str]:
-    """Train the stage here, printing progress as a Ray stage does; the final HF export."""
-    from trinity.runtime.trainer_role import TrainerRole
-
-    status = RunStatus()
-    outcome: Dict[str, BaseException] = {}
+def run_in_process(
+    config: Any, plugin_dirs: List[str], printer: Any, steps: int
+) -> Tuple[Optional[str], Dict[str, Any]]:
+    """Run the stage here, printing progress as a Ray stage does: (the trainer's final HF
+    export, what each role's ``run`` returned)."""
+    stage = _LocalStage(config, plugin_dirs)
     try:
-        with _logs_to_file():
-            role = TrainerRole(config, plugin_dirs, None, None, steps, status)
-            start = _prepared(role, config)
+        with _role_logs(config):
+            start = stage.start_roles(steps)
             printer.begin_stage(config, steps, start)
-            # The role trains in a thread so that this one keeps printing progress and waits.
-            worker = threading.Thread(target=_train, args=(role, outcome), daemon=True)
-            worker.start()
-            while worker.is_alive():
-                worker.join(timeout=1.0)
-                printer.poll(status.snapshot(printer.events_seen))
-            printer.poll(status.snapshot(printer.events_seen))
+            stage.run(lambda: printer.poll(stage.status.snapshot(printer.events_seen)))
     finally:
         printer.end_stage()
-    if "error" in outcome:
-        raise RunFailed(failure_message(outcome["error"], "trainer", config)) from None
-    return role.final_hf_dir()
+        stage.stop()
+    trainer = stage.roles.get("trainer")
+    return (trainer.final_hf_dir() if trainer is not None else None), stage.outputs
+
+
+class _LocalStage:
+    """The roles of one stage as objects of this process, each role in its own thread."""
+
+    def __init__(self, config: Any, plugin_dirs: List[str]) -> None:
+        import torch
+
+        from trinity.runtime.launcher import stage_queue
+        from trinity.runtime.loop_host import LoopHost
+        from trinity.runtime.queue_host import QueueHost
+        from trinity.runtime.roles import compute_threads
+        from trinity.runtime.synchronizer import Synchronizer
+
+        self.config, self.plugin_dirs = config, plugin_dirs
+        # The roles share this process's torch threads: as many as each compute role gets
+        # on Ray (every core when trainer and engines take turns, else a share).
+        torch.set_num_threads(
+            compute_threads(config, "engine" if config.mode in ("explore", "bench") else "trainer")
+        )
+        self.status = RunStatus()
+        sync = config.synchronizer
+        self.sync = LoopHost(
+            lambda: Synchronizer(
+                sync.sync_method,
+                config.checkpoint_job_dir,
+                sync.sync_timeout,
+                config.mode == "both",
+            ),
+            "synchronizer",
+        )
+        self.queue = stage_queue(config, QueueHost)
+        self.roles: Dict[str, Any] = {}  # "trainer" / "explorer" -> the role object
+        self.outputs: Dict[str, Any] = {}  # role -> what its run() returned
+
+    def start_roles(self, steps: int) -> int:
+        """Build and prepare the roles (each in a thread of its name); the resume step."""
+        from trinity.runtime.explorer_role import ExplorerRole
+        from trinity.runtime.trainer_role import TrainerRole
+
+        cfg, start = self.config, 0
+        args = (cfg, self.plugin_dirs, self.queue, self.sync)
+        if cfg.mode in ("both", "explore", "bench"):
+
+            def explorer() -> Any:
+                role = ExplorerRole(*args, self.status)
+                role.start_engines()
+                return role
+
+            self.roles["explorer"] = self._in_thread("explorer", explorer)
+        if cfg.mode in ("both", "train"):
+            trainer = self._in_thread("trainer", lambda: TrainerRole(*args, steps, self.status))
+            self.roles["trainer"] = trainer
+            start = self._in_thread("trainer", trainer.prepare)
+        if "explorer" in self.roles:
+            explored = self._in_thread("explorer", lambda: self.roles["explorer"].prepare(start))
+            start = start if "trainer" in self.roles else explored
+        return start
+
+    def _in_thread(self, role: str, work: Callable[[], Any]) -> Any:
+        """``work()`` in a thread named after ``role`` (its log records go to the role's
+        file); a failure is logged there and raised as the role's ``RunFailed``."""
+        outcome: Dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                outcome["value"] = work()
+            except BaseException as exc:
+                logger.exception("the %s failed to prepare", role)
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=target, name=self._thread_name(role), daemon=True)
+        thread.start()
+        thread.join()
+        if "error" in outcome:
+            raise RunFailed(failure_message(outcome["error"], role, self.config)) from None
+        return outcome["value"]
+
+    def _thread_name(self, role: str) -> str:
+        return self.config.trainer.name if role == "trainer" else self.config.explorer.name
+
+    def run(self, poll: Callable[[], None]) -> None:
+        """Run every role to its end, ``poll``ing once a second; the first failure (in the
+        order the roles failed) raised as its role's ``RunFailed``."""
+        failures: List[Tuple[str, BaseException]] = []
+        threads = [
+            threading.Thread(
+                target=self._run_role, args=(role, failures), name=self._thread_name(role)
+            )
+            for role in self.roles
+        ]
+        for thread in threads:
+            thread.daemon = True  # a role stuck after another failed never holds the exit
+            thread.start()
+        while any(t.is_alive() for t in threads) and not failures:
+            next(t for t in threads if t.is_alive()).join(timeout=1.0)
+            poll()
+        poll()
+        if failures:
+            role, error = failures[0]
+            raise RunFailed(failure_message(error, role, self.config)) from None
+
+    def _run_role(self, role: str, failures: List[Tuple[str, BaseException]]) -> None:
+        try:
+            self.outputs[role] = self.roles[role].run()  # logs its own failure to its log
+        except BaseException as exc:  # reported by the launcher's thread
+            failures.append((role, exc))
+
+    def stop(self) -> None:
+        explorer = self.roles.get("explorer")
+        if explorer is not None and hasattr(explorer, "pool"):
+            explorer.close()
+        self.sync.close(wait=False)
 
 
 @contextlib.contextmanager
-def _logs_to_file() -> Iterator[None]:
-    """While the role runs here, what it logs, warns or draws as a progress bar goes to its
-    log file (the role's ``setup_process`` points the root logger there), as it would from
-    an actor: the console shows the stage's own progress only."""
+def _role_logs(config: Any) -> Iterator[None]:
+    """While the roles run here, what they log, warn or draw as a progress bar goes to their
+    log files (``RoleLogs`` on the root logger; each role's ``setup_process`` adds its file),
+    as it would from actors: the console shows the stage's own progress only."""
     from transformers.utils import logging as hf_logging
 
     root = logging.getLogger()
     saved = (root.handlers[:], root.level, hf_logging.is_progress_bar_enabled())
+    router = RoleLogs(config.trainer.name if config.mode == "train" else config.explorer.name)
+    root.handlers = [router]
     hf_logging.disable_progress_bar()
     hf_logging.disable_default_handler()  # transformers' records reach the root logger
     hf_logging.enable_propagation()
@@ -83,19 +216,4 @@ def _logs_to_file() -> Iterator[None]:
         if saved[2]:
             hf_logging.enable_progress_bar()
         root.handlers, root.level = saved[0], saved[1]
-
-
-def _prepared(role: Any, config: Any) -> int:
-    """``role.prepare()``, its failure logged to the role's log file and raised as RunFailed."""
-    try:
-        return role.prepare()
-    except Exception as exc:
-        logger.exception("the trainer failed to prepare")
-        raise RunFailed(failure_message(exc, "trainer", config)) from None
-
-
-def _train(role: Any, outcome: Dict[str, BaseException]) -> None:
-    try:
-        role.run()  # logs its own failure to its log file
-    except BaseException as exc:  # reported by the launcher's thread
-        outcome["error"] = exc
+        router.close()

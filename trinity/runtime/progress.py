@@ -47,7 +47,8 @@ class ProgressPrinter:
     def __init__(
         self, console: Optional[Console] = None, every_steps: int = 10, every_s: float = 30.0
     ) -> None:
-        self.console = console or Console(highlight=False)
+        # soft_wrap: a line longer than the console (a path, an event) is never broken in two
+        self.console = console or Console(highlight=False, soft_wrap=True)
         self.every_steps, self.every_s = every_steps, every_s
         self.offsets: Dict[str, int] = {}  # bytes of each metrics file already shown
         self.job_dir = ""
@@ -146,9 +147,7 @@ class ProgressPrinter:
         if self.progress.update(role, record) and self.live is None:
             kind = "bench" if role == "bench" else "eval"
             shown = "  ".join(f"{k}={v:.3f}" for k, v in sorted(self.progress.evals.items()))
-            self.console.print(
-                f"  [cyan]{kind:<8}[/cyan] step {record['step']:>4}  {shown}", soft_wrap=True
-            )
+            self.console.print(f"  [cyan]{kind:<8}[/cyan] step {record['step']:>4}  {shown}")
         step, at = self.last_line
         due = self.progress.step - step >= self.every_steps
         due = (
@@ -160,7 +159,7 @@ class ProgressPrinter:
             self._line()
 
     def _line(self) -> None:
-        self.console.print("  " + self.progress.line(), soft_wrap=True)
+        self.console.print("  " + self.progress.line())
         self.last_line = (self.progress.step, time.monotonic())
 
     def summary(self, results: List[Any]) -> None:

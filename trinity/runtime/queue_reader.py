@@ -1,13 +1,12 @@
-"""The trainer's view of the experience queue actor: reads that wait only for what will come."""
+"""The trainer's view of the experience queue (an actor, or in one process a ``QueueHost``):
+reads that wait only for what will come."""
 
 from __future__ import annotations
 
 import time
 from typing import Any, List, Optional
 
-import ray
-
-from trinity.runtime.roles import WAIT_SLICE_S
+from trinity.runtime.roles import WAIT_SLICE_S, call
 from trinity.runtime.status import Reporter
 
 
@@ -49,15 +48,15 @@ class QueueReader:
         while True:
             left = max(0.0, limit - (time.monotonic() - start))
             final = left <= WAIT_SLICE_S
-            result = ray.get(
-                self.queue.get.remote(
-                    batch_size,
-                    max_step=max_step,
-                    timeout=min(WAIT_SLICE_S, left),
-                    whole_groups=self.whole_groups,
-                    consumer=self.step,
-                    take_partial=final,
-                )
+            result = call(
+                self.queue,
+                "get",
+                batch_size,
+                max_step=max_step,
+                timeout=min(WAIT_SLICE_S, left),
+                whole_groups=self.whole_groups,
+                consumer=self.step,
+                take_partial=final,
             )
             if result.state != "timeout" or final:
                 break

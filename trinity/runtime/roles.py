@@ -1,9 +1,10 @@
 """What the roles share: process setup, torch threads, how long a wait slice is, the metrics
 sinks.
 
-The roles themselves: ``explorer_role.ExplorerActor``, ``trainer_role.TrainerRole`` (with
+The roles themselves: ``explorer_role.ExplorerRole``, ``trainer_role.TrainerRole`` (with
 ``queue_reader.QueueReader``, its view of the experience queue). A role is a Ray actor in its
-own process, or, for a stage ``local_stage.py`` runs, a plain object in the launcher's.
+own process, or, for a stage ``local_stage.py`` runs, a plain object in the launcher's; roles
+reach each other with ``call``, which works on both.
 """
 
 from __future__ import annotations
@@ -11,12 +12,36 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 logger = logging.getLogger(__name__)
 
 # Waits happen in slices this long, so a waiting role can say what it waits for.
 WAIT_SLICE_S = 2.0
+
+
+def is_actor(handle: Any) -> bool:
+    """Whether ``handle`` is a Ray actor (else a local object: ``local_stage.py``)."""
+    return hasattr(handle, "__ray_ready__")
+
+
+def call(handle: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+    """``handle.method(*args, **kwargs)``'s result: through Ray for an actor, a direct call
+    for a local object (a ``LoopHost`` runs coroutine methods on its loop)."""
+    if is_actor(handle):
+        import ray
+
+        return ray.get(getattr(handle, method).remote(*args, **kwargs))
+    return getattr(handle, method)(*args, **kwargs)
+
+
+def call_all(handles: List[Any], method: str, *args: Any) -> List[Any]:
+    """``call`` on each handle; actors run theirs at the same time."""
+    if handles and all(is_actor(h) for h in handles):
+        import ray
+
+        return ray.get([getattr(h, method).remote(*args) for h in handles])
+    return [call(h, method, *args) for h in handles]
 
 
 def role_monitor(config: Any, role: str, resumes_after: Optional[int]) -> Any:
@@ -49,36 +74,79 @@ def setup_process(
 
     Compute actors split the cores between them: on a small machine, two processes each
     running all-core OpenMP loops spin against each other and slow down many times over.
+    In a stage ``local_stage.py`` runs, the roles share the launcher's process and the
+    stage sets its torch threads once (``compute_threads``).
     """
     from trinity.utils.plugin_loader import load_plugins
 
     load_plugins(plugin_dirs)
+    shared = log_to_file(job_dir, actor_name, by_node)
+    logging.getLogger().setLevel(level)
+    import torch
+
+    if shared:
+        logger.info(
+            "%s runs in the launcher's process (%d torch threads)",
+            actor_name,
+            torch.get_num_threads(),
+        )
+        return
+    threads = max(1, threads)
+    torch.set_num_threads(threads)
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None:
+        logger.info("%s runs in this process with %d torch thread(s)", actor_name, threads)
+        return
+    node = ray.get_runtime_context().get_node_id()
+    ip = ray.util.get_node_ip_address()
+    logger.info("%s runs on node %s (%s) with %d torch thread(s)", actor_name, node, ip, threads)
+
+
+class RoleLogs(logging.Handler):
+    """Several roles in one process (``local_stage.py``): each record goes to the log file of
+    the role whose thread emitted it, the role with the longest name the thread's name starts
+    with (a role's threads carry its name: ``explorer_runner_0:<task id>``); records of other
+    threads go to ``default``'s."""
+
+    def __init__(self, default: str) -> None:
+        super().__init__()
+        self.default = default
+        self.files: Dict[str, logging.Handler] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        names = [n for n in self.files if record.threadName.startswith(n)]
+        name = max(names, key=len) if names else self.default
+        if name in self.files:
+            self.files[name].handle(record)
+
+    def close(self) -> None:
+        for handler in self.files.values():
+            handler.close()
+        super().close()
+
+
+def log_to_file(job_dir: str, name: str, by_node: bool = False) -> bool:
+    """Log to ``<job_dir>/log/<name>.log`` (``log/<node ip>/`` with ``by_node``): everything
+    this process logs, or with ``RoleLogs`` on the root logger, what ``name``'s threads log
+    (then True: the process is shared)."""
     log_dir = os.path.join(job_dir, "log")
     if by_node:
         import ray
 
         log_dir = os.path.join(log_dir, ray.util.get_node_ip_address())
     os.makedirs(log_dir, exist_ok=True)
-    handler = logging.FileHandler(os.path.join(log_dir, f"{actor_name}.log"))
+    handler = logging.FileHandler(os.path.join(log_dir, f"{name}.log"))
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
+    shared = [h for h in root.handlers if isinstance(h, RoleLogs)]
+    if shared:
+        old = shared[0].files.pop(name, None)  # a runner made again logs on to its file
+        if old is not None:
+            old.close()
+        shared[0].files[name] = handler
+        return True
     root.handlers = [handler]
-    root.setLevel(level)
-    import torch
-
-    threads = max(1, threads)
-    torch.set_num_threads(threads)
-    ray = sys.modules.get("ray")
-    # Not an actor: a stage local_stage.py runs in the launcher's process (which may have
-    # joined Ray for an earlier stage, or a test's session).
-    if ray is None or not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None:
-        logger.info(
-            "%s runs in the launcher's process with %d torch thread(s)", actor_name, threads
-        )
-        return
-    node = ray.get_runtime_context().get_node_id()
-    ip = ray.util.get_node_ip_address()
-    logger.info("%s runs on node %s (%s) with %d torch thread(s)", actor_name, node, ip, threads)
+    return False
 
 
 def compute_threads(

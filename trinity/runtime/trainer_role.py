@@ -1,8 +1,8 @@
 """The trainer role (rank 0): builds the plain ``Trainer``, attaches its experience reader
 (the queue, or a file dataset in ``train`` mode) and publishes weights to the synchronizer.
 
-On Ray it is ``actors.TrainerActor``; a ``train`` stage on files runs it in the launcher's
-process (``local_stage.py``), without a queue or synchronizer.
+On Ray it is ``actors.TrainerActor``; a stage ``local_stage.py`` runs holds it as a plain
+object in the launcher's process.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import traceback
 from typing import Any, Dict, List, Optional
 
 from trinity.runtime.placement import own_node_cpus
-from trinity.runtime.roles import compute_threads, role_monitor, setup_process
+from trinity.runtime.roles import call, compute_threads, is_actor, role_monitor, setup_process
 from trinity.runtime.status import Reporter
 
 logger = logging.getLogger(__name__)
@@ -65,9 +65,7 @@ class TrainerRole:
             report=self.report.event,
         )
         if self.config.synchronizer.sync_style == "explorer_driven":  # publish when asked
-            import ray
-
-            kwargs["publish_due"] = lambda step: ray.get(self.sync_actor.take_ask.remote())
+            kwargs["publish_due"] = lambda step: call(self.sync_actor, "take_ask")
         if self.config.trainer.cpu_ranks > 1:  # rank 0 of several (trainer_ranks.py)
             from trinity.runtime.trainer_ranks import sharded_trainer
 
@@ -146,21 +144,24 @@ class TrainerRole:
         }
 
     def _publish(self, version: int, model: Any) -> None:
-        import ray
-
         if self.config.synchronizer.sync_method == "memory":
             from trinity.runtime.synchronizer import pack_state
             from trinity.trainer.lora import sync_state_dict  # LoRA: merged adapted layers
 
             sharded = self.config.trainer.cpu_ranks > 1  # gathered from every rank
             state = self.trainer.full_state_dict() if sharded else sync_state_dict(model)
-            weights = [ray.put(pack_state(state))]
+            if is_actor(self.sync_actor):
+                import ray
+
+                weights = [ray.put(pack_state(state))]
+            else:  # in one process: a copy, as the object store keeps one (training goes on)
+                weights = [{name: tensor.detach().clone() for name, tensor in state.items()}]
         else:
             self.trainer.save(final=False)
             from trinity.trainer.checkpoint import weights_path
 
             weights = [weights_path(self.config.checkpoint_job_dir, version)]
-        ray.get(self.sync_actor.publish.remote(version, weights))
+        call(self.sync_actor, "publish", version, weights)
 
     def run(self) -> int:
         try:
@@ -177,9 +178,7 @@ class TrainerRole:
     def _finished(self, error: Optional[str] = None) -> None:
         """Tell the synchronizer (an explorer waiting for weights) that training ended."""
         if self.sync_actor is not None:
-            import ray
-
-            ray.get(self.sync_actor.trainer_finished.remote(error))
+            call(self.sync_actor, "trainer_finished", error)
 
     def final_hf_dir(self) -> Optional[str]:
         from trinity.trainer.checkpoint import step_dir

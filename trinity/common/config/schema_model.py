@@ -120,3 +120,9 @@ class ClusterConfig(ConfigModel):
     gpu_per_node: Optional[int] = Field(
         None, description="GPUs per node; unset: detected on this machine (guide default 8)."
     )
+    in_process: bool = Field(
+        True,
+        description="Run a one-node stage in trinity run's own process, without Ray, when it "
+        "needs no other (runtime/local_stage.py); false: every role a Ray actor, so a task "
+        "past explorer.max_timeout has its runner process killed.",
+    )

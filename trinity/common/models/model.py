@@ -3,8 +3,8 @@
 ``ModelWrapper.chat`` / ``generate`` return one ``Experience`` per sample with
 ``tokens``, ``prompt_length``, ``logprobs`` and ``response_text`` filled in, exactly the
 fields the developer guide's workflows read, and ``model_version``, the weights that
-sampled them. The engine behind it is either a Ray actor (in a real run) or a local object
-(in unit tests).
+sampled them. The engine behind it is either a Ray actor or a local object (a ``LocalEngine``
+in a stage that runs in one process, a plain engine in unit tests).
 
 With ``explorer.rollout_model.enable_openai_api`` the engine also serves an OpenAI-compatible
 API; ``get_openai_client()`` / ``get_openai_async_client()`` return ``openai`` clients for it.
@@ -109,6 +109,8 @@ class ModelWrapper:
         target = getattr(self.engine, method)
         if hasattr(target, "remote"):
             return self._seen(await target.remote(*args))
+        if hasattr(self.engine, "submit"):  # a LoopHost: await its loop, do not block ours
+            return self._seen(await asyncio.wrap_future(self.engine.submit(method, *args)))
         result = target(*args)
         return self._seen(await result if inspect.iscoroutine(result) else result)
 

@@ -1,0 +1,251 @@
+"""The runner pool: the explorer's tasks on a few workflow runners, with time limits, retries
+and over-rollout.
+
+A runner is anything with ``submit(task) -> concurrent.futures.Future`` (of a ``TaskResult``),
+``ready()`` (block until it takes tasks) and ``stop()`` (give it up, tasks in flight
+included): a Ray runner actor (``actors.RayRunner``), or in a stage that runs in one process a
+``ThreadRunner`` (a ``WorkflowRunner`` with a thread per task) or a ``LoopRunner`` (an
+``AsyncWorkflowRunner`` on an event loop of its own). Extending: another kind of runner
+implements those three methods; the pool does not change.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
+
+from trinity.common.workflows.workflow import Task
+from trinity.explorer.pool_rules import DynamicTimeout, OverRollout
+from trinity.explorer.runner import TaskResult
+from trinity.runtime.status import Reporter
+
+logger = logging.getLogger(__name__)
+
+
+class Runner(Protocol):
+    def submit(self, task: Task) -> concurrent.futures.Future: ...
+
+    def ready(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class ThreadRunner:
+    """A ``WorkflowRunner`` in this process, each task in a thread of its own.
+
+    Threads are daemons: a task given up on (timed out, left behind) cannot be stopped, so
+    its thread is abandoned, its result dropped, and it never holds the process open.
+    """
+
+    def __init__(self, runner: Any, name: str) -> None:
+        self.runner, self.name = runner, name
+
+    def submit(self, task: Task) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+
+        def work() -> None:
+            try:
+                future.set_result(self.runner.run_task(task))
+            except BaseException as exc:  # the pool reports it as a lost attempt
+                future.set_exception(exc)
+
+        future.set_running_or_notify_cancel()
+        threading.Thread(target=work, name=f"{self.name}:{task.task_id}", daemon=True).start()
+        return future
+
+    def ready(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        """Its state reports stop; its threads run on, abandoned (see the class docstring)."""
+        self.runner.close()
+
+
+class LoopRunner:
+    """An ``AsyncWorkflowRunner`` on an event loop of its own thread (``LoopHost``): its tasks
+    are coroutines there, and stopping it cancels them."""
+
+    def __init__(self, make: Callable[[], Any], name: str) -> None:
+        from trinity.runtime.loop_host import LoopHost
+
+        self.host = LoopHost(make, name)
+
+    def submit(self, task: Task) -> concurrent.futures.Future:
+        return self.host.submit("run_task", task)
+
+    def ready(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.host.hosted.close()
+        self.host.close(wait=False)  # a coroutine stuck in a blocking call keeps the loop
+
+
+class RunnerPool:
+    """Runs tasks on ``size`` runners from ``make_runner(index)`` with ``explorer.max_timeout``
+    per task (or the limit of ``timeout``, a ``DynamicTimeout``: ``explorer.dynamic_timeout``).
+
+    Each runner holds at most ``rows`` samples' worth of tasks at once (a task asks for
+    ``rollout_args.n``; always at least one task, so ``rows=1`` is sequential): a training
+    step's 8-sample tasks go a few at a time, one-sample eval tasks many at a time, so the
+    engine sees similar batches for both. A runner that times out or dies is stopped and
+    replaced, so one stuck workflow never stalls the step; the task that timed out (or was
+    running when its runner died) is retried up to ``max_retry_times`` times, the runner's
+    other in-flight tasks start again on the new runner without counting an attempt.
+
+    With ``enough`` (``explorer.over_rollout``) a run returns ``wait_after_min`` seconds
+    after that many tasks finished: the tasks still running are cancelled (their runners
+    replaced) and come back, with those never started, as ``left_behind`` results.
+    """
+
+    # A task running longer than this is reported as what the explorer waits for.
+    REPORT_AFTER_S = 5.0
+
+    def __init__(
+        self,
+        make_runner: Callable[[int], Runner],
+        size: int,
+        max_timeout: float,
+        rows: int = 1,
+        max_retry_times: int = 0,
+        report: Optional[Reporter] = None,
+        timeout: Optional[DynamicTimeout] = None,
+    ) -> None:
+        self.make_runner = make_runner
+        self.runners = [make_runner(i) for i in range(size)]
+        self.max_timeout = max_timeout
+        self.timeout = timeout or DynamicTimeout(max_timeout)
+        self.rows = rows
+        self.max_retry_times = max_retry_times
+        self.report = report
+        # A task's time limit starts when it is sent, so runners must be up before that.
+        for runner in self.runners:
+            runner.ready()
+
+    def _tasks_per_runner(self, tasks: List[Task]) -> int:
+        n = max((task.rollout_args.n for task in tasks), default=1)
+        return max(1, self.rows // max(1, n))
+
+    def run(
+        self,
+        tasks: List[Task],
+        label: str = "",
+        enough: Optional[int] = None,
+        wait_after_min: float = 0.0,
+    ) -> List[TaskResult]:
+        todo, per_runner = deque(tasks), self._tasks_per_runner(tasks)
+        free = [runner for runner in self.runners for _ in range(per_runner)]
+        pending: Dict[Any, tuple] = {}  # future -> (task, runner, started: monotonic)
+        lost: Dict[int, int] = {}  # id(task) -> attempts lost to timeouts and dead runners
+        results: List[TaskResult] = []
+        cutoff = None if enough is None else OverRollout(tasks, enough, wait_after_min)
+        while todo or pending:
+            while todo and free:
+                runner, task = free.pop(), todo.popleft()
+                pending[runner.submit(task)] = (task, runner, time.monotonic())
+            # Wake at the next deadline at the latest, so a timeout is noticed on time. A
+            # limit follows the successes so far: a task sent before any is cut once they come.
+            first = min(t0 + self.timeout.limit(task) for task, _, t0 in pending.values())
+            left = cutoff.seconds_left() if cutoff is not None else None
+            wait = min(1.0, first - time.monotonic(), 1.0 if left is None else left)
+            done, _ = concurrent.futures.wait(
+                list(pending), timeout=max(0.01, wait), return_when="FIRST_COMPLETED"
+            )
+            ended = [self._collect(f, pending, lost, todo, free, per_runner) for f in done]
+            now = time.monotonic()
+            for future, (task, runner, started) in list(pending.items()):
+                if future in pending and now - started > self.timeout.limit(task):
+                    pending.pop(future)
+                    msg = f"timed out after {self.timeout.describe(task)}"
+                    ended.append((task, self._lost(task, msg, lost, todo)))
+                    self._restart(runner, pending, todo, free, per_runner)
+            for task, result in ended:
+                if result is not None:  # None: the task goes again
+                    results.append(result)
+                    if cutoff is not None:
+                        cutoff.finish(task)
+            if cutoff is not None and cutoff.expired() and (todo or pending):
+                results += self._leave_behind(label, todo, pending)
+            self._report(pending, label)
+        if self.report is not None:
+            self.report.done()
+        return results
+
+    def _collect(
+        self, future: Any, pending: Dict, lost: Dict[int, int], todo: deque, free: List, per: int
+    ) -> Tuple[Task, Optional[TaskResult]]:
+        """(task as sent, its result; None when the task goes again). A success's time
+        feeds the dynamic timeout. A runner catches what its workflows raise: an error here
+        is the runner's own (a Ray actor that died)."""
+        task, runner, started = pending.pop(future)
+        try:
+            result = future.result()
+        except Exception as exc:
+            gave_up = self._lost(task, f"its workflow runner died: {exc}", lost, todo)
+            self._restart(runner, pending, todo, free, per)
+            return task, gave_up
+        free.append(runner)
+        if result.error is None:
+            self.timeout.record(task, time.monotonic() - started)
+        return task, result
+
+    def _leave_behind(self, label: str, todo: deque, pending: Dict) -> List[TaskResult]:
+        """over_rollout: the step goes on. Tasks still running are cancelled (their runners
+        stopped and replaced: a running workflow cannot be stopped otherwise), tasks not
+        started are dropped; all come back as ``left_behind`` results."""
+        behind = [task for task, _, _ in pending.values()] + list(todo)
+        busy = list({id(runner): runner for _, runner, _ in pending.values()}.values())
+        pending.clear()
+        todo.clear()
+        for runner in busy:
+            runner.stop()
+        indexes = [self.runners.index(runner) for runner in busy]
+        for index in indexes:
+            self.runners[index] = self.make_runner(index)
+        for index in indexes:
+            self.runners[index].ready()
+        names = ", ".join(task.task_id for task in behind)
+        logger.info("%s goes on without %d task(s): %s", label, len(behind), names)
+        return [TaskResult(task=task, left_behind=True) for task in behind]
+
+    def _lost(
+        self, task: Task, why: str, lost: Dict[int, int], todo: deque
+    ) -> Optional[TaskResult]:
+        """Retry a task whose attempt was lost (timeout, dead runner), or give up on it."""
+        attempts = lost[id(task)] = lost.get(id(task), 0) + 1
+        if attempts <= self.max_retry_times:
+            logger.warning("task %s %s; retrying (attempt %d)", task.task_id, why, attempts + 1)
+            todo.appendleft(task)
+            return None
+        return TaskResult(task=task, error=why, attempts=attempts)
+
+    def _report(self, pending: Dict[Any, tuple], label: str) -> None:
+        if self.report is None or not pending:
+            return
+        task, _, started = min(pending.values(), key=lambda item: item[2])
+        age = time.monotonic() - started
+        if age > self.REPORT_AFTER_S:
+            self.report.wait(
+                f"{len(pending)} task(s) of {label} to finish; the oldest, {task.task_id}, may "
+                f"run {self.timeout.describe(task)}",
+                since=time.time() - age,
+            )
+
+    def _restart(
+        self, runner: Any, pending: Dict[Any, tuple], todo: deque, free: List, per_runner: int
+    ) -> None:
+        """Replace ``runner``; the tasks it still held go back to the front of the queue."""
+        for future, (task, owner, _) in list(pending.items()):
+            if owner is runner:
+                pending.pop(future)
+                todo.appendleft(task)
+        free[:] = [r for r in free if r is not runner]
+        index = self.runners.index(runner)
+        runner.stop()
+        self.runners[index] = self.make_runner(index)
+        self.runners[index].ready()
+        free.extend([self.runners[index]] * per_runner)
