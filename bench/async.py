@@ -76,17 +76,17 @@ def timed_run(config: str, side: str, label: str, args: argparse.Namespace) -> D
         f"explorer.eval_on_startup={str(args.startup_eval).lower()}",
         *SIDES[side],
     ]
-    # Each run starts (and stops) its own Ray, so a later one does not inherit a warm one.
+    # Each run is a `trinity run` process of its own: a later one inherits nothing warm.
     run_start = time.time()
-    result, wall = launch(config, overrides)
-    explorer = read_metrics(os.path.join(result.job_dir, "monitor", "explorer.jsonl"))
-    trainer = read_metrics(os.path.join(result.job_dir, "monitor", "trainer.jsonl"))
+    job_dir, _, wall = launch(config, overrides)
+    explorer = read_metrics(os.path.join(job_dir, "monitor", "explorer.jsonl"))
+    trainer = read_metrics(os.path.join(job_dir, "monitor", "trainer.jsonl"))
     timeline = trinity_timeline(explorer, trainer, run_start)
     curve: List = [(r["step"], r[METRIC]) for r in explorer if METRIC in r]
     eval_seconds = sum(r.get("time/eval", 0.0) for r in explorer)
     steps = [r for r in explorer if "rollout/model_version" in r]
     versions = [int(r["rollout/model_version"]) for r in steps]
-    samples = len(steps) * _samples_per_step(result.job_dir)
+    samples = len(steps) * _samples_per_step(job_dir)
     return {
         "side": label,
         "overrides": SIDES[side],

@@ -134,10 +134,16 @@ def config_head(workdir: str) -> str:
     return quickstart_part(workdir, "grpo.yaml", "\nstages:")
 
 
-def launch(config: str, overrides: List[str], job_dir: str) -> Tuple[Dict, float]:
+def launch(config: str, overrides: List[str]) -> Tuple[str, Dict, float]:
     """``trinity run`` as a user runs it, in a process of its own (so nothing it leaves in
-    memory counts in TRL's measurement, made in this process afterwards): (peak memory of
-    its process tree, wall seconds). It writes to ``job_dir``."""
+    memory counts in a later measurement of this process): (its job folder, the peak memory
+    of its process tree, wall seconds). The run is named ``<name>_<time>``: a new job folder
+    every time."""
+    from trinity.common.config import load_config
+
+    cfg = load_config(config, overrides)
+    name = f"{cfg.name}_{time.strftime('%Y%m%d_%H%M%S')}"
+    overrides = [*overrides, f"name={name}", "continue_from_checkpoint=true"]
     command = [sys.executable, "-m", "trinity.cli.main", "run", "--config", config, *overrides]
     start = time.monotonic()
     with tempfile.TemporaryFile() as output:
@@ -148,9 +154,8 @@ def launch(config: str, overrides: List[str], job_dir: str) -> Tuple[Dict, float
             output.seek(0)
             tail = output.read().decode(errors="replace")[-3000:]
             raise RuntimeError(f"trinity run exited with {code}:\n{tail}")
-    if not os.path.isdir(job_dir):
-        raise RuntimeError(f"trinity run wrote no job folder at {job_dir}")
-    return memory.peak, time.monotonic() - start
+    job_dir = os.path.join(ROOT, cfg.checkpoint_root_dir, cfg.project, name)  # run in ROOT
+    return job_dir, memory.peak, time.monotonic() - start
 
 
 def make_sft_checkpoint(args: argparse.Namespace, paths: Dict[str, str]) -> str:
@@ -183,8 +188,7 @@ def make_sft_checkpoint(args: argparse.Namespace, paths: Dict[str, str]) -> str:
 
 def grpo_overrides(args: argparse.Namespace, checkpoint: str, rl_path: str) -> List[str]:
     """The quickstart GRPO config with our checkpoint, data, step counts and sync offset."""
-    overrides = [f"name={args.run_name}", f"model.model_path={checkpoint}"]
-    overrides += ["continue_from_checkpoint=true"]  # run_name is new for every bench run
+    overrides = [f"name=grpo_vs_trl_{args.preset}", f"model.model_path={checkpoint}"]
     overrides += [f"checkpoint_root_dir={os.path.join(args.workdir, 'checkpoints')}"]
     overrides += [f"buffer.explorer_input.taskset.path={rl_path}"]
     overrides += [f"buffer.explorer_input.eval_tasksets.0.path={rl_path}"]
@@ -254,9 +258,8 @@ def run_trinity(args: argparse.Namespace, checkpoint: str, rl_path: str, params:
     from trinity.monitor import read_metrics
 
     overrides = grpo_overrides(args, checkpoint, rl_path)
-    job_dir = os.path.join(args.workdir, "checkpoints", "quickstart", args.run_name)
     run_start = time.time()
-    peak, wall = launch(config_head(args.workdir), overrides, job_dir)
+    job_dir, peak, wall = launch(config_head(args.workdir), overrides)
     logs = [os.path.join(job_dir, "monitor", f"{r}.jsonl") for r in ("explorer", "trainer")]
     timeline = trinity_timeline(*[read_metrics(path) for path in logs], run_start)
     for point in timeline["curve"]:
@@ -363,7 +366,6 @@ def parse(argv: Optional[List[str]]) -> argparse.Namespace:
     if args.data and not args.sft_checkpoint:
         parser.error("--data needs --sft-checkpoint (the SFT stage uses the built quickstart)")
     args.workdir = os.path.abspath(args.workdir or tempfile.mkdtemp(prefix="grpo-vs-trl-"))
-    args.run_name = f"grpo_vs_trl_{args.preset}_{time.strftime('%Y%m%d_%H%M%S')}"
     os.makedirs(args.workdir, exist_ok=True)
     args.out = args.out or os.path.join(ROOT, "docs", "results", f"grpo_vs_trl_{args.preset}.json")
     args.plot = args.plot or os.path.splitext(args.out)[0] + ".png"

@@ -83,21 +83,23 @@ def records_of(job_dir: str, role: str) -> list:
         return [json.loads(line) for line in f]
 
 
+def assert_on_policy_steps(job_dir: str) -> list:
+    """Three train steps; explore step s sampled by the weights after s - 1 updates (sync
+    offset 0), handed from the trainer to the engine; the explorer's records."""
+    trainer, explorer = records_of(job_dir, "trainer"), records_of(job_dir, "explorer")
+    assert [r["step"] for r in trainer] == [1, 2, 3]
+    versions = [r["rollout/model_version"] for r in explorer if "rollout/model_version" in r]
+    assert versions == [0, 1, 2]
+    return explorer
+
+
 @pytest.mark.parametrize("mode", ["multi-threading", "asynchronous"])
 def test_a_grpo_stage_explores_and_trains_in_this_process(
     tmp_path, micro_model, arithmetic_data, no_ray, mode
 ):
     overrides = base_overrides(tmp_path, micro_model, arithmetic_data)
     (result,) = run(CONFIG, overrides + [f"explorer.concurrent_mode={mode}"], [])
-    trainer, explorer = (
-        records_of(result.job_dir, "trainer"),
-        records_of(result.job_dir, "explorer"),
-    )
-    assert [r["step"] for r in trainer] == [1, 2, 3]
-    # strictly on-policy (sync_offset 0): step s sampled by the weights after s - 1 updates,
-    # handed over in memory from the trainer to the engine of this process
-    versions = [r["rollout/model_version"] for r in explorer if "rollout/model_version" in r]
-    assert versions == [0, 1, 2]
+    explorer = assert_on_policy_steps(result.job_dir)  # weights handed over in memory
     assert [r["step"] for r in explorer if "eval/arith_test/accuracy/mean" in r] == [0, 2, 3]
     assert result.final_hf == os.path.join(result.job_dir, "global_step_3", "hf")
     # each role logs to its own file, as its actor would
@@ -123,13 +125,7 @@ def test_a_grpo_stage_on_ray_when_asked_matches_the_in_process_one(
     import ray
 
     assert ray.is_initialized()
-    trainer, explorer = (
-        records_of(result.job_dir, "trainer"),
-        records_of(result.job_dir, "explorer"),
-    )
-    assert [r["step"] for r in trainer] == [1, 2, 3]
-    versions = [r["rollout/model_version"] for r in explorer if "rollout/model_version" in r]
-    assert versions == [0, 1, 2]
+    assert_on_policy_steps(result.job_dir)
     with open(os.path.join(result.job_dir, "log", "explorer.log")) as f:
         assert "explorer runs on node" in f.read()
 

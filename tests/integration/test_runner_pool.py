@@ -19,6 +19,9 @@ class Sleepy:
         time.sleep(task.sleep)
         return TaskResult(task={"name": task.name, "start": start, "end": time.time()})
 
+    def close(self) -> None:
+        """What a pool calls on a runner it gives up (a WorkflowRunner stops reporting)."""
+
 
 SleepyActor = ray.remote(num_cpus=0, max_concurrency=4)(Sleepy)
 

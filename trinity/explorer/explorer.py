@@ -11,27 +11,18 @@ import logging
 import time
 from collections import defaultdict
 from dataclasses import replace
-from typing import Any, Callable, Dict, List, Optional, Protocol
+from typing import Any, Callable, Dict, List, Optional
 
 from trinity.buffer.pipelines import build_experience_pipeline
 from trinity.common.experience import Experience
 from trinity.common.workflows.workflow import Task
+from trinity.explorer.pool import RunnerPool
 from trinity.explorer.pool_rules import min_tasks
 from trinity.explorer.runner import TaskResult
 from trinity.runtime.status import Reporter
 from trinity.runtime.synchronizer import DYNAMIC_STYLES, Wanted, wanted_before
 
 logger = logging.getLogger(__name__)
-
-
-class RunnerPool(Protocol):
-    def run(
-        self,
-        tasks: List[Task],
-        label: str = "",
-        enough: Optional[int] = None,
-        wait_after_min: float = 0.0,
-    ) -> List[TaskResult]: ...
 
 
 class Explorer:
