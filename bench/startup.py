@@ -17,8 +17,8 @@ What is measured, from the moment the subprocess starts:
   * per stage, ``to_first_step_s``: from the previous stage's last record (the run's start
     for the first stage) to the stage's first trainer record, which for the GRPO stage
     includes its step-0 evaluation;
-  * ``peak_memory``: ``PeakMemory`` of ``grpo_vs_trl.py`` over the process tree (PSS sums,
-    Ray's processes included), sampled every ``--sample-s`` seconds;
+  * ``peak_memory``: ``PeakMemory`` of ``grpo_vs_trl.py`` over ``trinity run``'s process tree
+    (PSS sums, Ray's processes included), sampled every ``--sample-s`` seconds;
   * ``wall_s``: the whole command.
 It measures; it asserts nothing.
 """
@@ -62,13 +62,18 @@ def one_run(checkout: str, quickstart: str, workdir: str, args: argparse.Namespa
     command = [sys.executable, "-m", "trinity.cli.main", "run", "--config", CONFIG]
     command += [f"stages.0.buffer.total_steps={args.sft_steps}"]
     command += [f"buffer.total_steps={args.grpo_steps}", "explorer.eval_interval=1000"]
-    with PeakMemory(interval=args.sample_s) as memory:
-        start = time.time()
+    start = time.time()
+    with tempfile.TemporaryFile() as output:
         # cwd too: ``python -m`` puts the working directory first on sys.path
-        done = subprocess.run(command, env=env, cwd=checkout, capture_output=True, text=True)
+        process = subprocess.Popen(
+            command, env=env, cwd=checkout, stdout=output, stderr=subprocess.STDOUT
+        )
+        with PeakMemory(interval=args.sample_s, pid=process.pid) as memory:
+            code = process.wait()
         wall = time.time() - start
-    if done.returncode != 0:
-        raise RuntimeError(f"{checkout}: trinity run failed:\n{done.stdout}\n{done.stderr}")
+        if code != 0:
+            output.seek(0)
+            raise RuntimeError(f"{checkout}: trinity run failed:\n{output.read().decode()}")
     marks = first_records(os.path.join(root, "quickstart"))
     stages, previous = {}, start
     for stage in STAGES:
