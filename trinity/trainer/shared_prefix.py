@@ -22,7 +22,12 @@ from typing import Optional, Tuple
 import torch
 
 from trinity.common.experience import ExperienceBatch
-from trinity.common.models.decoding import SharedPrefixDecoder, supports_shared_prefix
+from trinity.common.models.decoding import (
+    SharedPrefixDecoder,
+    cache_kwargs,
+    output_cache,
+    supports_shared_prefix,
+)
 
 
 def distinct_prompts(batch: ExperienceBatch) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -108,7 +113,7 @@ def shared_prefix_logits(model: torch.nn.Module, batch: ExperienceBatch) -> Opti
         use_cache=True,
         logits_to_keep=1,
     )
-    cache = prefix.past_key_values
+    cache = output_cache(prefix)
     if cache is None or not hasattr(cache, "layers"):
         return None
     for layer in cache.layers:
@@ -123,7 +128,7 @@ def shared_prefix_logits(model: torch.nn.Module, batch: ExperienceBatch) -> Opti
         input_ids=batch.input_ids[:, P : P + R - 1],
         attention_mask=batch.attention_mask[:, : P + R - 1],
         position_ids=batch.position_ids[:, P : P + R - 1],
-        past_key_values=cache,
+        **cache_kwargs(model, cache),
         use_cache=True,
     )
     return torch.cat([first_logits, out.logits], dim=1)

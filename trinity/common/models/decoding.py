@@ -22,7 +22,9 @@ trainer scores GRPO groups with it (``trinity/trainer/shared_prefix.py``).
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+import functools
+import inspect
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +32,26 @@ from transformers import AttentionInterface, DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+
+@functools.cache
+def _cache_parameter(model_cls: type) -> str:
+    params = inspect.signature(model_cls.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def cache_kwargs(model: Any, cache: Any) -> Dict[str, Any]:
+    """``{name: cache}`` for ``model.forward``: transformers 5.24 renamed its
+    ``past_key_values`` argument to ``cache`` (the old name warns, and goes in 5.40). A peft
+    model passes keyword arguments on to its base model, whose signature says."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return {_cache_parameter(type(base)): cache}
+
+
+def output_cache(output: Any) -> Any:
+    """The KV cache a forward with ``use_cache=True`` returned, under either name."""
+    return output.get("cache", output.get("past_key_values"))
+
 
 __all__ = ["ExpandedDecoder", "SharedPrefixDecoder", "make_decoder", "supports_shared_prefix"]
 
@@ -278,7 +300,7 @@ class SharedPrefixDecoder:
         out = model(
             input_ids=ids,
             position_ids=(mask.cumsum(dim=-1) - 1).clamp(min=0),
-            past_key_values=self.cache,
+            **cache_kwargs(self.model, self.cache),
             use_cache=True,
             logits_to_keep=1,
             shared_prefix_cache=self.cache,
@@ -327,7 +349,7 @@ class SharedPrefixDecoder:
             # A prepared (4D) mask is passed through as is: our attention builds its own,
             # and transformers would otherwise build a (Q x (P + Q)) one per forward.
             attention_mask=_NO_MASK,
-            past_key_values=self.cache,
+            **cache_kwargs(self.model, self.cache),
             use_cache=True,
             shared_prefix_cache=self.cache,
         ).logits
@@ -350,7 +372,7 @@ class ExpandedDecoder:
             input_ids=ids,
             attention_mask=mask,
             position_ids=(mask.cumsum(dim=-1) - 1).clamp(min=0),
-            past_key_values=self.cache,
+            **cache_kwargs(self.model, self.cache),
             use_cache=True,
             logits_to_keep=1,
         )
@@ -373,7 +395,7 @@ class ExpandedDecoder:
             input_ids=tokens[:, None],
             attention_mask=self.attention[:, : self.columns],
             position_ids=self.position[:, None],
-            past_key_values=self.cache,
+            **cache_kwargs(self.model, self.cache),
             use_cache=True,
         ).logits[:, -1, :]
         self.position = self.position + 1
