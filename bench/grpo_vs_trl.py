@@ -134,6 +134,11 @@ def config_head(workdir: str) -> str:
     return quickstart_part(workdir, "grpo.yaml", "\nstages:")
 
 
+def trinity_run(config: str, overrides: List[str]) -> List[str]:
+    """The ``trinity run`` command line, with this interpreter (and so this environment)."""
+    return [sys.executable, "-m", "trinity.cli.main", "run", "--config", config, *overrides]
+
+
 def launch(config: str, overrides: List[str]) -> Tuple[str, Dict, float]:
     """``trinity run`` as a user runs it, in a process of its own (so nothing it leaves in
     memory counts in a later measurement of this process): (its job folder, the peak memory
@@ -144,7 +149,7 @@ def launch(config: str, overrides: List[str]) -> Tuple[str, Dict, float]:
     cfg = load_config(config, overrides)
     name = f"{cfg.name}_{time.strftime('%Y%m%d_%H%M%S')}"
     overrides = [*overrides, f"name={name}", "continue_from_checkpoint=true"]
-    command = [sys.executable, "-m", "trinity.cli.main", "run", "--config", config, *overrides]
+    command = trinity_run(config, overrides)
     start = time.monotonic()
     with tempfile.TemporaryFile() as output:
         process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, cwd=ROOT)
@@ -175,7 +180,7 @@ def make_sft_checkpoint(args: argparse.Namespace, paths: Dict[str, str]) -> str:
         overrides.append(f"stages.0.algorithm.optimizer.lr={args.sft_lr}")
     # In a process of its own, as `trinity run` would: what it leaves in memory (a train
     # stage runs in its launcher's process) must not count in this process's measurements.
-    command = [sys.executable, "-m", "trinity.cli.main", "run", "--config", config, *overrides]
+    command = trinity_run(config, overrides)
     subprocess.run(command, check=True, capture_output=True, cwd=ROOT)
     from trinity.runtime.launcher import final_export
 

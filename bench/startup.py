@@ -36,9 +36,9 @@ import time
 from typing import Dict, List, Optional
 
 try:  # imported from the repository root (tests), or run as a script from bench/
-    from bench.grpo_vs_trl import CONFIG, PeakMemory
+    from bench.grpo_vs_trl import CONFIG, PeakMemory, trinity_run
 except ImportError:
-    from grpo_vs_trl import CONFIG, PeakMemory
+    from grpo_vs_trl import CONFIG, PeakMemory, trinity_run
 
 STAGES = ("arithmetic_sft", "arithmetic_grpo")
 
@@ -59,8 +59,7 @@ def one_run(checkout: str, quickstart: str, workdir: str, args: argparse.Namespa
     root = tempfile.mkdtemp(prefix="ckpt-", dir=workdir)
     env = dict(os.environ, TRINITY_QUICKSTART_DIR=quickstart, TRINITY_CHECKPOINT_ROOT_DIR=root)
     env["PYTHONPATH"] = os.pathsep.join([os.path.abspath(checkout), env.get("PYTHONPATH", "")])
-    command = [sys.executable, "-m", "trinity.cli.main", "run", "--config", CONFIG]
-    command += [f"stages.0.buffer.total_steps={args.sft_steps}"]
+    command = trinity_run(CONFIG, [f"stages.0.buffer.total_steps={args.sft_steps}"])
     command += [f"buffer.total_steps={args.grpo_steps}", "explorer.eval_interval=1000"]
     start = time.time()
     with tempfile.TemporaryFile() as output:

@@ -14,7 +14,7 @@ import ray
 
 from trinity.common.workflows.workflow import Task
 from trinity.explorer.runner import AsyncWorkflowRunner, WorkflowRunner
-from trinity.runtime.explorer_role import ExplorerRole, engine_kwargs, external_engine, openai_api
+from trinity.runtime.explorer_role import ExplorerRole, engine_kwargs, openai_api
 from trinity.runtime.placement import pinned
 from trinity.runtime.queue_host import QueueHost
 from trinity.runtime.roles import setup_process
@@ -157,9 +157,9 @@ class RayExplorerRole(ExplorerRole):
     names), so a runner whose workflow hangs or dies is killed and replaced."""
 
     def _start_engines(self, prefix: str, served: Any, auxiliary: Any = None) -> List[Any]:
+        if served.engine_type == "external":  # an API's clients: nothing to host on Ray
+            return super()._start_engines(prefix, served, auxiliary)
         cfg = self.config
-        if served.engine_type == "external":
-            return [external_engine(cfg, auxiliary)] * served.engine_num
         return [
             EngineActor.options(
                 name=f"{prefix}_engine_{i}", **pinned(self.placement.engine_node(i))

@@ -99,15 +99,18 @@ class _LocalStage:
         )
         self.status = RunStatus()
         sync = config.synchronizer
-        self.sync = LoopHost(
-            lambda: Synchronizer(
-                sync.sync_method,
-                config.checkpoint_job_dir,
-                sync.sync_timeout,
-                config.mode == "both",
-            ),
-            "synchronizer",
-        )
+        # A train stage here trains on files: it publishes no weights, no one waits for them.
+        self.sync = None
+        if config.mode != "train":
+            self.sync = LoopHost(
+                lambda: Synchronizer(
+                    sync.sync_method,
+                    config.checkpoint_job_dir,
+                    sync.sync_timeout,
+                    config.mode == "both",
+                ),
+                "synchronizer",
+            )
         self.queue = stage_queue(config, QueueHost)
         self.roles: Dict[str, Any] = {}  # "trainer" / "explorer" -> the role object
         self.outputs: Dict[str, Any] = {}  # role -> what its run() returned
@@ -189,7 +192,8 @@ class _LocalStage:
         explorer = self.roles.get("explorer")
         if explorer is not None and hasattr(explorer, "pool"):
             explorer.close()
-        self.sync.close(wait=False)
+        if self.sync is not None:
+            self.sync.close(wait=False)
 
 
 @contextlib.contextmanager

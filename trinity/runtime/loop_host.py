@@ -38,7 +38,8 @@ class LoopHost:
 
     def __getattr__(self, name: str) -> Callable:
         """The hosted object's method ``name`` (same signature, so a caller that inspects it
-        sees the parameters it looks for), blocking until the loop ran it."""
+        sees the parameters it looks for), blocking until the loop ran it. Made once: it is
+        kept as an attribute, so later lookups (every engine call) do not come here."""
         if name.startswith("_") or name == "hosted":  # not set yet: nothing to ask
             raise AttributeError(name)
         method = getattr(self.hosted, name)
@@ -48,6 +49,7 @@ class LoopHost:
             result = method(*args, **kwargs)
             return self.run(result) if inspect.iscoroutine(result) else result
 
+        setattr(self, name, call)
         return call
 
     def close(self, wait: bool = True) -> None:
