@@ -20,6 +20,10 @@ What is measured, from the moment the subprocess starts:
   * ``peak_memory``: ``PeakMemory`` of ``grpo_vs_trl.py`` over ``trinity run``'s process tree
     (PSS sums, Ray's processes included), sampled every ``--sample-s`` seconds;
   * ``wall_s``: the whole command.
+Each round also runs ``first_step_floor.py`` (``floor``): the same first SFT step with plain
+torch and transformers in a fresh process, timed the same way. It is what any one-process
+trainer pays before its first step on this machine, mostly the two libraries' imports; the
+difference between a checkout's ``first_step_s`` and the floor's is Trinity's own part.
 It measures; it asserts nothing.
 """
 
@@ -82,6 +86,16 @@ def one_run(checkout: str, quickstart: str, workdir: str, args: argparse.Namespa
     return dict(first_step_s=first, stages=stages, wall_s=wall, peak_memory=memory.peak)
 
 
+def floor_run(quickstart: str) -> Dict[str, float]:
+    """``first_step_floor.py`` on the quickstart, in a fresh process: its timings."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "first_step_floor.py")
+    start = time.time()
+    done = subprocess.run(
+        [sys.executable, script, quickstart, repr(start)], check=True, capture_output=True
+    )
+    return json.loads(done.stdout.decode().strip().splitlines()[-1])
+
+
 def summarize(runs: List[Dict]) -> Dict:
     """Medians over a checkout's runs (and every run, for the record)."""
 
@@ -124,15 +138,20 @@ def main(argv: Optional[List[str]] = None) -> Dict:
     build = [sys.executable, "-m", "trinity.cli.main", "prepare-quickstart", "--out", quickstart]
     subprocess.run(build, check=True, capture_output=True)
     runs: Dict[str, List[Dict]] = {name: [] for name in args.checkouts}
+    floors: List[Dict[str, float]] = []
     for _ in range(args.repeats):
+        floors.append(floor_run(quickstart))
         for name, path in args.checkouts.items():
             runs[name].append(one_run(path, quickstart, args.workdir, args))
     report = {"benchmark": "startup", "cpu_count": os.cpu_count()}
     report["settings"] = {k: getattr(args, k) for k in ("sft_steps", "grpo_steps", "repeats")}
+    median = {key: statistics.median(f[key] for f in floors) for key in floors[0]}
+    report["floor"] = dict(median=median, runs=floors)
     report["checkouts"] = {name: summarize(r) for name, r in runs.items()}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2)
+    print("floor", json.dumps(median))
     for name, result in report["checkouts"].items():
         print(name, json.dumps(result["median"]))
     return report

@@ -22,13 +22,35 @@ Extending:
   instance as ``ExperienceQueue(store=...)``.
 """
 
-from trinity.buffer.codec import decode_experience, encode_experience
-from trinity.buffer.file_reader import load_rows
-from trinity.buffer.queue import ExperienceQueue
-from trinity.buffer.selector import TASK_SELECTORS, BatchCursor, TaskSelector, build_selector
-from trinity.buffer.sft import PromptTooLongError, SFTFormatter, SFTReader
-from trinity.buffer.store import ExperienceStore, SQLExperienceStore
-from trinity.buffer.task_reader import MixedTaskReader, TaskReader
+from importlib import import_module
+from typing import Any
+
+# Each public name and the module that defines it. They load on first use (PEP 562), so a
+# stage that only reads files never imports SQLAlchemy for the queue's store.
+_PUBLIC = {
+    "decode_experience": "codec",
+    "encode_experience": "codec",
+    "load_rows": "file_reader",
+    "ExperienceQueue": "queue",
+    "TASK_SELECTORS": "selector",
+    "BatchCursor": "selector",
+    "TaskSelector": "selector",
+    "build_selector": "selector",
+    "PromptTooLongError": "sft",
+    "SFTFormatter": "sft",
+    "SFTReader": "sft",
+    "ExperienceStore": "store",
+    "SQLExperienceStore": "store",
+    "MixedTaskReader": "task_reader",
+    "TaskReader": "task_reader",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'trinity.buffer' has no attribute {name!r}")
+    return getattr(import_module(f"trinity.buffer.{_PUBLIC[name]}"), name)
+
 
 __all__ = [
     "TASK_SELECTORS",

@@ -27,7 +27,6 @@ import pyarrow as pa
 
 from trinity.buffer.file_parsers import BadRow, DataFileError, FileRows, parser_for
 from trinity.buffer.row_checks import row_problems, row_schema
-from trinity.buffer.sql_reader import read_table, table_label
 
 logger = logging.getLogger("trinity.buffer")
 
@@ -71,7 +70,12 @@ def describe(storage: Any, path_label: Optional[str] = None) -> str:
     """A label for messages: the storage's YAML path (``path_label``) or its name, and the path,
     e.g. ``buffer.explorer_input.tasksets[0] (path 'data/train.jsonl')``, or for a `sql`
     storage its table and database (password masked)."""
-    where = table_label(storage) if storage.storage_type == "sql" else f"path '{storage.path}'"
+    if storage.storage_type == "sql":
+        from trinity.buffer.sql_reader import table_label  # SQLAlchemy: only for a table
+
+        where = table_label(storage)
+    else:
+        where = f"path '{storage.path}'"
     return f"{path_label or f'buffer {storage.name!r}'} ({where})"
 
 
@@ -168,6 +172,8 @@ def _load_table(
     storage: Any, schema: Dict[str, str], skip: bool, path_label: Optional[str]
 ) -> LoadedRows:
     """A `sql` storage's table, checked like a file."""
+    from trinity.buffer.sql_reader import read_table
+
     label = describe(storage, path_label)
     part = read_table(storage, label)
     if len(part) + len(part.bad) == 0:

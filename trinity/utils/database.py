@@ -3,16 +3,18 @@
 A storage ``path`` is a SQLite file path or any SQLAlchemy URL (``sqlite:///x.db``,
 ``postgresql+psycopg://user:password@host/db``). Every message shows the URL with its
 password replaced by ``***``. Kept free of other ``trinity`` imports: the config checks use
-it before anything else is loaded.
+it before anything else is loaded, so SQLAlchemy (a quarter second to import) is imported
+only where a URL is parsed or a database opened: a run without one never loads it.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
-import sqlalchemy as sa
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 # Seconds a connection attempt (and, for SQLite, a wait for another writer's lock) may take.
 CONNECT_TIMEOUT_S = 10.0
@@ -46,6 +48,8 @@ def database_url(path: str) -> str:
     directory); any other URL is returned as written once SQLAlchemy can parse it."""
     if not is_url(path):
         return f"sqlite:///{os.path.abspath(os.path.expanduser(path))}"
+    import sqlalchemy as sa
+
     try:
         url = sa.make_url(path)
     except (sa.exc.ArgumentError, ValueError) as exc:  # ValueError: e.g. a port not a number
@@ -62,6 +66,8 @@ def database_url(path: str) -> str:
 
 def sqlite_file(url: str) -> Optional[str]:
     """The file of a ``sqlite:///`` URL, None for other databases."""
+    import sqlalchemy as sa
+
     parsed = sa.make_url(url)
     return parsed.database if parsed.get_backend_name() == "sqlite" else None
 
@@ -70,6 +76,8 @@ def create_engine(url: str, connect_timeout: float = CONNECT_TIMEOUT_S) -> sa.En
     """An engine for ``url`` (from ``database_url``): a SQLite file's folder is created and
     writers wait up to ``LOCK_TIMEOUT_S`` for another's lock; a server connection gives up
     after ``connect_timeout`` seconds. Raises ``DatabaseError`` when the driver is missing."""
+    import sqlalchemy as sa
+
     backend = sa.make_url(url).get_backend_name()
     connect_args: Dict[str, Any] = {}
     if backend == "sqlite":
@@ -97,6 +105,8 @@ def error_text(exc: BaseException) -> str:
 def connection_problem(url: str, timeout: float = 5.0) -> Optional[str]:
     """Why ``url`` cannot be connected to within ``timeout`` seconds, or None when it can.
     A SQLite file is not created here: its folder's writability is checked elsewhere."""
+    import sqlalchemy as sa
+
     file = sqlite_file(url)
     if file is not None and not os.path.exists(file):
         return None
