@@ -29,6 +29,7 @@ from trinity.trainer import lora
 from trinity.trainer.critic import Critic
 from trinity.trainer.distributed import as_number
 from trinity.trainer.policy_step import LossFns, accumulate_gradients, reference_logprobs
+from trinity.utils.openmp import release_workers
 
 logger = logging.getLogger(__name__)
 
@@ -323,6 +324,7 @@ class Trainer:
                 self.publish(self.step, self.model)
                 metrics["time/sync_weights"] = time.monotonic() - start
             self.log(metrics, self.step)
+            release_workers()  # the explorer's turn: see utils/openmp.py
             if cfg.trainer.save_interval and self.step % cfg.trainer.save_interval == 0:
                 self.save(final=False)
         self.save(final=True)

@@ -21,6 +21,7 @@ from trinity.common.experience import Experience
 from trinity.common.models.hf_engine import SampleOutput, SamplingParams, TransformersEngine
 from trinity.common.models.model import InferenceModel
 from trinity.engine.conversation import Conversation, engine_conversation, record_turn
+from trinity.utils.openmp import release_workers
 
 logger = logging.getLogger(__name__)
 
@@ -127,12 +128,20 @@ class TransformersInferenceModel(InferenceModel):
                 r.future.set_result((version, out))
 
     # Both run on the one worker thread, so a batch's version is the weights that sampled it.
+    # Each then frees the thread's OpenMP workers: in a one-process stage the trainer's ops
+    # would otherwise run throttled (utils/openmp.py).
     def _generate(self, prompts: List[List[int]], params: List[SamplingParams]) -> tuple:
-        return self._version, self.engine.generate(prompts, params)
+        try:
+            return self._version, self.engine.generate(prompts, params)
+        finally:
+            release_workers()
 
     def _load(self, weights: Dict[str, torch.Tensor], version: int) -> None:
-        self.engine.load_state_dict(weights)
-        self._version = version
+        try:
+            self.engine.load_state_dict(weights)
+            self._version = version
+        finally:
+            release_workers()
 
     def _to_experiences(
         self, version: int, outputs: List[SampleOutput], params: SamplingParams

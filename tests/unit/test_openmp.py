@@ -1,0 +1,48 @@
+"""utils/openmp.py: a thread's OpenMP workers are freed, and torch still computes after."""
+
+import os
+import threading
+
+import pytest
+import torch
+
+from trinity.utils import openmp
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
+def test_release_workers_frees_this_threads_pool():
+    if openmp._pause() is None:
+        pytest.skip("torch runs without a pausable OpenMP runtime here")
+    x = torch.randn(1_000_000)
+    counts = {}
+
+    def worker() -> None:
+        torch.set_num_threads(2)
+        x.exp().sum()  # a parallel region: this thread's pool gets a worker
+        counts["after_op"] = _threads()
+        openmp.release_workers()
+        counts["after_release"] = _threads()
+        counts["result"] = float(x.exp().sum())  # new workers start on demand
+
+    before = torch.get_num_threads()
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    torch.set_num_threads(before)
+    # the worker thread's pool held one OpenMP thread beside it; the release joined it
+    assert counts["after_release"] == counts["after_op"] - 1
+    assert counts["result"] == pytest.approx(float(x.exp().sum()), rel=1e-4)
+
+
+def test_release_workers_without_a_runtime_does_nothing(monkeypatch):
+    openmp._pause.cache_clear()
+    monkeypatch.setattr(openmp, "_RUNTIMES", ("libnothing-such",))
+    try:
+        openmp.release_workers()  # no runtime found: a no-op, no error
+        assert openmp._pause() is None
+    finally:
+        openmp._pause.cache_clear()
