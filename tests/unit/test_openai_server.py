@@ -19,6 +19,7 @@ from trinity.common.models.transformers_model import TransformersInferenceModel
 from trinity.engine.client import openai_client
 from trinity.engine.server import RunningServer, ServedModel, build_app
 from trinity.engine.tool_calls import arguments_as_objects, parse_tool_calls
+from trinity.runtime.loop_host import LoopHost
 
 # Hermes-style: tools listed in a system turn, calls written as <tool_call>{json}</tool_call>.
 HERMES_TEMPLATE = (
@@ -41,9 +42,8 @@ class LocalServer:
 
     def __init__(self, model: Any, name: str, served: Any = None) -> None:
         self.model, self.name = model, name
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
+        self.host = LoopHost(lambda: None, f"server-{name}")
+        self.loop = self.host.loop
         served = served or ServedModel.from_transformers(model, name)
         self.server = self.run(self._start(served))
 
@@ -72,9 +72,9 @@ class LocalServer:
         return openai_client(self.server.url, self.name, **kwargs)
 
     def close(self) -> None:
+        """Stop the server, then cancel what else runs on the loop (the model's batching)."""
         self.run(self.server.close())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=10)
+        self.host.close()
 
 
 def make_engine(micro_model: str, **kwargs: Any) -> TransformersInferenceModel:
