@@ -15,7 +15,7 @@ def _threads() -> int:
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
 def test_release_workers_frees_this_threads_pool():
-    if openmp._pause() is None:
+    if not openmp._pauses():
         pytest.skip("torch runs without a pausable OpenMP runtime here")
     x = torch.randn(1_000_000)
     counts = {}
@@ -39,10 +39,10 @@ def test_release_workers_frees_this_threads_pool():
 
 
 def test_release_workers_without_a_runtime_does_nothing(monkeypatch):
-    openmp._pause.cache_clear()
+    openmp._pauses.cache_clear()
     monkeypatch.setattr(openmp, "_RUNTIMES", ("libnothing-such",))
     try:
         openmp.release_workers()  # no runtime found: a no-op, no error
-        assert openmp._pause() is None
+        assert openmp._pauses() == ()
     finally:
-        openmp._pause.cache_clear()
+        openmp._pauses.cache_clear()

@@ -25,7 +25,7 @@ import ctypes
 import functools
 import logging
 import os
-from typing import Callable, Optional
+from typing import Callable, Tuple
 
 logger = logging.getLogger(__name__)
 
@@ -34,27 +34,29 @@ _RUNTIMES = ("libgomp", "libiomp", "libomp")  # GNU, Intel and LLVM OpenMP
 
 
 @functools.cache
-def _pause() -> Optional[Callable[[int], int]]:
-    """``omp_pause_resource_all`` of the OpenMP runtime this process has loaded, if any.
-    Looked up once, by the first caller, which has run torch: its runtime is loaded."""
+def _pauses() -> Tuple[Callable[[int], int], ...]:
+    """``omp_pause_resource_all`` of each OpenMP runtime this process has loaded (torch's,
+    and any other a library bundles: each runtime counts only its own pools). Looked up once,
+    by the first caller, which has run torch: its runtime is loaded."""
     try:
         with open("/proc/self/maps") as maps:
             paths = {line.split()[-1] for line in maps if "/" in line}
     except OSError:  # not Linux
-        return None
+        return ()
+    found = []
     for path in sorted(paths):
         if os.path.basename(path).startswith(_RUNTIMES):
             pause = getattr(ctypes.CDLL(path), "omp_pause_resource_all", None)
             if pause is not None:
                 pause.argtypes, pause.restype = [ctypes.c_int], ctypes.c_int
-                return pause
-    return None
+                found.append(pause)
+    return tuple(found)
 
 
 def release_workers() -> None:
     """Free the OpenMP worker threads this thread's parallel regions started (see the module
     docstring); its next parallel region starts new ones."""
-    pause = _pause()
-    if pause is not None and pause(OMP_PAUSE_SOFT) != 0:
-        # nonzero: called inside a parallel region, or a runtime that cannot pause; harmless
-        logger.debug("omp_pause_resource_all refused; OpenMP workers kept")
+    for pause in _pauses():
+        if pause(OMP_PAUSE_SOFT) != 0:
+            # called inside a parallel region, or a runtime that cannot pause: harmless
+            logger.debug("omp_pause_resource_all refused; OpenMP workers kept")
