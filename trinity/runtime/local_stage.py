@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 from trinity.runtime.failures import RunFailed, failure_message
 from trinity.runtime.roles import RoleLogs
 from trinity.runtime.status import RunStatus
+from trinity.utils import openmp
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +98,9 @@ class _LocalStage:
         torch.set_num_threads(
             compute_threads(config, "engine" if config.mode in ("explore", "bench") else "trainer")
         )
+        # A `both` stage's trainer and engines take turns on the cores: each hands its OpenMP
+        # workers back when its turn ends, or libgomp throttles them all (utils/openmp.py).
+        openmp.share_cores(config.mode == "both")
         self.status = RunStatus()
         sync = config.synchronizer
         # A train stage here trains on files: it publishes no weights, no one waits for them.
@@ -189,6 +193,7 @@ class _LocalStage:
             failures.append((role, exc))
 
     def stop(self) -> None:
+        openmp.share_cores(False)
         explorer = self.roles.get("explorer")
         if explorer is not None and hasattr(explorer, "pool"):
             explorer.close()
