@@ -52,20 +52,4 @@ def __getattr__(name: str) -> Any:
     return getattr(import_module(f"trinity.buffer.{_PUBLIC[name]}"), name)
 
 
-__all__ = [
-    "TASK_SELECTORS",
-    "BatchCursor",
-    "ExperienceQueue",
-    "ExperienceStore",
-    "PromptTooLongError",
-    "SFTFormatter",
-    "SFTReader",
-    "SQLExperienceStore",
-    "TaskReader",
-    "TaskSelector",
-    "build_selector",
-    "decode_experience",
-    "encode_experience",
-    "load_rows",
-    "MixedTaskReader",
-]
+__all__ = list(_PUBLIC)
