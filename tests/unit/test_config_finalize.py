@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-import trinity.common.config.derive as derive_module
+import trinity.common.config.gpus as gpus_module
 from trinity.common.config import (
     ConfigError,
     effective_trainer_settings,
@@ -62,7 +62,7 @@ def fake_algorithms(monkeypatch):
     # grpo compares the rollouts of a task: the group checks read this declaration.
     module.ADVANTAGE_FN.get("grpo").needs_groups = True
     monkeypatch.setitem(sys.modules, "trinity.algorithm", module)
-    monkeypatch.setattr(derive_module, "detect_gpu_count", lambda: 0)
+    monkeypatch.setattr(gpus_module, "detect_gpu_count", lambda: 0)
 
 
 BASE = """
@@ -167,7 +167,7 @@ def test_explicit_values_are_never_overridden(tmp_path):
         """
         ray_namespace: my_ns
         mode: both
-        cluster: {gpu_per_node: 2}
+        cluster: {gpu_per_node: 0}
         synchronizer: {sync_method: checkpoint}
         algorithm: {repeat_times: 5}
         trainer: {max_token_len_per_gpu: 4096}
@@ -185,7 +185,7 @@ def test_explicit_values_are_never_overridden(tmp_path):
     ]
     config = finalized(tmp_path, text, overrides)
     assert config.ray_namespace == "my_ns"
-    assert config.cluster.gpu_per_node == 2
+    assert config.cluster.gpu_per_node == 0
     assert config.synchronizer.sync_method == "checkpoint"
     assert config.algorithm.repeat_times == 5
     assert config.buffer.train_batch_size == 10

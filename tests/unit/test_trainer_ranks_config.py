@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-import trinity.common.config.derive as derive_module
+import trinity.common.config.gpus as gpus_module
 from trinity.common.config import ConfigError, load_config
 from trinity.common.config.ranks import warn_ranks
 
@@ -29,7 +29,7 @@ buffer:
 
 @pytest.fixture(autouse=True)
 def no_gpus(monkeypatch):
-    monkeypatch.setattr(derive_module, "detect_gpu_count", lambda: 0)
+    monkeypatch.setattr(gpus_module, "detect_gpu_count", lambda: 0)
 
 
 def finalized(tmp_path, overrides):
@@ -51,9 +51,9 @@ def test_one_rank_is_the_default_and_two_are_accepted(tmp_path):
 
 def test_cpu_ranks_with_gpus_is_an_error(tmp_path):
     found = problems(tmp_path, ["trainer.cpu_ranks=2", "cluster.gpu_per_node=8"])
-    assert len(found) == 1
-    assert found[0].startswith("trainer.cpu_ranks = 2 with cluster.gpu_per_node = 8")
-    assert "set trainer.cpu_ranks: 1 or cluster.gpu_per_node: 0" in found[0]
+    # the other problem: this machine has no 8 GPUs (gpus.py)
+    (ranks,) = [p for p in found if p.startswith("trainer.cpu_ranks = 2 with cluster.gpu_")]
+    assert "set trainer.cpu_ranks: 1 or cluster.gpu_per_node: 0" in ranks
 
 
 def test_rank_count_must_divide_the_batch(tmp_path):

@@ -215,27 +215,43 @@ class ExperienceBatch:
 
     def select(self, idx: Sequence[int]) -> ExperienceBatch:
         """A sub-batch (micro-batch) of rows ``idx``, keeping the padding layout."""
-        index = torch.as_tensor(list(idx), dtype=torch.long)
+        index = torch.as_tensor(list(idx), dtype=torch.long, device=self.input_ids.device)
+        rows = list(idx)
+        return self._map(
+            lambda t: t.index_select(0, index),
+            group_ids=[self.group_ids[i] for i in rows],
+            experiences=[self.experiences[i] for i in rows],
+            non_tensor={k: v[rows] for k, v in self.non_tensor.items()},
+        )
 
-        def pick(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-            return None if t is None else t.index_select(0, index)
+    def to(self, device: torch.device) -> ExperienceBatch:
+        """The same rows with every tensor on ``device`` (the batch itself when already there)."""
+        if self.input_ids.device == torch.device(device):
+            return self
+        return self._map(lambda t: t.to(device, non_blocking=True))
+
+    def _map(self, fn: Any, **rows: Any) -> ExperienceBatch:
+        """A batch with ``fn`` applied to every tensor; ``rows`` replaces per-row fields."""
+
+        def apply(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+            return None if t is None else fn(t)
 
         return ExperienceBatch(
-            input_ids=pick(self.input_ids),
-            attention_mask=pick(self.attention_mask),
-            position_ids=pick(self.position_ids),
-            action_mask=pick(self.action_mask),
-            rewards=pick(self.rewards),
-            old_logprob=pick(self.old_logprob),
+            input_ids=apply(self.input_ids),
+            attention_mask=apply(self.attention_mask),
+            position_ids=apply(self.position_ids),
+            action_mask=apply(self.action_mask),
+            rewards=apply(self.rewards),
+            old_logprob=apply(self.old_logprob),
             prompt_len=self.prompt_len,
-            group_ids=[self.group_ids[i] for i in idx],
-            experiences=[self.experiences[i] for i in idx],
-            advantages=pick(self.advantages),
-            returns=pick(self.returns),
-            token_level_rewards=pick(self.token_level_rewards),
-            ref_logprob=pick(self.ref_logprob),
-            extra={k: pick(v) for k, v in self.extra.items()},
-            non_tensor={k: v[list(idx)] for k, v in self.non_tensor.items()},
+            group_ids=rows.get("group_ids", list(self.group_ids)),
+            experiences=rows.get("experiences", list(self.experiences)),
+            advantages=apply(self.advantages),
+            returns=apply(self.returns),
+            token_level_rewards=apply(self.token_level_rewards),
+            ref_logprob=apply(self.ref_logprob),
+            extra={k: apply(v) for k, v in self.extra.items()},
+            non_tensor=rows.get("non_tensor", dict(self.non_tensor)),
             meta_info=dict(self.meta_info),
         )
 

@@ -56,6 +56,8 @@ def engine_kwargs(config: Any, auxiliary: Any = None) -> Dict[str, Any]:
         enable_prompt_truncation=m.enable_prompt_truncation,
         chat_template=auxiliary.chat_template if auxiliary else _chat_template(m),
         repetition_penalty=m.repetition_penalty,
+        # the host's first visible GPU: the one Ray gave its actor, or the stage's only one
+        device="cuda" if config.cluster.gpu_per_node else "cpu",
     )
 
 
@@ -283,8 +285,13 @@ class ExplorerRole:
             if self.queue is not None:
                 call(self.queue, "close")
             found = self._wait_for_trainer(None)
+        elif want.version is None:
+            found = None
         else:
-            found = None if want.version is None else self._wait_for_trainer(want.version)
+            if self._releases(want.version):  # the trainer steps on the device meanwhile
+                freed = sum(call_all(self.engines, "release"))
+                logger.info("engines released %.3f GB of weights", freed / 1e9)
+            found = self._wait_for_trainer(want.version)
         versions = call_all(self.engines, "model_version")
         stale = [e for e, v in zip(self.engines, versions, strict=True) if v < self.loaded_version]
         if found is not None and found[0] > self.loaded_version and found[1]:
@@ -294,6 +301,16 @@ class ExplorerRole:
             if found is not None and found[1]:
                 call_all(stale, "load_weights", found[1][0], found[0])
         return self.loaded_version
+
+    def _releases(self, version: int) -> bool:
+        """Whether the engines give their weights up while waiting for ``version``: in a
+        colocated stage, when the trainer publishes every weight (a LoRA sync sends only
+        the adapted layers, so the engines keep theirs)."""
+        return (
+            self.config.mode == "colocate"
+            and version > self.loaded_version
+            and not self.config.model.lora_configs
+        )
 
     def _wait_for_trainer(self, version: Optional[int]) -> Any:
         """(version, weights) from the synchronizer once it has ``version`` (None: once the

@@ -182,7 +182,7 @@ class _Stage:
             sync_cfg.sync_method,
             config.checkpoint_job_dir,
             sync_cfg.sync_timeout,
-            has_trainer=config.mode == "both",
+            has_trainer=config.mode in ("both", "colocate"),
         )
         from trinity.runtime.actors import QueueActor
 
@@ -204,7 +204,7 @@ class _Stage:
 
         cfg, start = self.config, 0
         tracker = monitor_env(cfg.monitor.monitor_type)  # WANDB_MODE, MLFLOW_... of this shell
-        if cfg.mode in ("both", "explore", "bench"):
+        if cfg.mode in ("both", "colocate", "explore", "bench"):
             # An external model's URL and key, from this environment wherever the actor runs.
             env = {**tracker, **external_env(cfg)}
             self.explorer = ExplorerActor.options(
@@ -213,7 +213,7 @@ class _Stage:
             ).remote(cfg, self.plugin_dirs, self.queue, self.sync, self.status, self.placement)
             # Engines and runners start while the trainer prepares: processes start together.
             engines_up = self.explorer.start_engines.remote()
-        if cfg.mode in ("both", "train"):
+        if cfg.mode in ("both", "colocate", "train"):
             self.preparing = "trainer"
             self.trainer = TrainerActor.options(
                 runtime_env={"env_vars": tracker} if tracker else None,
@@ -317,7 +317,7 @@ def stage_queue(config: Any, host: Callable[..., Any]) -> Any:
 
     # train mode: the store a separate explore run writes (decoupled_checks.py), or files
     follow = reads_explorer_store(config)
-    if config.mode not in ("both", "explore") and not follow:
+    if config.mode not in ("both", "colocate", "explore") and not follow:
         return None
     from trinity.buffer.store import buffer_database
     from trinity.trainer.checkpoint import latest_step

@@ -59,7 +59,9 @@ def ray_reasons(config: Any) -> List[str]:
 
 def runs_in_process(config: Any) -> bool:
     """Whether ``local_stage`` runs this stage (see the module docstring)."""
-    return config.mode in ("train", "both", "explore", "bench") and not ray_reasons(config)
+    return config.mode in ("train", "both", "colocate", "explore", "bench") and not ray_reasons(
+        config
+    )
 
 
 def run_in_process(
@@ -100,7 +102,7 @@ class _LocalStage:
         )
         # A `both` stage's trainer and engines take turns on the cores: each hands its OpenMP
         # workers back when its turn ends, or libgomp throttles them all (utils/openmp.py).
-        openmp.share_cores(config.mode == "both")
+        openmp.share_cores(config.mode in ("both", "colocate"))
         self.status = RunStatus()
         sync = config.synchronizer
         # A train stage here trains on files: it publishes no weights, no one waits for them.
@@ -111,7 +113,7 @@ class _LocalStage:
                     sync.sync_method,
                     config.checkpoint_job_dir,
                     sync.sync_timeout,
-                    config.mode == "both",
+                    config.mode in ("both", "colocate"),
                 ),
                 "synchronizer",
             )
@@ -126,7 +128,7 @@ class _LocalStage:
 
         cfg, start = self.config, 0
         args = (cfg, self.plugin_dirs, self.queue, self.sync)
-        if cfg.mode in ("both", "explore", "bench"):
+        if cfg.mode in ("both", "colocate", "explore", "bench"):
 
             def explorer() -> Any:
                 role = ExplorerRole(*args, self.status)
@@ -134,7 +136,7 @@ class _LocalStage:
                 return role
 
             self.roles["explorer"] = self._in_thread("explorer", explorer)
-        if cfg.mode in ("both", "train"):
+        if cfg.mode in ("both", "colocate", "train"):
             trainer = self._in_thread("trainer", lambda: TrainerRole(*args, steps, self.status))
             self.roles["trainer"] = trainer
             start = self._in_thread("trainer", trainer.prepare)

@@ -44,7 +44,7 @@ class Placement:
         if config.mode == "explore":
             return cls(None, tuple(chosen))
         # a train stage with several nodes is a config error (common/config/nodes.py)
-        return cls(chosen[0], tuple(chosen[1:]) if config.mode == "both" else ())
+        return cls(chosen[0], tuple(chosen[1:]) if config.mode in ("both", "colocate") else ())
 
     @property
     def explorer_node(self) -> Optional[Node]:

@@ -38,7 +38,12 @@ def eval_summary(job_dir: str) -> Dict[str, Tuple[Tuple[int, float], Tuple[int, 
 
 
 # The roles whose metrics a stage of each mode writes (other modes: every file).
-_ROLES = {"both": ("explorer", "trainer"), "explore": ("explorer",), "train": ("trainer",)}
+_ROLES = {
+    "both": ("explorer", "trainer"),
+    "colocate": ("explorer", "trainer"),
+    "explore": ("explorer",),
+    "train": ("trainer",),
+}
 # The role whose records count a stage's steps.
 _COUNTS = {"explore": "explorer", "bench": "bench"}
 

@@ -173,6 +173,6 @@ def compute_threads(
     # every rank of a sharded trainer (trainer.cpu_ranks) computes at the same time
     trainers = config.trainer.cpu_ranks if config.mode != "explore" else 0
     sync = config.synchronizer
-    if config.mode == "both" and sync.sync_style == "fixed" and sync.sync_offset == 0:
+    if config.mode in ("both", "colocate") and sync.sync_style == "fixed" and sync.sync_offset == 0:
         return max(1, cores // engines) if role == "engine" else max(1, cores // trainers)
     return max(1, cores // max(1, engines + trainers))

@@ -79,7 +79,7 @@ class TrainerRankActor:
 
     def prepare(self) -> int:
         """Join the group, load and shard the models, resume with the others."""
-        follow = self._follow if self.config.mode == "both" else None
+        follow = self._follow if self.config.mode in ("both", "colocate") else None
         self.trainer = sharded_trainer(
             self.config,
             self.rank,

@@ -57,7 +57,11 @@ class TrainerRole:
         self.monitor = role_monitor(self.config, "trainer", resumes_after)
         # A `both` run's explorer waits for weights; a separate explore run polls the job
         # dir for checkpoints, saved at each sync (a train run reading its store).
-        publish = self._publish if self.config.mode == "both" or self.queue is not None else None
+        publish = (
+            self._publish
+            if self.config.mode in ("both", "colocate") or self.queue is not None
+            else None
+        )
         kwargs = dict(
             planned_steps=self.planned_steps,
             log=self.monitor.log,
@@ -74,7 +78,7 @@ class TrainerRole:
             self.trainer = Trainer(self.config, **kwargs)
         step = self.trainer.prepare_model()
         self.trainer.attach_reader(self._reader(), self._auxiliary_readers())
-        if step and self.config.mode == "both":
+        if step and self.config.mode in ("both", "colocate"):
             self._publish(step, self.trainer.model)
         return step
 
@@ -100,7 +104,7 @@ class TrainerRole:
 
     def _writer(self, storage: Any) -> str:
         """Who writes the experience buffer, as the trainer's waits name it."""
-        if self.config.mode == "both":
+        if self.config.mode in ("both", "colocate"):
             return "the explorer"
         from trinity.buffer.store import buffer_database
         from trinity.utils.database import masked_url

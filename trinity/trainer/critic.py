@@ -16,6 +16,7 @@ from trinity.algorithm.optimizer import build_lr_scheduler, build_optimizer
 from trinity.algorithm.value_loss import clipped_value_loss
 from trinity.common.experience import ExperienceBatch
 from trinity.trainer.policy_step import micro_batches
+from trinity.utils.device import DTYPES, compute_in
 
 
 class ValueModel(nn.Module):
@@ -39,17 +40,25 @@ class ValueModel(nn.Module):
             position_ids=batch.position_ids,
             use_cache=False,
         ).last_hidden_state
-        return self.value_head(hidden[:, P - 1 : P + R - 1]).squeeze(-1)
+        return self.value_head(hidden[:, P - 1 : P + R - 1]).squeeze(-1).float()
 
 
 class Critic:
     """Owns the value model's training: ``values`` before the advantage, ``update`` after."""
 
-    def __init__(self, settings: Dict[str, Any], planned_steps: int, loss_agg_mode: str) -> None:
+    def __init__(
+        self,
+        settings: Dict[str, Any],
+        planned_steps: int,
+        loss_agg_mode: str,
+        device: torch.device = torch.device("cpu"),
+    ) -> None:
         self.settings = settings
-        self.model = ValueModel(settings["model_path"])
+        self.model = ValueModel(settings["model_path"]).to(device)
         if settings.get("enable_gradient_checkpointing"):
             self.model.backbone.gradient_checkpointing_enable()
+        compute_in(self.model, DTYPES[settings["param_dtype"]])
+        self.device = device
         self.optimizer = build_optimizer(self.model.parameters(), settings["optimizer"])
         self.scheduler = build_lr_scheduler(self.optimizer, settings["optimizer"], planned_steps)
         self.loss_agg_mode = loss_agg_mode
@@ -61,14 +70,14 @@ class Critic:
     def values(self, batch: ExperienceBatch) -> torch.Tensor:
         self.model.eval()
         parts = [
-            self.model(mb)
+            self.model(mb.to(self.device))
             for mb in micro_batches(
                 batch,
                 self.settings["forward_micro_batch_size_per_device"],
                 self._max_tokens("forward_max_token_len_per_device"),
             )
         ]
-        return torch.cat(parts, dim=0) * batch.action_mask
+        return torch.cat(parts, dim=0).float().cpu() * batch.action_mask
 
     def update(self, batch: ExperienceBatch) -> Dict[str, float]:
         """Regress the values on ``batch.returns`` (clipped around the values used for GAE)."""
@@ -82,6 +91,7 @@ class Critic:
                 self._max_tokens("max_token_len_per_device"),
             ):
                 share = len(mb) / len(batch)
+                mb = mb.to(self.device)
                 loss, metrics = clipped_value_loss(
                     self.model(mb),
                     mb.extra["values"],

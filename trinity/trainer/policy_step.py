@@ -27,6 +27,7 @@ def response_logprobs(
     pass over it (``shared_prefix.py``) unless ``share_prefix`` is off: sharded ranks need
     exactly one model call per micro-batch, whatever its rows.
     """
+    batch = batch.to(model_device(model))
     P, R = batch.prompt_len, batch.response_len
     logits = shared_prefix_logits(model, batch) if share_prefix else None
     if logits is None:
@@ -45,6 +46,11 @@ def response_logprobs(
     if with_entropy:
         entropy = -(log_probs.exp() * log_probs).sum(-1)
     return logprob, entropy
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where ``model`` computes (its first parameter's device)."""
+    return next(model.parameters()).device
 
 
 @dataclass
@@ -109,12 +115,14 @@ def accumulate_gradients(
     whole = whole.clamp(min=1.0) if by_tokens else whole
     parts = micro_batches(batch, micro_batch_size, max_tokens, fns.row_multiple)
     plan = lockstep.pad(parts) if lockstep is not None else [(mb, True) for mb in parts]
+    device = model_device(model)
     for mb, real in plan:
         if not real:  # only to run the collectives: a zero gradient, no loss function
             logprob, _ = response_logprobs(model, mb, fns.temperature, False, False)
             (logprob.sum() * 0.0).backward()
             continue
         share = float(mb.action_mask.sum() / whole) if by_tokens else len(mb) / whole
+        mb = mb.to(device)  # the loss functions read its tensors next to the logprobs
         logprob, entropy = response_logprobs(
             model, mb, fns.temperature, share_prefix=lockstep is None
         )
@@ -155,4 +163,9 @@ def reference_logprobs(
         for mb, real in plan
     ]
     kept = [logprob for logprob, real in scored if real]
-    return torch.cat(kept, dim=0) if kept else torch.zeros(0, batch.response_len)
+    # back where the batch is: the advantage and KL-in-reward steps run there
+    return (
+        torch.cat(kept, dim=0).to(batch.input_ids.device)
+        if kept
+        else torch.zeros(0, batch.response_len)
+    )

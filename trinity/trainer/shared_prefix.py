@@ -41,12 +41,12 @@ def distinct_prompts(batch: ExperienceBatch) -> Tuple[torch.Tensor, torch.Tensor
     key = torch.cat([batch.input_ids[:, :P], batch.attention_mask[:, :P]], dim=1)
     _, inverse = torch.unique(key, dim=0, return_inverse=True)
     # The first row holding each prompt: scatter row numbers in reverse so the lowest wins.
-    rows = torch.arange(len(inverse))
-    first = torch.empty(int(inverse.max()) + 1, dtype=torch.long)
+    rows = torch.arange(len(inverse), device=inverse.device)
+    first = torch.empty(int(inverse.max()) + 1, dtype=torch.long, device=inverse.device)
     first.scatter_(0, inverse.flip(0), rows.flip(0))
     order = torch.argsort(first)
     renumber = torch.empty_like(order)
-    renumber[order] = torch.arange(len(order))
+    renumber[order] = torch.arange(len(order), device=order.device)
     return first[order], renumber[inverse]
 
 

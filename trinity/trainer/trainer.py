@@ -29,6 +29,7 @@ from trinity.trainer import lora
 from trinity.trainer.critic import Critic
 from trinity.trainer.distributed import as_number
 from trinity.trainer.policy_step import LossFns, accumulate_gradients, reference_logprobs
+from trinity.utils.device import DTYPES, attention_kwargs, compute_in, peak_memory_gb, role_device
 from trinity.utils.openmp import release_workers
 
 logger = logging.getLogger(__name__)
@@ -74,12 +75,16 @@ class Trainer:
 
         cfg, algo = self.config, self.config.algorithm
         path = cfg.model.model_path
+        self.device = role_device(cfg.cluster.gpu_per_node > 0)
+        self.settings = effective_trainer_settings(cfg)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=torch.float32, **attention_kwargs(self.device)
+        )
         self.lora = cfg.model.lora_configs[0] if cfg.model.lora_configs else None
         if self.lora is not None:
             self.model = lora.wrap(self.model, self.lora, self.lora.base_model_name or path)
-        self.settings = effective_trainer_settings(cfg)
+        self.model.to(self.device)
         if self.settings["enable_gradient_checkpointing"]:
             self.model.gradient_checkpointing_enable()
         self.model.train()
@@ -95,7 +100,7 @@ class Trainer:
         self.teacher = None
         if self.algorithm.use_teacher:
             self.teacher = self._frozen(cfg.explorer.auxiliary_models[0].model_path)
-        self.model = self._distribute(self.model)
+        self.model = compute_in(self._distribute(self.model), DTYPES[self.settings["param_dtype"]])
         self.optimizer = build_optimizer(lora.trainable_parameters(self.model), algo.optimizer)
         self.scheduler = build_lr_scheduler(self.optimizer, algo.optimizer, self.planned_steps)
         self.fns = LossFns(
@@ -121,7 +126,7 @@ class Trainer:
         self.critic = None
         if self.algorithm.use_critic:
             self.critic = Critic(
-                self.settings["critic"], self.planned_steps, self.fns.loss_agg_mode
+                self.settings["critic"], self.planned_steps, self.fns.loss_agg_mode, self.device
             )
         self._sampler_state: Dict[str, Any] = {}
         if cfg.continue_from_checkpoint and ckpt.latest_step(self.job_dir) is not None:
@@ -132,13 +137,16 @@ class Trainer:
         """A model that only scores (reference or teacher); it must share the vocabulary."""
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=torch.float32, **attention_kwargs(self.device)
+        ).eval()
         if model.config.vocab_size != self.model.config.vocab_size:
             raise ValueError(
                 f"{path} has vocab_size {model.config.vocab_size}, the policy "
                 f"{self.model.config.vocab_size}: logprobs are only comparable on one vocabulary"
             )
-        return self._distribute(model.requires_grad_(False))
+        model = self._distribute(model.to(self.device).requires_grad_(False))
+        return compute_in(model, DTYPES[self.settings["ref_param_dtype"]])
 
     def _distribute(self, model: torch.nn.Module) -> torch.nn.Module:
         """The model as this process trains it: whole here; sharded over several ranks
@@ -288,6 +296,18 @@ class Trainer:
             metrics.update(self._update_actor(batch))
         metrics.update(self._batch_metrics(batch))
         metrics["time/train_step"] = time.monotonic() - start
+        metrics.update(self._perf_metrics(batch, metrics["time/train_step"]))
+        return metrics
+
+    def _perf_metrics(self, batch: ExperienceBatch, seconds: float) -> Dict[str, float]:
+        """veRL's ``perf/`` names: tokens trained (prompt + response, padding excluded), their
+        rate, and on a GPU the step's peak memory (reset for the next step)."""
+        tokens = float(batch.attention_mask.sum())
+        metrics = {"perf/total_num_tokens": tokens, "perf/throughput": tokens / max(seconds, 1e-9)}
+        if self.device.type == "cuda":
+            metrics["perf/max_memory_allocated_gb"] = peak_memory_gb(self.device)
+            metrics["perf/max_memory_reserved_gb"] = torch.cuda.max_memory_reserved() / 1e9
+            torch.cuda.reset_peak_memory_stats(self.device)
         return metrics
 
     def _batch_metrics(self, batch: ExperienceBatch) -> Dict[str, float]:

@@ -12,6 +12,7 @@ from typing import List, Tuple
 
 from trinity.common.config.base import ConfigError, assign, set_default
 from trinity.common.config.config import Config
+from trinity.common.config import gpus
 from trinity.common.config.schema_algorithm import AlgorithmConfig
 from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.config.schema_model import ModelConfig
@@ -26,13 +27,6 @@ from trinity.common.config.validate import (
 from trinity.common.config.verl_mapping import carry_verl_settings
 
 logger = logging.getLogger("trinity.config")
-
-
-def detect_gpu_count() -> int:
-    """GPUs visible to this process."""
-    import torch
-
-    return torch.cuda.device_count()
 
 
 def finalize(config: Config) -> Config:
@@ -90,14 +84,18 @@ def _derive_external(config: Config) -> None:
 def _derive_from_machine(config: Config) -> None:
     """Unset keys whose guide defaults assume GPUs resolve to what this machine can run."""
     rollout = config.explorer.rollout_model
-    set_default(config.cluster, "gpu_per_node", detect_gpu_count())
+    set_default(config.cluster, "gpu_per_node", gpus.detect_gpu_count())
     if rollout.engine_type is None:  # not made external by _derive_external
         set_default(rollout, "engine_type", "transformers")
-    # The transformers engine runs on CPU inside `trinity run` (a GPU is not placed yet),
-    # where bf16 is slow and would sample from other numerics than the fp32 trainer scores.
+    # On a GPU engines and trainer compute in bf16 (the trainer over fp32 master weights);
+    # on CPU bf16 is slow, so both stay fp32 unless the user asks.
+    gpu = config.cluster.gpu_per_node > 0
     for served in [rollout, *config.explorer.auxiliary_models]:
-        set_default(served, "dtype", "float32")
-    sync_method = "memory" if config.mode == "both" else "checkpoint"
+        set_default(served, "dtype", "bfloat16" if gpu else "float32")
+    verl = config.trainer.trainer_config
+    for section in (verl.actor_rollout_ref.actor, verl.actor_rollout_ref.ref, verl.critic.model):
+        set_default(section.fsdp_config.mixed_precision, "param_dtype", "bf16" if gpu else "fp32")
+    sync_method = "memory" if config.mode in ("both", "colocate") else "checkpoint"
     set_default(config.synchronizer, "sync_method", sync_method)
     logger.info(
         "Resolved for this machine: cluster.gpu_per_node=%s explorer.rollout_model.engine_type=%s "
@@ -151,8 +149,9 @@ def _derive_model(config: Config) -> List[str]:
             )
         else:
             assign(model, "max_model_len", model.max_prompt_tokens + model.max_response_tokens)
-    if model.max_model_len is not None:
-        set_default(trainer, "max_token_len_per_gpu", max(16384, model.max_model_len))
+    # None, not "unset": veRL's actor.ppo_max_token_len_per_gpu may have been carried here
+    if model.max_model_len is not None and trainer.max_token_len_per_gpu is None:
+        assign(trainer, "max_token_len_per_gpu", max(16384, model.max_model_len))
     if model.chat_template_path:
         problems += _read_chat_template(model)
     set_default(rollout, "model_path", model.model_path)

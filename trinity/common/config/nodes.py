@@ -33,7 +33,7 @@ def node_problems(config: Config) -> List[str]:
         )
         return problems
     engines = config.explorer.rollout_model.engine_num
-    engine_nodes = nodes - 1 if config.mode == "both" else nodes
+    engine_nodes = nodes - 1 if config.mode in ("both", "colocate") else nodes
     if engines < engine_nodes:
         problems.append(
             f"explorer.rollout_model.engine_num = {engines} with cluster.node_num = {nodes} "

@@ -111,7 +111,28 @@ def stage_problems(config: Config, model_from_previous: bool, construct: bool) -
     problems += _output_problems(config)
     problems += bench_problems(config)
     problems += monitor_problems(config)
+    problems += _process_problems(config)
     return problems
+
+
+def _process_problems(config: Config) -> List[str]:
+    """A colocated or GPU stage runs in this process; what would send it to Ray instead."""
+    from trinity.runtime.local_stage import ray_reasons
+
+    reasons = ray_reasons(config)
+    gpus = config.cluster.gpu_per_node or 0
+    if not reasons or (config.mode != "colocate" and not gpus):
+        return []
+    why = "; ".join(reasons)
+    if config.mode == "colocate":
+        return [
+            f"mode colocate runs trainer and engines in one process, but this stage needs "
+            f"Ray ({why})"
+        ]
+    return [
+        f"cluster.gpu_per_node = {gpus} in a stage that runs on Ray ({why}): GPU roles as Ray "
+        "actors are not supported yet; remove what needs Ray or set cluster.gpu_per_node: 0"
+    ]
 
 
 # ---- models ------------------------------------------------------------------------------
@@ -124,7 +145,7 @@ def _model_problems(config: Config, model_from_previous: bool) -> List[str]:
     external = rollout.engine_type == "external"
     if not model_from_previous and not external:
         paths.append(("model.model_path", model.model_path))
-    explores = config.mode in ("both", "explore", "bench")
+    explores = config.mode in ("both", "colocate", "explore", "bench")
     if explores and is_set(rollout, "model_path") and not external:
         paths.append(("explorer.rollout_model.model_path", rollout.model_path))
     registries = algorithm_module()
@@ -216,7 +237,7 @@ def _chat_template_problems(config: Config) -> List[str]:
     if model.custom_chat_template is not None or has_chat_template(model.model_path):
         return []
     users = []
-    if config.mode in ("both", "explore", "bench"):
+    if config.mode in ("both", "colocate", "explore", "bench"):
         for path, storage in _storages(config, ("tasksets", "eval_tasksets")):
             workflow, _ = resolve_workflow(config, path, storage)
             if workflow is not None and is_builtin(workflow):
@@ -237,7 +258,7 @@ def _storages(config: Config, kinds: Tuple[str, ...]) -> List[Tuple[str, Storage
     """(YAML path, storage) of the named kinds of storage that the stage's mode reads."""
     found: List[Tuple[str, StorageConfig]] = []
     explorer_input, trainer_input = config.buffer.explorer_input, config.buffer.trainer_input
-    if config.mode in ("both", "explore", "bench"):
+    if config.mode in ("both", "colocate", "explore", "bench"):
         # bench evaluates checkpoints: it reads the eval tasksets only
         read = ("eval_tasksets",) if config.mode == "bench" else ("tasksets", "eval_tasksets")
         for kind in read:
@@ -247,7 +268,7 @@ def _storages(config: Config, kinds: Tuple[str, ...]) -> List[Tuple[str, Storage
     buffer = trainer_input.experience_buffer
     if "experience_buffer" in kinds and buffer is not None and config.mode == "train":
         found.append(("buffer.trainer_input.experience_buffer", buffer))
-    if "auxiliary_buffers" in kinds and config.mode in ("both", "train"):
+    if "auxiliary_buffers" in kinds and config.mode in ("both", "colocate", "train"):
         auxiliary = trainer_input.auxiliary_buffers.items()
         found += [(f"buffer.trainer_input.auxiliary_buffers.{k}", s) for k, s in auxiliary]
     return found
@@ -354,7 +375,7 @@ def _output_problems(config: Config) -> List[str]:
     root = config.checkpoint_root_dir
     problems = writable_problems("checkpoint_root_dir", root, config.checkpoint_job_dir, True)
     storage = config.buffer.trainer_input.experience_buffer
-    if config.mode in ("both", "explore") and storage is not None and storage.path:
+    if config.mode in ("both", "colocate", "explore") and storage is not None and storage.path:
         if storage.storage_type in ("queue", "sql"):
             problems += _buffer_database_problems(storage.path)
     return problems

@@ -74,9 +74,9 @@ def component_problems(config: Config, construct: bool) -> List[str]:
     checks already failed, since their own errors would repeat those problems).
     """
     problems = []
-    if config.mode in ("both", "explore", "bench"):
+    if config.mode in ("both", "colocate", "explore", "bench"):
         problems += _taskset_problems(config)
-    if config.mode in ("both", "train"):
+    if config.mode in ("both", "colocate", "train"):
         problems += _algorithm_problems(config, construct)
     return list(dict.fromkeys(problems))  # a shared default is reported once
 
@@ -158,7 +158,7 @@ def _workflow_args_problems(
             reads = ", ".join(known) or "none"
             problems.append(f"{path}.workflow_args.{key}: {name} reads no such key{hint} ({reads})")
     flag = ADVANTAGE_WORKFLOW_FLAGS.get(config.algorithm.advantage_fn or "")
-    if flag and not is_eval and config.mode == "both" and not args.get(flag):
+    if flag and not is_eval and config.mode in ("both", "colocate") and not args.get(flag):
         problems.append(
             f"{path}.workflow_args.{flag} must be true: advantage_fn "
             f"{config.algorithm.advantage_fn} needs what {name} only adds then"

@@ -21,7 +21,7 @@ PIPELINES = {"task_pipeline": "task", "experience_pipeline": "experience"}
 
 def operator_problems(config: Config, construct: bool) -> List[str]:
     """Every problem of the stage's pipelines; ``construct``: also build built-ins once."""
-    if config.mode not in ("both", "explore"):
+    if config.mode not in ("both", "colocate", "explore"):
         return []  # nothing runs them (validate.warn_inert says so): nothing to check
     problems = []
     for key, kind in PIPELINES.items():

@@ -43,7 +43,9 @@ class InferenceModelConfig(ConfigModel):
         False, description="Split long prefills into chunks.", reason=_VLLM_ONLY
     )
     dtype: Optional[Literal["float32", "float16", "bfloat16"]] = Field(
-        None, description="Weights dtype of the rollout engine; unset: float32."
+        None,
+        description="Weights dtype of the rollout engine; unset: bfloat16 on a GPU, float32 "
+        "on CPU.",
     )
     seed: int = Field(42, description="Seed of the rollout engine's sampling.")
     enable_thinking: bool = Field(

@@ -44,7 +44,7 @@ def _replay_modes(config: Config) -> Tuple[Any, ...]:
     queue = storage is None or storage.storage_type == "queue"
     if config.mode == "bench":  # trains nothing: the training YAML's setting is kept
         return (False, True)
-    return (False, True) if config.mode == "both" and queue else (False,)
+    return (False, True) if config.mode in ("both", "colocate") and queue else (False,)
 
 
 def uses_teacher(config: Config) -> bool:
@@ -67,7 +67,7 @@ COMPONENT_REGISTRIES = {
 Allowed = Union[Tuple[Any, ...], Callable[[Config], Tuple[Any, ...]]]
 
 SUPPORTED: Dict[str, Allowed] = {
-    "mode": ("both", "train", "explore", "bench"),
+    "mode": ("both", "colocate", "train", "explore", "bench"),
     "algorithm.algorithm_type": _registered_algorithms,
     "model.lora_configs.*.lora_dtype": ("auto", "float32", "bfloat16", "float16"),
     "model.rope_scaling": (None,),
@@ -87,6 +87,12 @@ SUPPORTED: Dict[str, Allowed] = {
     "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size": (1,),
     "trainer.trainer_config.actor_rollout_ref.ref.ulysses_sequence_parallel_size": (None, 1),
     "trainer.trainer_config.critic.ulysses_sequence_parallel_size": (1,),
+    # gradients and buffers stay in the fp32 of the master weights
+    **{
+        f"trainer.trainer_config.{section}.fsdp_config.mixed_precision.{key}": ("fp32", "float32")
+        for section in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model")
+        for key in ("reduce_dtype", "buffer_dtype")
+    },
     "monitor.monitor_type": ("tensorboard", "wandb", "mlflow"),
     # the task pipeline processes buffer.explorer_input.tasksets where they are read
     "data_processor.task_pipeline.inputs": ([],),

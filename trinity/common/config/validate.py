@@ -12,6 +12,7 @@ from typing import Any, List, Tuple
 from trinity.common.config.base import explicit_inert_values, is_set
 from trinity.common.config.config import Config
 from trinity.common.config.decoupled_checks import decoupled_problems
+from trinity.common.config.gpus import gpu_problems
 from trinity.common.config.lora_checks import lora_problems
 from trinity.common.config.nodes import node_problems
 from trinity.common.config.ranks import rank_problems
@@ -76,6 +77,7 @@ def check_consistency(config: Config) -> List[str]:
     problems += decoupled_problems(config)
     problems += rank_problems(config)
     problems += node_problems(config)
+    problems += gpu_problems(config)
     problems += sync_problems(config)
     return problems
 
@@ -120,7 +122,10 @@ def _check_model(config: Config) -> List[str]:
                 f"{model.max_prompt_tokens} + {model.min_response_tokens} exceeds "
                 f"model.max_model_len = {model.max_model_len}"
             )
-    if config.mode in ("both", "explore", "bench") and model.max_response_tokens is None:
+    if (
+        config.mode in ("both", "colocate", "explore", "bench")
+        and model.max_response_tokens is None
+    ):
         problems.append(f"model.max_response_tokens is required in mode {config.mode}")
     trainer = config.trainer
     if (
@@ -156,7 +161,7 @@ def _check_run(config: Config) -> List[str]:
             f"algorithm.algorithm_type = {algorithm.algorithm_type} distils from a teacher: set "
             "explorer.auxiliary_models[0].model_path to it"
         )
-    if config.synchronizer.sync_method == "memory" and config.mode != "both":
+    if config.synchronizer.sync_method == "memory" and config.mode not in ("both", "colocate"):
         problems.append(
             f"synchronizer.sync_method = memory needs mode both (trainer and explorer in one "
             f"run); with mode {config.mode} use checkpoint"
@@ -273,7 +278,10 @@ def _check_batches(config: Config) -> List[str]:
             f"algorithm.repeat_times = {repeat}: {algorithm.algorithm_type} "
             "compares several rollouts of each task, so it needs repeat_times > 1"
         )
-    if config.mode != "both" or min(buffer.batch_size, repeat, buffer.train_batch_size) < 1:
+    if (
+        config.mode not in ("both", "colocate")
+        or min(buffer.batch_size, repeat, buffer.train_batch_size) < 1
+    ):
         return problems
     rows, note = _buffer_rows(config)
     if groups and repeat > 1 and rows % repeat:
@@ -327,7 +335,7 @@ def storages_of(config: Config) -> List[Tuple[str, StorageConfig]]:
 
 def _check_datasets(config: Config) -> List[str]:
     problems, names = [], {}
-    if config.mode in ("both", "explore") and not config.buffer.explorer_input.tasksets:
+    if config.mode in ("both", "colocate", "explore") and not config.buffer.explorer_input.tasksets:
         problems.append(f"buffer.explorer_input.taskset is required in mode {config.mode}")
     for path, storage in storages_of(config):
         needs_path = storage.storage_type == "file" or (
@@ -361,7 +369,7 @@ def _idle_replay(config: Config) -> List[Tuple[str, Any, str]]:
 def _idle_pipelines(config: Config) -> List[Tuple[str, Any, str]]:
     """``data_processor`` pipelines in a mode that explores no training tasks (train, bench:
     e.g. the training YAML run again as the trainer of a decoupled pair): they do not run."""
-    if config.mode in ("both", "explore"):
+    if config.mode in ("both", "colocate", "explore"):
         return []
     why = f"mode {config.mode} explores no training tasks; pipelines run in modes both, explore"
     found = []

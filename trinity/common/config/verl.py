@@ -8,7 +8,7 @@ load and are reported in a warning; keys that moved elsewhere in Trinity are lis
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Dict, List, Optional
+from typing import Any, ClassVar, Dict, List, Literal, Optional
 
 from pydantic import Field
 
@@ -48,14 +48,40 @@ class VerlWrapPolicy(ConfigModel):
     min_num_params: int = Field(0, description="Size-based wrapping threshold.")
 
 
+Precision = Literal["fp32", "bf16", "fp16", "float32", "bfloat16", "float16"]
+
+
+class VerlMixedPrecision(ConfigModel):
+    """``fsdp_config.mixed_precision``: the dtypes the trainer computes in."""
+
+    param_dtype: Optional[Precision] = Field(
+        None,
+        description="Compute dtype of forward and backward (autocast over fp32 master "
+        "weights); unset: bf16 on a GPU, fp32 on CPU.",
+    )
+    reduce_dtype: Precision = Field(
+        "fp32", description="dtype of gradients and their reduction across ranks."
+    )
+    buffer_dtype: Precision = Field("fp32", description="dtype of model buffers.")
+
+
 class VerlFSDPConfig(ConfigModel):
     """``fsdp_config`` of actor, ref and critic."""
 
-    wrap_policy: VerlWrapPolicy = Field(default_factory=VerlWrapPolicy, description="Wrapping.")
-    param_offload: bool = Field(False, description="Offload parameters to CPU.")
-    optimizer_offload: bool = Field(False, description="Offload optimizer state to CPU.")
-    fsdp_size: int = Field(-1, description="Ranks per FSDP group; -1 is all.")
-    forward_prefetch: bool = Field(False, description="Prefetch the next unit's weights.")
+    mixed_precision: VerlMixedPrecision = Field(
+        default_factory=VerlMixedPrecision, description="Compute dtypes."
+    )
+    wrap_policy: VerlWrapPolicy = inert(
+        default_factory=VerlWrapPolicy, description="Wrapping.", reason=_FSDP
+    )
+    param_offload: bool = inert(False, description="Offload parameters to CPU.", reason=_FSDP)
+    optimizer_offload: bool = inert(
+        False, description="Offload optimizer state to CPU.", reason=_FSDP
+    )
+    fsdp_size: int = inert(-1, description="Ranks per FSDP group; -1 is all.", reason=_FSDP)
+    forward_prefetch: bool = inert(
+        False, description="Prefetch the next unit's weights.", reason=_FSDP
+    )
 
 
 class VerlCheckpointContents(ConfigModel):
@@ -144,8 +170,8 @@ class VerlActorConfig(ConfigModel):
     optim: VerlOptimConfig = Field(
         default_factory=VerlOptimConfig, description="Copied to algorithm.optimizer."
     )
-    fsdp_config: VerlFSDPConfig = inert(
-        default_factory=VerlFSDPConfig, description="FSDP settings.", reason=_FSDP
+    fsdp_config: VerlFSDPConfig = Field(
+        default_factory=VerlFSDPConfig, description="FSDP settings; mixed_precision is used."
     )
 
 
@@ -156,8 +182,8 @@ class VerlRefConfig(ConfigModel):
         "log_prob_micro_batch_size": "log_prob_micro_batch_size_per_gpu"
     }
 
-    fsdp_config: VerlFSDPConfig = inert(
-        default_factory=VerlFSDPConfig, description="FSDP settings.", reason=_FSDP
+    fsdp_config: VerlFSDPConfig = Field(
+        default_factory=VerlFSDPConfig, description="FSDP settings; mixed_precision is used."
     )
     log_prob_micro_batch_size_per_gpu: int = Field(4, description="Sequences per forward pass.")
     log_prob_use_dynamic_bsz: Optional[bool] = Field(
@@ -251,8 +277,8 @@ class VerlCriticModelConfig(ConfigModel):
     )
     enable_gradient_checkpointing: bool = Field(True, description="Recompute activations.")
     use_remove_padding: bool = inert(False, description="Unpad sequences.", reason=_PADDING)
-    fsdp_config: VerlFSDPConfig = inert(
-        default_factory=VerlFSDPConfig, description="FSDP settings.", reason=_FSDP
+    fsdp_config: VerlFSDPConfig = Field(
+        default_factory=VerlFSDPConfig, description="FSDP settings; mixed_precision is used."
     )
 
 

@@ -64,7 +64,8 @@ def effective_trainer_settings(config: Config) -> Dict[str, Any]:
     Keys: micro_batch_size_per_device, grad_clip, ppo_epochs,
     enable_gradient_checkpointing, use_dynamic_bsz, max_token_len_per_device,
     ulysses_sequence_parallel_size, ref_micro_batch_size_per_device, ref_use_dynamic_bsz,
-    ref_max_token_len_per_device, balance_batch, critic_warmup, and ``critic`` (a dict of the
+    ref_max_token_len_per_device, param_dtype, ref_param_dtype (compute dtypes of the actor
+    and the frozen models), balance_batch, critic_warmup, and ``critic`` (a dict of the
     critic's settings, with ``optimizer`` an ``OptimizerConfig``).
     """
     trainer = config.trainer
@@ -83,6 +84,8 @@ def effective_trainer_settings(config: Config) -> Dict[str, Any]:
         "ref_max_token_len_per_device": _or(
             ref.log_prob_max_token_len_per_gpu, trainer.max_token_len_per_gpu
         ),
+        "param_dtype": arr.actor.fsdp_config.mixed_precision.param_dtype,
+        "ref_param_dtype": ref.fsdp_config.mixed_precision.param_dtype,
         "balance_batch": trainer.trainer_config.trainer.balance_batch,
         "critic_warmup": trainer.trainer_config.trainer.critic_warmup,
         "critic": _critic_settings(config),
@@ -110,6 +113,7 @@ def _critic_settings(config: Config) -> Dict[str, Any]:
         "grad_clip": critic.grad_clip,
         "cliprange_value": critic.cliprange_value,
         "enable_gradient_checkpointing": critic.model.enable_gradient_checkpointing,
+        "param_dtype": critic.model.fsdp_config.mixed_precision.param_dtype,
     }
 
 

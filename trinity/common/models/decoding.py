@@ -224,7 +224,7 @@ def _cascade_attention(cache: _PrefixCache, layer_idx: int, query, key, value, s
     w_p, w_s = (part_p[..., -2:-1] - top).exp(), (part_s[..., -2:-1] - top).exp()
     total = w_p * part_p[..., -1:] + w_s * part_s[..., -1:]
     out = (w_p * part_p[..., :-2] + w_s * part_s[..., :-2]) / total
-    return out.to(query.dtype).view(rows, heads, width_q, -1)
+    return out.to(query.dtype).reshape(rows, heads, width_q, -1)
 
 
 def _packed_attention(cache: _PrefixCache, layer_idx: int, query, key, value, scaling: float):

@@ -24,6 +24,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trinity.common.models.decoding import make_decoder, supports_shared_prefix
 from trinity.common.models.sampling import RowSampler, SamplingParams
+from trinity.utils.device import attention_kwargs
 
 __all__ = ["SampleOutput", "SamplingParams", "TransformersEngine"]
 
@@ -105,7 +106,9 @@ class TransformersEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         if chat_template is not None:
             self.tokenizer.chat_template = chat_template
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=_DTYPES[dtype])
+        self.model = AutoModelForCausalLM.from_pretrained(
+            model_path, dtype=_DTYPES[dtype], **attention_kwargs(self.device)
+        )
         if adapter_path is not None:  # a peft LoRA adapter folder, merged into the weights
             from trinity.trainer.lora import merge_adapter_folder
 
@@ -121,6 +124,7 @@ class TransformersEngine:
         if self.pad_id is None:
             self.pad_id = self.eos_ids[0] if self.eos_ids else 0
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
+        self._released: Optional[Dict[str, torch.Size]] = None  # name -> shape, see release
         self._warned_truncation = False
 
     def _eos_ids(self) -> List[int]:
@@ -194,6 +198,8 @@ class TransformersEngine:
         """
         if len(prompts) != len(params):
             raise ValueError(f"got {len(prompts)} prompts but {len(params)} SamplingParams")
+        if self._released is not None:
+            raise RuntimeError("the engine's weights are released: load weights first")
         requests = [_Request(*self.fit(list(x), p)) for x, p in zip(prompts, params, strict=True)]
         results: List[List[SampleOutput]] = []
         for chunk in self._chunks(requests) if requests else []:
@@ -323,13 +329,43 @@ class TransformersEngine:
         """Names the engine accepts in ``load_state_dict`` (the model's state dict keys)."""
         return list(self.model.state_dict().keys())
 
+    def release(self) -> int:
+        """Free the weights' memory (``mode: colocate``: the trainer steps meanwhile on the
+        same device); the next ``load_state_dict``, which must then hold every weight, brings
+        them back. Returns the bytes freed (0 when already released)."""
+        if self._released is not None:
+            return 0
+        self._released, freed = {}, 0
+        for name, param in self.model.named_parameters():  # tied weights are listed once
+            self._released[name] = param.shape
+            freed += param.numel() * param.element_size()
+            param.data = param.data.new_empty(0)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()  # hand the blocks back for the trainer's allocations
+        return freed
+
+    def _restore(self, names: Any) -> None:
+        """Allocate released weights again (their values come from the caller's copy)."""
+        missing = [name for name in self._released if name not in names]
+        if missing:
+            raise KeyError(
+                f"load_state_dict after release needs every weight; {len(missing)} missing, "
+                f"e.g. {missing[:3]}"
+            )
+        for name, param in self.model.named_parameters():
+            param.data = param.data.new_empty(self._released[name])
+        self._released = None
+
     @torch.no_grad()
     def load_state_dict(self, state_dict: Dict[str, torch.Tensor]) -> None:
-        """Copy new weights in place (dtype/device converted); a subset of keys is allowed.
+        """Copy new weights in place (dtype/device converted); a subset of keys is allowed,
+        except after ``release``.
 
         Everything is checked before anything is copied, so a bad state dict leaves the
         current weights intact.
         """
+        if self._released is not None:
+            self._restore(state_dict.keys())
         current = self.model.state_dict()
         unknown = [k for k in state_dict if k not in current]
         if unknown:

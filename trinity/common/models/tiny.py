@@ -75,13 +75,17 @@ TINY_PRESETS: Dict[str, Dict[str, int]] = {
 _MARKER = "trinity_tiny_model.json"  # written last: its presence means the build completed
 
 
-def build_char_tokenizer(max_length: int = 256) -> PreTrainedTokenizerFast:
+def build_char_tokenizer(max_length: int = 256, vocab_size: int = 0) -> PreTrainedTokenizerFast:
     """A character-level fast tokenizer with ChatML special tokens and chat template.
 
     Every printable ASCII character and ``\\n`` is one token, so ``decode(encode(s)) == s``
-    for such strings; characters outside that set map to ``<|unk|>``.
+    for such strings; characters outside that set map to ``<|unk|>``. ``vocab_size`` above
+    the ~100 characters pads the vocabulary with ``<|reserved_i|>`` tokens that text never
+    encodes to: a model of a real vocabulary's size (and lm_head cost) whose samples decode.
     """
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARACTERS)}
+    tokens = SPECIAL_TOKENS + CHARACTERS
+    tokens += [f"<|reserved_{i}|>" for i in range(max(0, vocab_size - len(tokens)))]
+    vocab = {tok: i for i, tok in enumerate(tokens)}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK_TOKEN))
     # "[\s\S]" matches every character, newline included; Fuse joins tokens without spaces.
     backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
@@ -106,7 +110,8 @@ def _llama_config(tokenizer: PreTrainedTokenizerFast, args: Dict[str, Any]) -> L
         hidden_size=args["hidden_size"],
         num_hidden_layers=args["num_layers"],
         num_attention_heads=args["num_heads"],
-        num_key_value_heads=args["num_heads"],
+        num_key_value_heads=args.get("num_kv_heads") or args["num_heads"],
+        attention_bias=args.get("attention_bias", False),
         intermediate_size=args["intermediate_size"],
         max_position_embeddings=args["max_position_embeddings"],
         tie_word_embeddings=True,
@@ -133,14 +138,22 @@ def build_tiny_model(
     intermediate_size: int = 512,
     max_position_embeddings: int = 256,
     seed: int = 0,
+    **shape: Any,
 ) -> str:
     """Build (or reuse) a character-level Llama model folder at ``out_dir``; return its path.
 
-    The weights depend only on the arguments, so the same call gives the same model on
-    any machine. If ``out_dir`` already holds a model built with the same arguments it is
-    returned untouched. A non-empty ``out_dir`` that was not built here is never
-    overwritten.
+    ``shape`` takes what real checkpoints add: ``num_kv_heads`` (grouped-query attention),
+    ``attention_bias`` (Qwen2's projection biases), ``vocab_size`` (a padded vocabulary,
+    ``build_char_tokenizer``) and ``device`` (where the weights are initialised: a GPU
+    makes a 0.5B model in a second). The weights depend only on the other arguments, so
+    the same call gives the same model on any machine. If ``out_dir`` already holds a model
+    built with the same arguments it is returned untouched. A non-empty ``out_dir`` that was
+    not built here is never overwritten.
     """
+    device = shape.pop("device", "cpu")
+    unknown = set(shape) - {"num_kv_heads", "attention_bias", "vocab_size"}
+    if unknown:
+        raise TypeError(f"build_tiny_model got unknown argument(s) {sorted(unknown)}")
     args = dict(
         hidden_size=hidden_size,
         num_layers=num_layers,
@@ -148,6 +161,7 @@ def build_tiny_model(
         intermediate_size=intermediate_size,
         max_position_embeddings=max_position_embeddings,
         seed=seed,
+        **shape,
     )
     out_dir = os.path.abspath(out_dir)
     marker = _read_marker(out_dir)
@@ -161,11 +175,13 @@ def build_tiny_model(
     if hidden_size % num_heads:
         raise ValueError(f"hidden_size={hidden_size} must be divisible by num_heads={num_heads}")
 
-    tokenizer = build_char_tokenizer(max_position_embeddings)
+    tokenizer = build_char_tokenizer(max_position_embeddings, shape.get("vocab_size", 0))
     config = _llama_config(tokenizer, args)
-    with torch.random.fork_rng(devices=[]):  # seed the init without touching the caller's RNG
+    devices = [torch.cuda.current_device()] if torch.device(device).type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):  # seed the init, leave the caller's RNG
         torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
+        with torch.device(device):
+            model = LlamaForCausalLM(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
 

@@ -221,5 +221,10 @@ class TransformersInferenceModel(InferenceModel):
         await loop.run_in_executor(self._executor, self._load, weights, version)
         logger.info("rollout engine now at model version %d", version)
 
+    async def release(self) -> int:
+        """Free the weights' device memory until the next ``load_weights`` (bytes freed)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self.engine.release)
+
     async def model_version(self) -> int:
         return self._version

@@ -1,0 +1,70 @@
+"""Where a compute role runs and in which precision: shared by the trainer and the engines.
+
+A role given GPUs computes on the first GPU it sees: Ray sets ``CUDA_VISIBLE_DEVICES`` for
+each actor to the GPUs it assigned, and a process started by hand honours the variable the
+same way, so ``cuda:0`` is always the role's own. Mixed precision is ``torch.autocast``
+around the model's forward over weights kept in their own dtype (fp32 master weights
+with bf16 compute, as veRL's ``fsdp_config.mixed_precision`` means it); on CPU the same
+code runs under CPU autocast, which is how it is tested without a GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Dict
+
+import torch
+
+# veRL writes fp32 / bf16 / fp16, Hugging Face float32 / bfloat16 / float16: both are taken.
+DTYPES: Dict[str, torch.dtype] = {
+    "fp32": torch.float32,
+    "float32": torch.float32,
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+}
+
+
+def role_device(use_gpu: bool) -> torch.device:
+    """The device a role computes on: its first visible GPU when it was given GPUs, else
+    the CPU. Raises when GPUs were asked for and this torch sees none."""
+    if not use_gpu:
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "this role was given GPUs (cluster.gpu_per_node > 0) but torch sees none: install "
+            "torch's CUDA build and check CUDA_VISIBLE_DEVICES, or set cluster.gpu_per_node: 0"
+        )
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def compute_in(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """``model`` with its forward run under autocast to ``dtype`` (its weights untouched);
+    fp32 leaves it as it is. Every caller of the forward (trainer passes, the critic, the
+    shared-prefix scorer) then computes in ``dtype``, with no argument threaded through."""
+    if dtype == torch.float32:
+        return model
+    device_type = next(model.parameters()).device.type
+    forward = model.forward
+
+    @functools.wraps(forward)
+    def autocast_forward(*args: Any, **kwargs: Any) -> Any:
+        with torch.autocast(device_type, dtype=dtype):
+            return forward(*args, **kwargs)
+
+    model.forward = autocast_forward
+    return model
+
+
+def attention_kwargs(device: torch.device) -> Dict[str, Any]:
+    """``from_pretrained`` arguments for ``device``: PyTorch's SDPA kernels on CUDA (flash /
+    memory-efficient attention); transformers' own choice elsewhere."""
+    return {"attn_implementation": "sdpa"} if device.type == "cuda" else {}
+
+
+def peak_memory_gb(device: torch.device) -> float:
+    """Peak memory torch allocated on ``device`` since the last reset, in GB (0 on CPU)."""
+    if device.type != "cuda":
+        return 0.0
+    return torch.cuda.max_memory_allocated(device) / 1e9
