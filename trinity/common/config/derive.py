@@ -10,9 +10,9 @@ import logging
 import os
 from typing import List, Tuple
 
+from trinity.common.config import gpus
 from trinity.common.config.base import ConfigError, assign, set_default
 from trinity.common.config.config import Config
-from trinity.common.config import gpus
 from trinity.common.config.schema_algorithm import AlgorithmConfig
 from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.config.schema_model import ModelConfig
