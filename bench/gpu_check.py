@@ -44,7 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from trinity.common.experience import Experience, ExperienceBatch  # noqa: E402
 from trinity.common.models.hf_engine import SamplingParams, TransformersEngine  # noqa: E402
 from trinity.common.models.tiny import TINY_PRESETS, build_tiny_model  # noqa: E402
-from trinity.trainer.policy_step import response_logprobs  # noqa: E402
+from trinity.trainer.policy_step import micro_batches, response_logprobs  # noqa: E402
 from trinity.utils.device import compute_in  # noqa: E402
 from trinity.utils.synthetic import make_arithmetic  # noqa: E402
 
@@ -111,7 +111,8 @@ def stage_config(root: str, model: str, data: Dict[str, str], args: Any) -> str:
                 },
             },
         },
-        "explorer": {"runner_per_model": 4},
+        # every task of a step in flight at once: one engine batch per step
+        "explorer": {"runner_per_model": 4, "concurrent_mode": "multi-threading"},
         "trainer": {
             "save_interval": 0,
             "save_hf_checkpoint": "never",
@@ -207,6 +208,7 @@ def engine_figures(model: str, device: torch.device, args: Any) -> Dict[str, Any
     compute_in(trainer_model, torch.bfloat16 if device.type == "cuda" else torch.float32)
     agreement = logprob_agreement(trainer_model, prompts, outputs, pad)
 
+    passes = trainer_pass_figures(trainer_model, prompts, outputs, pad, args)
     state = trainer_model.state_dict()
     publish_s = best_of(lambda: {k: v.detach().clone() for k, v in state.items()}, 3)
     load_s = best_of(lambda: engine.load_state_dict(state), 3)
@@ -232,6 +234,7 @@ def engine_figures(model: str, device: torch.device, args: Any) -> Dict[str, Any
             "peak_memory_gb": engine_peak,
         },
         "logprobs": agreement,
+        "trainer_pass": passes,
         "sync": {
             "trainer_publish_s": publish_s,
             "engine_load_s": load_s,
@@ -275,15 +278,53 @@ def generate_seconds(
     return best_of(plain_generate, args.repeats)
 
 
-def logprob_agreement(
-    model: torch.nn.Module, prompts: List[List[int]], outputs: List[Any], pad: int
-) -> Dict[str, float]:
-    """|engine - trainer| logprob of each sampled token (the trainer's own scoring path)."""
-    experiences = [
+def experiences_of(prompts: List[List[int]], outputs: List[Any]) -> List[Experience]:
+    return [
         Experience(tokens=p + o.token_ids, prompt_length=len(p), logprobs=o.logprobs)
         for p, group in zip(prompts, outputs, strict=True)
         for o in group
     ]
+
+
+def trainer_pass_figures(
+    model: torch.nn.Module, prompts: List[List[int]], outputs: List[Any], pad: int, args: Any
+) -> Dict[str, Any]:
+    """Forward + backward of the policy's logprobs over the engine's samples, in micro-batches
+    of ``--max-tokens-per-pass``, with and without the shared-prefix pass: the train step's
+    compute alone (no optimizer, reference model or bookkeeping). A profile of the first is
+    printed."""
+    batch = ExperienceBatch.from_experiences(experiences_of(prompts, outputs), pad)
+    parts = micro_batches(batch, 1, args.max_tokens_per_pass)
+    tokens = float(batch.attention_mask.sum())
+    figures: Dict[str, Any] = {"micro_batches": len(parts), "tokens": tokens}
+
+    def step(share: bool) -> None:
+        for mb in parts:
+            logprob, entropy = response_logprobs(model, mb, 1.0, share_prefix=share)
+            (logprob.sum() + entropy.sum()).backward()
+        model.zero_grad(set_to_none=True)
+
+    for share in (True, False):
+        seconds = best_of(lambda share=share: step(share), args.repeats)
+        figures["shared_prefix" if share else "plain"] = {
+            "seconds": seconds,
+            "tokens_per_s": tokens / seconds,
+        }
+    if torch.cuda.is_available():
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            step(True)
+            sync()
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25))
+    return figures
+
+
+def logprob_agreement(
+    model: torch.nn.Module, prompts: List[List[int]], outputs: List[Any], pad: int
+) -> Dict[str, float]:
+    """|engine - trainer| logprob of each sampled token (the trainer's own scoring path)."""
+    experiences = experiences_of(prompts, outputs)
     diffs = []
     with torch.no_grad():
         for start in range(0, len(experiences), 16):
@@ -363,6 +404,10 @@ def main(argv: List[str] | None = None) -> Dict[str, Any]:
     # is lent for minutes, there is no second try).
     try:
         report.update(engine_figures(model, device, args))
+        for mode in ("shared_prefix", "plain"):
+            rate = report["trainer_pass"][mode]["tokens_per_s"]
+            peak = report["peak_bf16_flops"]
+            report["trainer_pass"][mode]["mfu"] = rate * 6 * params / peak if peak else None
     except Exception:
         report["engine_error"] = traceback.format_exc()
     reset_peak(device)  # the engine figures' models are gone: the stage starts from zero
