@@ -53,3 +53,48 @@ def test_micro_batched_gradient_equals_full_batch(micro_model):
         accumulate_gradients(model, batch, fns, size)
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
     assert torch.allclose(grads[0], grads[1], atol=1e-5)
+
+
+def test_token_scores_in_chunks_equal_one_pass(monkeypatch):
+    import trinity.trainer.policy_step as policy_step
+
+    torch.manual_seed(0)
+    logits = torch.randn(5, 4, 11, requires_grad=True)
+    targets = torch.randint(0, 11, (5, 4))
+    whole = policy_step.token_scores(logits, targets, temperature=0.7)
+    # by hand: log p(target) and -sum p log p of softmax(logits / T)
+    log_p = (logits.detach() / 0.7).log_softmax(-1)
+    assert torch.allclose(whole[0], log_p.gather(-1, targets[..., None])[..., 0], atol=1e-6)
+    assert torch.allclose(whole[1], -(log_p.exp() * log_p).sum(-1), atol=1e-6)
+    (whole[0].sum() + whole[1].sum()).backward()
+    expected_grad, logits.grad = logits.grad.clone(), None
+    monkeypatch.setattr(policy_step, "CHUNK_ELEMENTS", 2 * 4 * 11)  # chunks of 2, 2 and 1 rows
+    chunked = policy_step.token_scores(logits, targets, temperature=0.7)
+    (chunked[0].sum() + chunked[1].sum()).backward()
+    assert torch.allclose(chunked[0], whole[0]) and torch.allclose(chunked[1], whole[1])
+    assert torch.allclose(logits.grad, expected_grad, atol=1e-6)
+    with torch.no_grad():  # scoring only (reference model): chunks, nothing to recompute
+        assert torch.allclose(policy_step.token_scores(logits, targets, 0.7, False)[0], whole[0])
+
+
+def test_bf16_compute_over_fp32_weights_matches_the_fp32_step(micro_model):
+    """fsdp_config.mixed_precision.param_dtype: bf16 — CPU autocast runs the same code a GPU
+    runs; weights and gradients stay fp32 and the step agrees with the fp32 one closely."""
+    from trinity.utils.device import compute_in
+
+    fns = LossFns(POLICY_LOSS_FN.get("sft")(), KL_FN.get("none")(), ENTROPY_LOSS_FN.get("none")())
+    batch = _batch(6)
+    results = []
+    for dtype in (torch.float32, torch.bfloat16):
+        model = compute_in(AutoModelForCausalLM.from_pretrained(micro_model), dtype)
+        metrics = accumulate_gradients(model, batch, fns, 6)
+        grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+        assert {p.dtype for p in model.parameters()} == {torch.float32}
+        assert grads.dtype == torch.float32
+        results.append((metrics["sft_loss"], grads, response_logprobs(model, batch)[0]))
+    (loss32, grad32, lp32), (loss16, grad16, lp16) = results
+    assert not torch.equal(lp32, lp16)  # bf16 compute did happen
+    # bf16 keeps 8 bits of mantissa: logprobs within 0.05, the update's direction kept
+    assert (lp32 - lp16).abs().max() < 0.05
+    assert abs(loss32 - loss16) < 0.02 * abs(loss32)
+    assert torch.nn.functional.cosine_similarity(grad32, grad16, dim=0) > 0.99

@@ -100,3 +100,27 @@ def test_one_token_responses_keep_their_batch_columns(micro_model):
     shared, _ = response_logprobs(model, batch)
     mask = batch.action_mask.bool()
     assert torch.allclose(shared[mask], _plain(model, batch)[mask], atol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [2, 5])
+def test_grouped_query_heads_and_a_lone_group(tmp_path, rows):
+    """Grouped-query attention (2 key/value heads for 4 query heads), and a micro-batch
+    holding the last rows of one prompt's group, as a split GRPO batch ends: the cascade's
+    output was once reshaped with ``view`` over a layout it cannot view."""
+    from trinity.common.models.tiny import TINY_PRESETS, build_tiny_model
+
+    path = build_tiny_model(str(tmp_path / "gqa"), **TINY_PRESETS["micro"], num_kv_heads=2)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    prompt = [5, 6, 7, 8]
+    exps = [
+        Experience(
+            tokens=prompt + [20 + (r * 5 + k) % 30 for k in range(6 + r % 3)], prompt_length=4
+        )
+        for r in range(rows)
+    ]
+    batch = ExperienceBatch.from_experiences(exps, pad_token_id=0)
+    assert shared_prefix.shared_prefix_logits(model, batch) is not None
+    mask = batch.action_mask.bool()
+    assert torch.allclose(
+        response_logprobs(model, batch)[0][mask], _plain(model, batch)[mask], atol=1e-5
+    )

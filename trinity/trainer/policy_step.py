@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from trinity.common.experience import ExperienceBatch
 from trinity.trainer.shared_prefix import shared_prefix_logits
@@ -29,6 +30,9 @@ def response_logprobs(
     """
     batch = batch.to(model_device(model))
     P, R = batch.prompt_len, batch.response_len
+    # On a GPU the shared-prefix pass's many small kernels cost more than the prompt
+    # recomputation they save: an H100 ran the plain pass 2x faster (docs/performance.md).
+    share_prefix = share_prefix and batch.input_ids.device.type == "cpu"
     logits = shared_prefix_logits(model, batch) if share_prefix else None
     if logits is None:
         out = model(
@@ -38,13 +42,43 @@ def response_logprobs(
             use_cache=False,
         )
         logits = out.logits[:, P - 1 : P + R - 1]
-    logits = logits.float() / max(temperature, 1e-6)
-    log_probs = F.log_softmax(logits, dim=-1)
-    targets = batch.input_ids[:, P : P + R]
+    return token_scores(logits, batch.input_ids[:, P : P + R], temperature, with_entropy)
+
+
+# Logits (rows x tokens x vocabulary) above which they are scored in chunks of rows, each
+# recomputed in backward: with a 152k vocabulary the fp32 softmax tensors a pass keeps for
+# backward are several times the logits themselves (57 GB at 8k tokens on an H100).
+CHUNK_ELEMENTS = 2**28
+
+
+def token_scores(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool = True
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Logprobs (B, R) of ``targets`` (B, R) under ``logits / temperature`` (B, R, V), and
+    the entropy (B, R) of that distribution when asked. Large logits are scored in chunks
+    of rows, which only changes peak memory."""
+    rows, tokens, vocab = logits.shape
+    per_chunk = max(1, CHUNK_ELEMENTS // max(1, tokens * vocab))
+    if rows <= per_chunk:
+        return _scores(logits, targets, temperature, with_entropy)
+    recompute = torch.is_grad_enabled() and logits.requires_grad
+    parts = []
+    for start in range(0, rows, per_chunk):
+        args = (logits[start : start + per_chunk], targets[start : start + per_chunk])
+        if recompute:
+            parts.append(checkpoint(_scores, *args, temperature, with_entropy, use_reentrant=False))
+        else:
+            parts.append(_scores(*args, temperature, with_entropy))
+    logprob = torch.cat([p[0] for p in parts])
+    return logprob, torch.cat([p[1] for p in parts]) if with_entropy else None
+
+
+def _scores(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    log_probs = F.log_softmax(logits.float() / max(temperature, 1e-6), dim=-1)
     logprob = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    entropy = None
-    if with_entropy:
-        entropy = -(log_probs.exp() * log_probs).sum(-1)
+    entropy = -(log_probs.exp() * log_probs).sum(-1) if with_entropy else None
     return logprob, entropy
 
 
