@@ -383,10 +383,11 @@ def main(argv: List[str] | None = None) -> Dict[str, Any]:
         "--param-dtype", default=None, help="the trainer's compute dtype; unset: the machine's"
     )
     parser.add_argument("--out", default=None, help="JSON path; default docs/results/...")
+    parser.add_argument("--work-dir", default=None, help="model, data, run; default: a temp dir")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     card = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    root = tempfile.mkdtemp(prefix="gpu_check_")
+    root = args.work_dir or tempfile.mkdtemp(prefix="gpu_check_")
     start = time.monotonic()
     model = build_tiny_model(os.path.join(root, "model"), device=str(device), **SHAPES[args.preset])
     with torch.device("meta"):  # counted without allocating (tied weights once)

@@ -148,3 +148,35 @@ def test_a_trainer_failing_mid_run_in_process_ends_the_stage_naming_it(
     first = str(info.value).splitlines()[0]
     assert first.startswith("stage 'grpo_small': the trainer failed: CheckpointError: disk full")
     assert checkpoint.latest_step(os.path.join(tmp_path, "tests", "grpo_small")) == 1
+
+
+def test_a_colocated_stage_releases_the_engines_weights_while_the_trainer_steps(
+    tmp_path, micro_model, arithmetic_data, no_ray
+):
+    """mode: colocate: trainer and engine in this process on one device; before waiting for
+    each new version the engine frees its weights, and the published ones bring them back."""
+    from transformers import AutoModelForCausalLM
+
+    overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + ["mode=colocate"]
+    (result,) = run(CONFIG, overrides, [])
+    assert_on_policy_steps(result.job_dir)  # every step sampled with the newest weights
+    model = AutoModelForCausalLM.from_pretrained(micro_model)
+    size = sum(p.numel() * p.element_size() for p in model.parameters())
+    with open(os.path.join(result.job_dir, "log", "explorer.log")) as f:
+        released = [line for line in f if "engines released" in line]
+    # before step 2 (version 1) and before the evaluations after steps 2 and 3 (versions 2
+    # and 3); step 3 explores with version 2, already loaded for the evaluation
+    assert len(released) == 3
+    assert all(f"engines released {size / 1e6:.1f} MB of weights" in line for line in released)
+
+
+def test_colocate_refuses_what_needs_ray_before_start(tmp_path, micro_model, arithmetic_data):
+    from trinity.common.config.base import ConfigError
+
+    overrides = base_overrides(tmp_path, micro_model, arithmetic_data)
+    with pytest.raises(ConfigError) as info:
+        run(CONFIG, overrides + ["mode=colocate", "cluster.in_process=false"], [])
+    assert info.value.problems == [
+        "mode colocate runs trainer and engines in one process, but this stage needs Ray "
+        "(cluster.in_process is false)"
+    ]

@@ -494,3 +494,50 @@ def test_a_train_run_reads_the_store_of_an_explore_run(tmp_path):
     explore = finalized(tmp_path, overrides=["mode=explore"])
     assert resolved_config_name(explore) == "explore_config.yaml"
     assert resolved_config_name(finalized(tmp_path)) == "config.yaml"
+
+
+# ---- GPUs ------------------------------------------------------------------------------------
+def _precisions(config):
+    verl = config.trainer.trainer_config
+    sections = (verl.actor_rollout_ref.actor, verl.actor_rollout_ref.ref, verl.critic.model)
+    return {s.fsdp_config.mixed_precision.param_dtype for s in sections}
+
+
+def test_precision_follows_the_machine(tmp_path, monkeypatch):
+    cpu = finalized(tmp_path)
+    assert (cpu.explorer.rollout_model.dtype, _precisions(cpu)) == ("float32", {"fp32"})
+    monkeypatch.setattr(gpus_module, "detect_gpu_count", lambda: 1)
+    gpu = finalized(tmp_path)
+    assert gpu.cluster.gpu_per_node == 1
+    assert (gpu.explorer.rollout_model.dtype, _precisions(gpu)) == ("bfloat16", {"bf16"})
+    settings = effective_trainer_settings(gpu)
+    assert (settings["param_dtype"], settings["ref_param_dtype"]) == ("bf16", "bf16")
+    assert settings["critic"]["param_dtype"] == "bf16"
+    chosen = "trainer.trainer_config.actor_rollout_ref.actor.fsdp_config.mixed_precision"
+    kept = finalized(tmp_path, overrides=[f"{chosen}.param_dtype=fp32"])
+    assert effective_trainer_settings(kept)["param_dtype"] == "fp32"
+
+
+def test_gpu_count_is_checked_against_the_machine(tmp_path, monkeypatch):
+    assert problems(tmp_path, overrides=["cluster.gpu_per_node=8"]) == [
+        "cluster.gpu_per_node = 8 but this machine has 0 GPU(s) visible to torch (a CPU-only "
+        "torch build, or CUDA_VISIBLE_DEVICES empty); set cluster.gpu_per_node: 0 or leave it "
+        "unset (detected)"
+    ]
+    monkeypatch.setattr(gpus_module, "detect_gpu_count", lambda: 2)
+    (found,) = problems(tmp_path, overrides=["cluster.gpu_per_node=2"])
+    assert found.startswith("cluster.gpu_per_node = 2: placing the trainer and the engines")
+    assert "not supported yet" in found
+
+
+def test_gradients_and_buffers_stay_fp32(tmp_path):
+    key = "trainer.trainer_config.actor_rollout_ref.actor.fsdp_config.mixed_precision"
+    found = problems(tmp_path, overrides=[f"{key}.reduce_dtype=bf16"])
+    assert found == [f"{key}.reduce_dtype = bf16 is not supported yet (supported: fp32, float32)"]
+
+
+def test_colocate_is_a_stage_of_both_roles(tmp_path):
+    config = finalized(tmp_path, overrides=["mode=colocate"])
+    assert config.mode == "colocate"
+    assert config.synchronizer.sync_method == "memory"  # as in mode both: one process
+    assert config.buffer.trainer_input.experience_buffer.storage_type == "queue"

@@ -47,3 +47,22 @@ def test_pickling_keeps_tensors_dtypes_and_writability():
     assert torch.equal(copy.info["ids"], exp.info["ids"])
     copy.tokens[0] = 9  # a tensor the receiver owns
     assert exp.tokens[0] == 1
+
+
+def test_batch_to_a_device_moves_every_tensor():
+    import torch
+
+    from trinity.common.experience import Experience, ExperienceBatch
+
+    exps = [Experience(tokens=[1, 2, 3, 4], prompt_length=2, reward=1.0) for _ in range(2)]
+    batch = ExperienceBatch.from_experiences(exps, pad_token_id=0)
+    assert batch.to("cpu") is batch  # already there: no copy
+    batch.advantages = torch.ones(2, 2)
+    batch.extra["expert_mask"] = torch.zeros(2)
+    moved = batch.to("meta")  # a device without memory stands in for a GPU
+    tensors = [moved.input_ids, moved.attention_mask, moved.action_mask, moved.rewards]
+    tensors += [moved.old_logprob, moved.advantages, moved.extra["expert_mask"]]
+    assert {t.device.type for t in tensors} == {"meta"}
+    assert moved.returns is None and moved.group_ids == batch.group_ids
+    assert batch.input_ids.device.type == "cpu"  # the original stays
+    assert moved.select([1]).input_ids.device.type == "meta"

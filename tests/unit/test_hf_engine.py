@@ -416,3 +416,30 @@ def test_tools_reach_the_chat_template(model_dir):
     )
     plain = engine.tokenizer.decode(engine.apply_chat_template([{"role": "user", "content": "1"}]))
     assert "<tools>" not in plain
+
+
+def test_release_frees_the_weights_until_a_full_load(tmp_path, prompts):
+    """mode: colocate: the engine gives its weights' memory up while the trainer steps; the
+    process's resident memory drops by about their size, and a full state dict brings back
+    exactly the engine it was."""
+    import psutil
+
+    # a real vocabulary's embedding (16 MB) makes the drop stand out of the process's noise
+    shape = dict(TINY_PRESETS["micro"], vocab_size=65536)
+    engine = make_engine(build_tiny_model(str(tmp_path / "m"), **shape))
+    greedy = [SamplingParams(n=1, temperature=0.0, max_tokens=8)] * len(prompts)
+    before = [o[0].token_ids for o in engine.generate(prompts, greedy)]
+    weights = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    size = sum(p.numel() * p.element_size() for p in engine.model.parameters())
+    rss = psutil.Process().memory_info().rss
+    assert engine.release() == size
+    assert psutil.Process().memory_info().rss < rss - 0.8 * size
+    assert all(p.numel() == 0 for p in engine.model.parameters())
+    assert engine.release() == 0  # already released
+    with pytest.raises(RuntimeError, match="released"):
+        engine.generate(prompts, greedy)
+    with pytest.raises(KeyError, match="needs every weight"):
+        engine.load_state_dict({"lm_head.weight": weights["lm_head.weight"]})
+    assert all(p.numel() == 0 for p in engine.model.parameters())  # nothing half-restored
+    engine.load_state_dict(weights)
+    assert [o[0].token_ids for o in engine.generate(prompts, greedy)] == before

@@ -290,7 +290,7 @@ class ExplorerRole:
         else:
             if self._releases(want.version):  # the trainer steps on the device meanwhile
                 freed = sum(call_all(self.engines, "release"))
-                logger.info("engines released %.3f GB of weights", freed / 1e9)
+                logger.info("engines released %.1f MB of weights", freed / 1e6)
             found = self._wait_for_trainer(want.version)
         versions = call_all(self.engines, "model_version")
         stale = [e for e, v in zip(self.engines, versions, strict=True) if v < self.loaded_version]
