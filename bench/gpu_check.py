@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -140,12 +141,20 @@ def run_stage(root: str, model: str, args: Any) -> Dict[str, Any]:
         os.path.join(root, "data"), n_train=args.tasks * args.steps, n_test=8, digits=2
     )
     start = time.monotonic()
-    results = run(stage_config(root, model, data, args), [], [])
+    # DEBUG: the engine logs each batch it generates, so its share of a step can be read
+    results = run(stage_config(root, model, data, args), ["log.level=DEBUG"], [])
     wall = time.monotonic() - start
     monitor = os.path.join(results[0].job_dir, "monitor")
     trainer = read_metrics(os.path.join(monitor, "trainer.jsonl"))
     explorer = read_metrics(os.path.join(monitor, "explorer.jsonl"))
-    return {"wall_s": wall, "trainer": trainer, "explorer": explorer}
+    with open(os.path.join(results[0].job_dir, "log", "explorer_engine_0.log")) as f:
+        batches = [
+            (int(m[1]), float(m[2]))
+            for m in re.finditer(
+                r"generated \d+ request\(s\), (\d+) row\(s\) in ([\d.]+)s", f.read()
+            )
+        ]
+    return {"wall_s": wall, "trainer": trainer, "explorer": explorer, "engine_batches": batches}
 
 
 def best_of(fn: Callable[[], Any], repeats: int) -> float:
@@ -365,8 +374,19 @@ def summarize_stage(stage: Dict[str, Any], params: int, peak: float) -> Dict[str
             "explore_step_s": statistics.median(s["time/explore_step"] for s in explored),
             "wait_for_weights_s": statistics.median(s["time/wait_for_weights"] for s in explored),
         },
+        "engine_batches": {  # every generate call of the stage: (rows, seconds)
+            "count": len(stage["engine_batches"]),
+            "rows": [rows for rows, _ in stage["engine_batches"]],
+            "seconds": [round(sec, 3) for _, sec in stage["engine_batches"]],
+        },
         "actor_ppo_kl_step1": first.get("actor/ppo_kl"),
     }
+
+
+def write_report(report: Dict[str, Any], out: str, start: float) -> None:
+    report["total_s"] = time.monotonic() - start
+    with open(out, "w") as f:
+        json.dump(report, f, indent=2)
 
 
 def main(argv: List[str] | None = None) -> Dict[str, Any]:
@@ -401,8 +421,11 @@ def main(argv: List[str] | None = None) -> Dict[str, Any]:
         "peak_bf16_flops": peak_flops(card),
         "settings": vars(args),
     }
-    # Each part is reported on its own: a failing one leaves the other's figures (a GPU
-    # is lent for minutes, there is no second try).
+    slug = card.replace("NVIDIA ", "").replace(" ", "_").lower()
+    out = args.out or os.path.join("docs", "results", f"gpu_check_{slug}.json")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    # Each part is reported on its own, and written as soon as it is done: a failing or
+    # cut-off part leaves the others' figures (a GPU is lent for minutes).
     try:
         report.update(engine_figures(model, device, args))
         for mode in ("shared_prefix", "plain"):
@@ -411,6 +434,7 @@ def main(argv: List[str] | None = None) -> Dict[str, Any]:
             report["trainer_pass"][mode]["mfu"] = rate * 6 * params / peak if peak else None
     except Exception:
         report["engine_error"] = traceback.format_exc()
+    write_report(report, out, start)
     reset_peak(device)  # the engine figures' models are gone: the stage starts from zero
     try:
         stage = run_stage(root, model, args)
@@ -419,12 +443,7 @@ def main(argv: List[str] | None = None) -> Dict[str, Any]:
     except BaseException:
         report["stage_error"] = traceback.format_exc()
     report["work_dir"] = root
-    report["total_s"] = time.monotonic() - start
-    slug = card.replace("NVIDIA ", "").replace(" ", "_").lower()
-    out = args.out or os.path.join("docs", "results", f"gpu_check_{slug}.json")
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(report, f, indent=2)
+    write_report(report, out, start)
     print(json.dumps(report, indent=2))
     return report
 
