@@ -11,15 +11,13 @@ run joins the cluster through ``RAY_ADDRESS``, as a user's would, and the sessio
 import json
 import os
 import re
-import subprocess
 import sys
 from typing import List
 
-from tests.integration.conftest import base_overrides
+from tests.integration.conftest import base_overrides, module_report
 from tests.integration.test_run import CONFIG, records
 
 HEAD_IP, WORKER_IP = "127.0.0.1", "127.0.0.2"
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def two_node_runs(out_path: str, overrides: List[str]) -> None:
@@ -83,19 +81,7 @@ def test_engines_and_trainer_ranks_run_on_separate_nodes(tmp_path, micro_model, 
         "buffer.explorer_input.eval_tasksets=[]",
         "buffer.total_steps=2",
     ]
-    out = os.path.join(tmp_path, "report.json")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.integration.test_nodes", out, *overrides],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    with open(out) as f:
-        report = json.load(f)
+    report = module_report(__name__, os.path.join(tmp_path, "report.json"), overrides)
     nodes, job = report["nodes"], report["job_dir"]
     assert set(nodes) == {HEAD_IP, WORKER_IP}
     assert [r["step"] for r in records(job, "trainer")] == [1, 2]

@@ -7,6 +7,10 @@ import pytest
 from trinity.runtime.local_stage import ray_reasons, runs_in_process
 
 
+def served(engine_type):
+    return SimpleNamespace(engine_type=engine_type, engine_num=1, tensor_parallel_size=1)
+
+
 def stage(
     mode="train",
     storage_type="file",
@@ -19,19 +23,20 @@ def stage(
     sync_method="memory",
     by_node=False,
     auxiliary=(),
+    gpus=0,
 ):
     buffer = SimpleNamespace(storage_type=storage_type)
     return SimpleNamespace(
         mode=mode,
         buffer=SimpleNamespace(trainer_input=SimpleNamespace(experience_buffer=buffer)),
         trainer=SimpleNamespace(cpu_ranks=cpu_ranks),
-        cluster=SimpleNamespace(node_num=node_num, in_process=in_process),
+        cluster=SimpleNamespace(node_num=node_num, in_process=in_process, gpu_per_node=gpus),
         monitor=SimpleNamespace(enable_ray_timeline=timeline),
         log=SimpleNamespace(group_by_node=by_node),
         synchronizer=SimpleNamespace(sync_method=sync_method),
         explorer=SimpleNamespace(
-            rollout_model=SimpleNamespace(engine_type=engine_type),
-            auxiliary_models=[SimpleNamespace(engine_type=t) for t in auxiliary],
+            rollout_model=served(engine_type),
+            auxiliary_models=[served(t) for t in auxiliary],
             env_vars=env_vars or {},
         ),
     )
@@ -45,6 +50,8 @@ def stage(
         stage(mode="explore", storage_type="queue", engine_type="external"),
         stage(mode="bench"),
         stage(mode="both", storage_type="queue", sync_method="checkpoint", auxiliary=["external"]),
+        stage(mode="both", storage_type="queue", gpus=1),  # trainer and engine share it
+        stage(mode="colocate", storage_type="queue", gpus=1),
     ],
 )
 def test_one_node_stages_with_what_this_process_can_host_run_here(monkeypatch, config):
@@ -65,6 +72,10 @@ def test_one_node_stages_with_what_this_process_can_host_run_here(monkeypatch, c
         ("engine_type vllm", stage(mode="both", auxiliary=["transformers", "vllm"])),
         ("explorer.env_vars (set per runner process)", stage(mode="both", env_vars={"A": "1"})),
         ("synchronizer.sync_method nccl", stage(mode="both", sync_method="nccl")),
+        (
+            "2 GPUs (cluster.node_num x gpu_per_node), each role on its own",
+            stage(mode="both", storage_type="queue", gpus=2),
+        ),
     ],
 )
 def test_other_stages_run_on_ray_and_say_why(monkeypatch, reason, config):

@@ -162,7 +162,7 @@ class RayExplorerRole(ExplorerRole):
         cfg = self.config
         return [
             EngineActor.options(
-                name=f"{prefix}_engine_{i}", **pinned(self.placement.engine_node(i))
+                name=f"{prefix}_engine_{i}", **self.placement.engine_options(prefix, i)
             ).remote(
                 cfg.checkpoint_job_dir,
                 f"{prefix}_engine_{i}",

@@ -9,10 +9,11 @@ from __future__ import annotations
 import math
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from trinity.runtime.failures import RunFailed, failure_message
+from trinity.runtime.gpu_bundles import check_gpu_count, release_gpus, reserve_gpus
 from trinity.runtime.placement import (
     Placement,
     alive_nodes,
@@ -176,6 +177,8 @@ class _Stage:
         self.placement = (
             Placement.plan(config, alive_nodes()) if config.cluster.node_num >= 2 else Placement()
         )
+        # GPUs: each role's own, reserved before any actor starts (gpu_bundles.py)
+        self.placement = replace(self.placement, gpus=reserve_gpus(config))
         sync_cfg = config.synchronizer
         self.status = StatusActor.remote()
         self.sync = ray.remote(num_cpus=0)(Synchronizer).remote(
@@ -217,7 +220,7 @@ class _Stage:
             self.preparing = "trainer"
             self.trainer = TrainerActor.options(
                 runtime_env={"env_vars": tracker} if tracker else None,
-                **pinned(self.placement.trainer_node),
+                **self.placement.options(cfg.trainer.name, self.placement.trainer_node),
             ).remote(cfg, self.plugin_dirs, self.queue, self.sync, steps, self.status)
             start = self._prepare_trainer(steps)
         if self.explorer is not None:
@@ -303,6 +306,7 @@ class _Stage:
         for actor in (self.explorer, self.trainer, *self.ranks, self.queue, self.sync, self.status):
             if actor is not None:
                 ray.kill(actor, no_restart=True)
+        release_gpus(self.placement.gpus)  # the next stage reserves its own
 
 
 def stage_queue(config: Any, host: Callable[..., Any]) -> Any:
@@ -353,6 +357,7 @@ def run(config_path: str, overrides: List[str], plugin_dirs: List[str]) -> List[
         if not ray_started and not runs_in_process(stage):  # with the first stage needing it
             init_ray(stages[0].ray_namespace)
             check_node_count(stages)  # every stage's node count, once
+            check_gpu_count(stages)  # and whether a node has each stage's GPUs
             ray_started = True
         results.append(run_stage(stage, plugin_dirs, printer))
         plot_stage(results[-1].job_dir)

@@ -35,12 +35,17 @@ IN_PROCESS_ENGINES = ("transformers", "external")
 def ray_reasons(config: Any) -> List[str]:
     """Why this stage runs on Ray (none: ``local_stage`` runs it)."""
     from trinity.common.config.decoupled_checks import reads_explorer_store
+    from trinity.common.config.gpus import gpu_shares
 
     rollout, explorer = config.explorer.rollout_model, config.explorer
+    gpus = gpu_shares(config).total
     reasons = {
         "cluster.in_process is false": not config.cluster.in_process,
         "RAY_ADDRESS names a cluster": bool(os.environ.get("RAY_ADDRESS")),
         "cluster.node_num > 1": config.cluster.node_num > 1,
+        # one GPU is shared in this process; more are each role's own, in a Ray actor
+        f"{gpus} GPUs (cluster.node_num x gpu_per_node), each role on its own": gpus > 1
+        and config.mode != "colocate",
         "trainer.cpu_ranks > 1": config.trainer.cpu_ranks > 1,
         "monitor.enable_ray_timeline": config.monitor.enable_ray_timeline,
         "log.group_by_node": config.log.group_by_node,

@@ -8,6 +8,9 @@ ranks' gloo group listens on loopback, so they share a node) and the rollout eng
 other N-1: engine ``i`` (of the rollout model and of each auxiliary model) on engine node
 ``i mod (N-1)``, each workflow runner on its engine's node, the explorer actor on the first
 engine node. An ``explore`` stage spreads its engines over all N nodes.
+
+A stage whose roles compute on GPUs of their own has them reserved (``gpu_bundles.py``);
+its actors are placed in their GPU bundles instead.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
+
+from trinity.runtime.gpu_bundles import GpuBundles
 
 
 @dataclass(frozen=True)
@@ -29,10 +34,12 @@ class Node:
 
 @dataclass(frozen=True)
 class Placement:
-    """The nodes of a stage's trainer and engines; an empty placement pins nothing."""
+    """The nodes of a stage's trainer and engines, and its GPU bundles if it has any; an
+    empty placement pins nothing."""
 
     trainer_node: Optional[Node] = None
     engine_nodes: Tuple[Node, ...] = ()
+    gpus: Optional[GpuBundles] = None
 
     @classmethod
     def plan(cls, config: Any, nodes: List[Node]) -> Placement:
@@ -53,6 +60,17 @@ class Placement:
     def engine_node(self, index: int) -> Optional[Node]:
         """The node of engine ``index`` (and of the runners that call it)."""
         return self.engine_nodes[index % len(self.engine_nodes)] if self.engine_nodes else None
+
+    def options(self, name: str, node: Optional[Node]) -> Dict[str, Any]:
+        """Ray actor options that place actor ``name``: in its GPU bundle when it has one,
+        else on ``node`` (none: anywhere)."""
+        placed = self.gpus.options(name) if self.gpus is not None else None
+        return placed if placed is not None else pinned(node)
+
+    def engine_options(self, prefix: str, index: int) -> Dict[str, Any]:
+        """``options`` of engine ``index`` of the served model whose engines are named
+        ``<prefix>_engine_<i>``."""
+        return self.options(f"{prefix}_engine_{index}", self.engine_node(index))
 
     def engines_on(self, node: Node, engine_num: int) -> int:
         """How many of ``engine_num`` engines run on ``node``."""

@@ -99,7 +99,11 @@ def setup_process(
         return
     node = ray.get_runtime_context().get_node_id()
     ip = ray.util.get_node_ip_address()
-    logger.info("%s runs on node %s (%s) with %d torch thread(s)", actor_name, node, ip, threads)
+    # the GPUs Ray assigned this actor (gpu_bundles.py), which it sees as cuda:0, cuda:1...
+    gpus = f", GPUs {os.environ.get('CUDA_VISIBLE_DEVICES')}" if ray.get_gpu_ids() else ""
+    logger.info(
+        "%s runs on node %s (%s) with %d torch thread(s)%s", actor_name, node, ip, threads, gpus
+    )
 
 
 class RoleLogs(logging.Handler):

@@ -84,7 +84,11 @@ def _derive_external(config: Config) -> None:
 def _derive_from_machine(config: Config) -> None:
     """Unset keys whose guide defaults assume GPUs resolve to what this machine can run."""
     rollout = config.explorer.rollout_model
-    set_default(config.cluster, "gpu_per_node", gpus.detect_gpu_count())
+    detected = gpus.detect_gpu_count()
+    # colocate is a one-GPU mode: on a machine with several it takes the first
+    set_default(
+        config.cluster, "gpu_per_node", min(detected, 1) if config.mode == "colocate" else detected
+    )
     if rollout.engine_type is None:  # not made external by _derive_external
         set_default(rollout, "engine_type", "transformers")
     # On a GPU engines and trainer compute in bf16 (the trainer over fp32 master weights);

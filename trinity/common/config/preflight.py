@@ -20,6 +20,7 @@ from trinity.common.config.base import ConfigError, is_set
 from trinity.common.config.bench_checks import bench_problems
 from trinity.common.config.config import Config
 from trinity.common.config.derive import derive
+from trinity.common.config.gpus import gpu_shares
 from trinity.common.config.lora_checks import lora_folder_problems, lora_handover_problems
 from trinity.common.config.monitor_checks import monitor_problems
 from trinity.common.config.preflight_components import (
@@ -116,12 +117,12 @@ def stage_problems(config: Config, model_from_previous: bool, construct: bool) -
 
 
 def _process_problems(config: Config) -> List[str]:
-    """A colocated or GPU stage runs in this process; what would send it to Ray instead."""
+    """A colocated stage, or one whose roles share one GPU, runs in this process; what would
+    send it to Ray instead (``gpus.py`` says what runs where)."""
     from trinity.runtime.local_stage import ray_reasons
 
     reasons = ray_reasons(config)
-    gpus = config.cluster.gpu_per_node or 0
-    if not reasons or (config.mode != "colocate" and not gpus):
+    if not reasons:
         return []
     why = "; ".join(reasons)
     if config.mode == "colocate":
@@ -129,9 +130,13 @@ def _process_problems(config: Config) -> List[str]:
             f"mode colocate runs trainer and engines in one process, but this stage needs "
             f"Ray ({why})"
         ]
+    shares = gpu_shares(config)
+    if shares.total != 1 or not shares.problems():  # CPUs, or a GPU (or more) per role
+        return []
     return [
-        f"cluster.gpu_per_node = {gpus} in a stage that runs on Ray ({why}): GPU roles as Ray "
-        "actors are not supported yet; remove what needs Ray or set cluster.gpu_per_node: 0"
+        f"cluster.gpu_per_node = 1: the trainer and the engines share the one GPU in one "
+        f"process, but this stage needs Ray ({why}); remove what needs Ray, or give each "
+        f"role a GPU of its own (cluster.gpu_per_node: {shares.engine_gpus + shares.trains})"
     ]
 
 

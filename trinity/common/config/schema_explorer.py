@@ -30,7 +30,9 @@ class InferenceModelConfig(ConfigModel):
     )
     engine_num: int = Field(1, description="Number of engines.")
     tensor_parallel_size: int = inert(
-        1, description="Tensor parallel degree per engine.", reason=_VLLM_ONLY
+        1,
+        description="Tensor parallel degree per engine; with GPUs each engine takes this many.",
+        reason="a transformers engine runs on one device (> 1 with GPUs is not supported yet)",
     )
     gpu_memory_utilization: float = inert(
         0.9, description="Fraction of GPU memory an engine may use.", reason=_VLLM_ONLY
