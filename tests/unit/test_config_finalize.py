@@ -524,10 +524,11 @@ def test_gpu_count_is_checked_against_the_machine(tmp_path, monkeypatch):
         "torch build, or CUDA_VISIBLE_DEVICES empty); set cluster.gpu_per_node: 0 or leave it "
         "unset (detected)"
     ]
-    monkeypatch.setattr(gpus_module, "detect_gpu_count", lambda: 2)
-    (found,) = problems(tmp_path, overrides=["cluster.gpu_per_node=2"])
-    assert found.startswith("cluster.gpu_per_node = 2: placing the trainer and the engines")
-    assert "not supported yet" in found
+    monkeypatch.setattr(gpus_module, "detect_gpu_count", lambda: 3)
+    assert finalized(tmp_path, overrides=["cluster.gpu_per_node=2"]).cluster.gpu_per_node == 2
+    (found,) = problems(tmp_path, overrides=["cluster.gpu_per_node=3"])  # the trainer gets 2
+    assert "leave 2 of cluster.node_num (1) x cluster.gpu_per_node (3) = 3 for the trainer" in found
+    assert "a trainer on more than one GPU (FSDP2 ranks over NCCL) is not supported yet" in found
 
 
 def test_gradients_and_buffers_stay_fp32(tmp_path):
