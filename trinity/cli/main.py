@@ -48,22 +48,45 @@ def prepare_quickstart(
     task: str = typer.Option(
         "arithmetic",
         "--task",
-        help="Which demo: arithmetic (examples/quickstart), guess_number (examples/guess_number) "
-        "or calculator (examples/calculator_agent)",
+        help="Which demo: arithmetic (examples/quickstart), guess_number (examples/guess_number), "
+        "calculator (examples/calculator_agent) or smollm2 (examples/smollm2: a real model, "
+        'needs pip install -e ".[smollm2]")',
     ),
 ) -> None:
-    """Build a demo's tiny model and synthetic data (offline, seeded): arithmetic by default."""
+    """Build a demo's model and synthetic data (offline, seeded): arithmetic by default."""
+    from trinity.common.models.gguf import GGUFImportError
     from trinity.demo import DEMOS, prepare_demo
 
     if task not in DEMOS:
-        typer.secho(
-            f"error: --task {task} is not a demo; choose one of {', '.join(sorted(DEMOS))}",
-            fg=typer.colors.RED,
-            err=True,
-        )
-        raise typer.Exit(code=2)
-    for key, path in prepare_demo(task, out).items():
+        _fail(f"--task {task} is not a demo; choose one of {', '.join(sorted(DEMOS))}")
+    try:
+        built = prepare_demo(task, out)
+    except GGUFImportError as exc:
+        _fail(str(exc))
+    for key, path in built.items():
         typer.echo(f"{key}: {path}")
+
+
+@app.command("import-gguf")
+def import_gguf(
+    source: str = typer.Argument(
+        ..., help="A .gguf file, or an installed model package's name: smollm2."
+    ),
+    out: str = typer.Option(..., "--out", help="The Hugging Face folder to write."),
+) -> None:
+    """Write a GGUF model (llama.cpp's format) as a float32 Hugging Face folder."""
+    from trinity.common.models.gguf import GGUFImportError
+    from trinity.common.models.gguf import import_gguf as write_folder
+
+    try:
+        typer.echo(write_folder(source, out))
+    except GGUFImportError as exc:
+        _fail(str(exc))
+
+
+def _fail(message: str) -> None:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code=2)
 
 
 @app.command()

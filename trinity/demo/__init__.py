@@ -10,6 +10,9 @@
   ``guess_number_workflow``, ``examples/guess_number/guess_number.yaml``.
 - ``calculator``: tool use, multiplication with a ``calc`` tool (``trinity.demo.calculator``),
   played by an agent that only knows ``openai.OpenAI``, ``examples/calculator_agent``.
+- ``smollm2``: a real model, SmolLM2-135M-Instruct (imported from the ``smollm2`` extra's GGUF
+  file), with word problems in plain English (``trinity.demo.word_problems``),
+  ``examples/smollm2``.
 
 To add an environment: write a module here with the environment (an episode object with an
 opening message and a ``step(reply)``, seeded, no network), a ``make_*`` function writing its
@@ -34,6 +37,7 @@ DEMOS: Dict[str, str] = {
     "arithmetic": "trinity.utils.synthetic:prepare_quickstart",
     "guess_number": "trinity.demo.guess_number:prepare_guess_number",
     "calculator": "trinity.demo.calculator:prepare_calculator",
+    "smollm2": "trinity.demo.word_problems:prepare_smollm2",
 }
 
 

@@ -119,17 +119,8 @@ class Conversation:
 def engine_conversation(engine: Any) -> Conversation:
     """A ``Conversation`` over a ``TransformersEngine``'s tokenizer and chat template."""
     tokenizer = engine.tokenizer
-
-    def render(messages: Messages, tools: Any, add_generation_prompt: bool) -> str:
-        return tokenizer.apply_chat_template(
-            messages,
-            tools=tools or None,
-            add_generation_prompt=add_generation_prompt,
-            tokenize=False,
-        )
-
     return Conversation(
-        render,
+        engine.render_chat,
         lambda text: tokenizer.encode(text, add_special_tokens=False),
         lambda ids: tokenizer.decode(ids, skip_special_tokens=False),
         set(engine.eos_ids) | set(tokenizer.all_special_ids),

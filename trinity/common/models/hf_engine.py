@@ -24,6 +24,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trinity.common.models.decoding import make_decoder, supports_shared_prefix
 from trinity.common.models.sampling import RowSampler, SamplingParams
+from trinity.engine.tool_prompt import renders_tools, with_tools_in_text
 from trinity.utils.device import attention_kwargs
 
 __all__ = ["SampleOutput", "SamplingParams", "TransformersEngine"]
@@ -125,6 +126,7 @@ class TransformersEngine:
             self.pad_id = self.eos_ids[0] if self.eos_ids else 0
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
         self._released: Optional[Dict[str, torch.Size]] = None  # name -> shape, see release
+        self._renders_tools: Optional[bool] = None
         self._warned_truncation = False
 
     def _eos_ids(self) -> List[int]:
@@ -139,12 +141,41 @@ class TransformersEngine:
     def apply_chat_template(
         self, messages: List[Dict[str, Any]], tools: Optional[List[Dict[str, Any]]] = None
     ) -> List[int]:
-        """Token ids of ``messages`` (and ``tools``, OpenAI's function schema list, rendered as
-        the chat template does) plus a generation prompt."""
-        text = self.tokenizer.apply_chat_template(
-            messages, tools=tools or None, add_generation_prompt=True, tokenize=False
+        """Token ids of ``messages`` (and ``tools``, OpenAI's function schema list) plus a
+        generation prompt, as ``render_chat`` writes them."""
+        return self.tokenizer.encode(self.render_chat(messages, tools), add_special_tokens=False)
+
+    def render_chat(
+        self,
+        messages: List[Dict[str, Any]],
+        tools: Optional[List[Dict[str, Any]]] = None,
+        add_generation_prompt: bool = True,
+    ) -> str:
+        """The chat template's text of ``messages``; tools and tool calls go through the
+        template, or, when it ignores them, into the messages' text (``tool_prompt``)."""
+        calls = any(m.get("tool_calls") for m in messages)
+        if (tools or calls) and not self._template_renders_tools():
+            messages, tools = with_tools_in_text(messages, tools), None
+        return self.tokenizer.apply_chat_template(
+            messages,
+            tools=tools or None,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
         )
-        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def _template_renders_tools(self) -> bool:
+        if self._renders_tools is None:  # asked once, of the template in use
+
+            def render(messages: Any, tools: Any, add_generation_prompt: bool) -> str:
+                return self.tokenizer.apply_chat_template(
+                    messages,
+                    tools=tools,
+                    add_generation_prompt=add_generation_prompt,
+                    tokenize=False,
+                )
+
+            self._renders_tools = renders_tools(render)
+        return self._renders_tools
 
     def encode_prompt(self, prompt: str) -> List[int]:
         """Token ids of a raw text prompt (the tokenizer's own special-token rules apply)."""

@@ -10,6 +10,7 @@ takes ``reward_fn_args``. Interface and a tested example: docs/extending.md.
 from trinity.common.rewards.base import REWARD_FUNCTIONS, RewardFn, total_reward
 from trinity.common.rewards.countdown import CountdownReward
 from trinity.common.rewards.math import AccuracyReward, FormatReward, MathReward
+from trinity.common.rewards.verified import MathVerifyReward
 
 __all__ = [
     "REWARD_FUNCTIONS",
@@ -18,5 +19,6 @@ __all__ = [
     "AccuracyReward",
     "FormatReward",
     "MathReward",
+    "MathVerifyReward",
     "CountdownReward",
 ]
