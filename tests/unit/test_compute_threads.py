@@ -58,3 +58,26 @@ def test_trainer_ranks_split_the_cores(monkeypatch, mode, offset, engine_threads
     config = _config(mode, 1, offset, ranks=2)
     assert roles.compute_threads(config, "engine") == engine_threads
     assert roles.compute_threads(config, "trainer") == trainer_threads
+
+
+def test_an_evaluation_is_one_engine_batch_not_a_training_batch():
+    from types import SimpleNamespace
+
+    from trinity.runtime.explorer_role import EVAL_ROWS_PER_ENGINE, runner_slots
+
+    def config(mode: str, evals: list, engines: int = 1):
+        return SimpleNamespace(
+            explorer=SimpleNamespace(
+                concurrent_mode=mode, rollout_model=SimpleNamespace(engine_num=engines)
+            ),
+            buffer=SimpleNamespace(
+                batch_size=2, explorer_input=SimpleNamespace(eval_tasksets=evals)
+            ),
+            algorithm=SimpleNamespace(repeat_times=4),
+        )
+
+    assert runner_slots(config("multi-threading", []), 2) == 4  # 2 tasks x 4 samples / 2
+    # with a held-out set: an engine batch of eval tasks per engine, over the runners
+    assert runner_slots(config("multi-threading", ["test"]), 2) == EVAL_ROWS_PER_ENGINE // 2
+    assert runner_slots(config("asynchronous", ["test"], engines=2), 4) == EVAL_ROWS_PER_ENGINE // 2
+    assert runner_slots(config("sequential", ["test"]), 2) == 1

@@ -112,13 +112,21 @@ def task_timeout(explorer: Any) -> DynamicTimeout:
     return DynamicTimeout(explorer.max_timeout, dynamic.ratio if dynamic.enable else None)
 
 
+# Samples of an evaluation an engine takes at once: its batch (TransformersEngine's
+# max_num_seqs). Evaluations are not bound by the training batch: a held-out set of 200
+# questions is one engine batch, not 25 of 8.
+EVAL_ROWS_PER_ENGINE = 256
+
+
 def runner_slots(config: Any, runners: int) -> int:
-    """Samples (and so tasks) one runner has in flight: a whole step's batch spread over the
-    runners in ``multi-threading`` and ``asynchronous`` modes, one task at a time when
-    ``sequential``."""
+    """Samples (and so tasks) one runner has in flight: a whole step's batch, or an engine
+    batch of evaluation tasks per engine, spread over the runners in ``multi-threading`` and
+    ``asynchronous`` modes; one task at a time when ``sequential``."""
     if config.explorer.concurrent_mode == "sequential":
         return 1
     rows = config.buffer.batch_size * config.algorithm.repeat_times
+    if config.buffer.explorer_input.eval_tasksets:
+        rows = max(rows, EVAL_ROWS_PER_ENGINE * config.explorer.rollout_model.engine_num)
     return max(1, math.ceil(rows / max(1, runners)))
 
 
