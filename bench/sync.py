@@ -104,6 +104,8 @@ def _sides(method: str, job_dir: str, model: torch.nn.Module, folder: str, threa
     )
     sync = ray.remote(num_cpus=0)(Synchronizer).remote(method, job_dir, 600.0, has_trainer=True)
     engine = EngineActor.remote(
+        "transformers",
+        [],
         job_dir,
         "bench_engine",
         "INFO",

@@ -212,7 +212,7 @@ def test_hf_export_is_a_peft_adapter_and_merged_model(tmp_path, micro_model, ari
 def test_pretrained_adapter_path_and_engine_start_from_it(
     tmp_path, micro_model, arithmetic_data, trained
 ):
-    from trinity.common.models.hf_engine import TransformersEngine
+    from trinity.engine.hf_engine import TransformersEngine
 
     adapter = str(tmp_path / "adapter")
     lora.export_adapter(trained.model, adapter)

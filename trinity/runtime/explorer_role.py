@@ -12,6 +12,7 @@ import math
 import time
 from typing import Any, Dict, List, Optional
 
+from trinity.engine import ENGINES
 from trinity.explorer.bench import run_bench
 from trinity.explorer.pool import LoopRunner, Runner, RunnerPool, ThreadRunner
 from trinity.explorer.pool_rules import DynamicTimeout
@@ -70,24 +71,30 @@ def openai_api(config: Any, auxiliary: Any = None) -> Optional[Dict[str, Any]]:
     return {"host": served.openai_api_host, "port": served.openai_api_port}
 
 
-def external_engine(config: Any, auxiliary: Any = None) -> Any:
-    """An ``ExternalModel`` for the rollout model's API (``model.external_model``) or for an
-    auxiliary model's, read from this process's environment. The rollout model makes
-    experiences with the tokenizer at ``model.model_path``."""
-    from trinity.engine.external import ExternalModel
+def hosted(served: Any) -> bool:
+    """Whether the engine of ``served`` (the rollout model's or an auxiliary model's section)
+    runs a model here, in a host of its own (``InferenceModel.hosted``)."""
+    return ENGINES.get(served.engine_type).hosted
 
+
+def external_engine(config: Any, auxiliary: Any = None) -> Any:
+    """The client engine (``hosted = False``: ``ExternalModel``) of the rollout model's API
+    (``model.external_model``) or of an auxiliary model's, read from this process's
+    environment. The rollout model makes experiences with the tokenizer at
+    ``model.model_path``."""
+    served = auxiliary or config.explorer.rollout_model
+    engine_cls = ENGINES.get(served.engine_type)
     if auxiliary is None:
-        rollout = config.explorer.rollout_model
-        return ExternalModel.from_config(
+        return engine_cls.from_config(
             config.model.external_model,
             "model.external_model",
-            rollout.model_path,
+            served.model_path,
             tokenizer_path=config.model.model_path,
             chat_template=_chat_template(config.model),
         )
     index = next(i for i, a in enumerate(config.explorer.auxiliary_models) if a is auxiliary)
     key = f"explorer.auxiliary_models[{index}].external_model"
-    return ExternalModel.from_config(auxiliary.external_model, key, auxiliary.model_path)
+    return engine_cls.from_config(auxiliary.external_model, key, auxiliary.model_path)
 
 
 def local_engine(config: Any, name: str, auxiliary: Any = None, threads: int = 0) -> Any:
@@ -97,12 +104,12 @@ def local_engine(config: Any, name: str, auxiliary: Any = None, threads: int = 0
     from trinity.engine.local import LocalEngine
 
     served = auxiliary or config.explorer.rollout_model
-    if served.engine_type == "external":
+    if not hosted(served):
         return external_engine(config, auxiliary)
     kwargs = engine_kwargs(config, auxiliary)
     if threads:
         kwargs["num_threads"] = threads
-    return LocalEngine(openai_api(config, auxiliary), name=name, **kwargs)
+    return LocalEngine(served.engine_type, openai_api(config, auxiliary), name=name, **kwargs)
 
 
 def task_timeout(explorer: Any) -> DynamicTimeout:
@@ -235,7 +242,7 @@ class ExplorerRole:
         cfg, engines = self.config, []
         for i in range(served.engine_num):
             name = f"{prefix}_engine_{i}"
-            if served.engine_type != "external":  # an API's client logs nothing of its own
+            if hosted(served):  # an API's client logs nothing of its own
                 log_to_file(cfg.checkpoint_job_dir, name, cfg.log.group_by_node)
             threads = self.placement.engine_threads(cfg, i)
             engines.append(local_engine(cfg, name, auxiliary, threads))
@@ -274,7 +281,7 @@ class ExplorerRole:
         """Make every engine hold the weights ``want`` says (``explore`` mode: the newest on
         disk). Also reloads an engine that came back from a restart with its initial weights.
         """
-        if self.config.explorer.rollout_model.engine_type == "external":
+        if not hosted(self.config.explorer.rollout_model):
             return self.loaded_version  # an API takes no weights (validated: explore mode)
         if want.ask:
             call(self.sync_actor, "ask")

@@ -21,15 +21,13 @@ import os
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+from trinity.engine import ENGINES
 from trinity.runtime.failures import RunFailed, failure_message
 from trinity.runtime.roles import RoleLogs
 from trinity.runtime.status import RunStatus
 from trinity.utils import openmp
 
 logger = logging.getLogger(__name__)
-
-# Engines a stage in this process can host (``explorer_role.local_engine``).
-IN_PROCESS_ENGINES = ("transformers", "external")
 
 
 def ray_reasons(config: Any) -> List[str]:
@@ -50,10 +48,9 @@ def ray_reasons(config: Any) -> List[str]:
     if config.mode != "train":
         reasons["explorer.env_vars (set per runner process)"] = bool(explorer.env_vars)
         reasons["synchronizer.sync_method nccl"] = config.synchronizer.sync_method == "nccl"
-        for served in (rollout, *explorer.auxiliary_models):  # vllm: GPU engines on Ray
-            reasons[f"engine_type {served.engine_type}"] = (
-                served.engine_type not in IN_PROCESS_ENGINES
-            )
+        # A registered engine runs in a LocalEngine here; vllm (GPU engines on Ray) is not one.
+        for served in (rollout, *explorer.auxiliary_models):
+            reasons[f"engine_type {served.engine_type}"] = served.engine_type not in ENGINES
     return [why for why, applies in reasons.items() if applies]
 
 

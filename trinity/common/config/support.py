@@ -29,6 +29,15 @@ def _registered_algorithms(config: Config) -> Tuple[Any, ...]:
     return tuple(algorithm_module().ALGORITHM_TYPE.names())
 
 
+def _registered_engines(config: Config) -> Tuple[Any, ...]:
+    # Unset resolves to the default engine, listed first (derive.py); a plugin's engine is
+    # registered by the time configs are checked (plugins load first).
+    from trinity.engine import ENGINES
+
+    names = sorted(ENGINES.names(), key=lambda name: name != "transformers")
+    return (None, *names)
+
+
 def _experience_buffer_storage(config: Config) -> Tuple[Any, ...]:
     # train mode reads SFT data from files; otherwise the explorer feeds the trainer a queue,
     # kept in a database (sql: the same queue, its table in the database at `path`). A train
@@ -78,8 +87,8 @@ SUPPORTED: Dict[str, Allowed] = {
     "buffer.trainer_input.experience_buffer.storage_type": _experience_buffer_storage,
     "buffer.trainer_input.experience_buffer.replay_buffer.enable": _replay_modes,
     "buffer.trainer_input.auxiliary_buffers.*.storage_type": ("file",),
-    "explorer.rollout_model.engine_type": (None, "transformers", "external"),
-    "explorer.auxiliary_models.*.engine_type": (None, "transformers", "external"),
+    "explorer.rollout_model.engine_type": _registered_engines,
+    "explorer.auxiliary_models.*.engine_type": _registered_engines,
     "synchronizer.sync_style": ("fixed", "explorer_driven", "trainer_driven"),
     "synchronizer.sync_method": (None, "memory", "checkpoint"),
     "trainer.trainer_strategy": ("fsdp", "fsdp2"),
@@ -164,7 +173,7 @@ AT_MOST_ONE = (
 )
 
 # Sampling parameter -> (whether a value is allowed, the allowed range in words).
-# top_k: the engine (trinity/common/models/sampling.py), transformers and vLLM read 0 and -1
+# top_k: the transformers engine (trinity/engine/sampling.py), transformers and vLLM read 0 and -1
 # as "no top-k limit", so both are allowed; anything below -1 is a typo.
 SAMPLING: Dict[str, Tuple[Callable[[Any], bool], str]] = {
     "temperature": (lambda v: v >= 0, ">= 0 (0 is greedy)"),

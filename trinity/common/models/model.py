@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import fields
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, ClassVar, Dict, Iterator, List, Optional
 
 from trinity.common.experience import Experience
 from trinity.common.models.sampling import SamplingParams
@@ -34,7 +34,17 @@ _PARAM_NAMES = {f.name for f in fields(SamplingParams)}
 
 
 class InferenceModel(ABC):
-    """A rollout engine: turns prompts into sampled responses and takes new weights."""
+    """A rollout engine: turns prompts into sampled responses and takes new weights.
+
+    Engines are registered by ``engine_type`` in ``trinity.engine.ENGINES``.
+    """
+
+    # True: the engine runs a model in this process, so the explorer gives each engine a
+    # host of its own (a Ray ``EngineActor``, or a ``LocalEngine`` in a one-process stage) that
+    # builds it as ``cls(**kwargs)`` from the served model's keys. False: it is a client of a
+    # model served elsewhere (``external``), built where the explorer is and handed to the
+    # runners as it is.
+    hosted: ClassVar[bool] = True
 
     @abstractmethod
     async def chat(

@@ -22,8 +22,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trinity.common.models.decoding import make_decoder, supports_shared_prefix
-from trinity.common.models.sampling import RowSampler, SamplingParams
+from trinity.common.models.sampling import SamplingParams
+from trinity.engine.decoding import make_decoder, supports_shared_prefix
+from trinity.engine.sampling import RowSampler
 from trinity.utils.device import attention_kwargs
 
 __all__ = ["SampleOutput", "SamplingParams", "TransformersEngine"]

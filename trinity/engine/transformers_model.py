@@ -13,15 +13,19 @@ import logging
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
-
-import torch
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from trinity.common.experience import Experience
-from trinity.common.models.hf_engine import SampleOutput, SamplingParams, TransformersEngine
 from trinity.common.models.model import InferenceModel
+from trinity.common.models.sampling import SamplingParams
 from trinity.engine.conversation import Conversation, engine_conversation, record_turn
+from trinity.engine.registry import ENGINES
 from trinity.utils.openmp import release_workers
+
+if TYPE_CHECKING:
+    import torch
+
+    from trinity.engine.hf_engine import SampleOutput
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +40,7 @@ class _Request:
     future: asyncio.Future
 
 
+@ENGINES.register_module("transformers")
 class TransformersInferenceModel(InferenceModel):
     """Batches concurrent requests into ``TransformersEngine.generate`` calls."""
 
@@ -46,6 +51,10 @@ class TransformersInferenceModel(InferenceModel):
         max_batch_rows: int = 512,
         **engine_kwargs: Any,
     ):
+        # Imported here, not above: registering the engine (``trinity.engine``) must not load
+        # torch and transformers into processes that only name it (docs/performance.md).
+        from trinity.engine.hf_engine import TransformersEngine
+
         self.engine = TransformersEngine(**engine_kwargs)
         self.tokenizer = self.engine.tokenizer
         self.batch_wait_s = batch_wait_s
