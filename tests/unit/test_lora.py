@@ -11,6 +11,7 @@ from safetensors import safe_open
 from transformers import AutoModelForCausalLM
 
 from trinity.common.experience import Experience
+from trinity.common.weights import weights_path
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer import lora
 
@@ -154,7 +155,7 @@ def test_checkpoint_holds_only_the_adapter_and_resume_restores_it(
     trained, tmp_path, micro_model, arithmetic_data
 ):
     trained.save(final=False)
-    path = ckpt.weights_path(trained.job_dir, 1)
+    path = weights_path(trained.job_dir, 1)
     with safe_open(path, framework="pt") as f:
         names = list(f.keys())
     assert names and all(".lora_A." in n or ".lora_B." in n for n in names)

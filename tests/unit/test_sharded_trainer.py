@@ -18,6 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from trinity.common.weights import weights_path
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer.distributed import split_rows
 
@@ -253,7 +254,7 @@ def test_gathered_weights_are_the_export_and_the_checkpoint_weights(two_ranks):
     from transformers import AutoModelForCausalLM
 
     job = two_ranks["job"]
-    saved = ckpt.load_weights(ckpt.weights_path(job, 1))
+    saved = ckpt.load_weights(weights_path(job, 1))
     _assert_close({k: saved[k] for k in two_ranks["weights"]}, two_ranks["weights"], atol=0.0)
     exported = AutoModelForCausalLM.from_pretrained(os.path.join(job, "global_step_1", "hf"))
     _assert_close(exported.state_dict(), two_ranks["weights"], atol=0.0)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 from trinity.common.experience import Experience
 from trinity.common.models.model import InferenceModel
 from trinity.common.models.sampling import SamplingParams
+from trinity.common.weights import load_weights, unpack_state
 from trinity.engine.conversation import Conversation, engine_conversation, record_turn
 from trinity.engine.registry import ENGINES
 from trinity.utils.openmp import release_workers
@@ -219,12 +220,8 @@ class TransformersInferenceModel(InferenceModel):
 
     async def load_weights(self, weights: Any, version: int) -> None:
         if isinstance(weights, str):  # a checkpoint's weights file: read here, off the trainer
-            from trinity.trainer.checkpoint import load_weights
-
             weights = load_weights(weights)
         elif weights and isinstance(next(iter(weights.values())), tuple):  # memory sync
-            from trinity.runtime.synchronizer import unpack_state
-
             weights = unpack_state(weights)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._load, weights, version)

@@ -12,6 +12,7 @@ import math
 import time
 from typing import Any, Dict, List, Optional
 
+from trinity.common.weights import weights_path
 from trinity.engine import ENGINES
 from trinity.explorer.bench import run_bench
 from trinity.explorer.pool import LoopRunner, Runner, RunnerPool, ThreadRunner
@@ -27,7 +28,6 @@ from trinity.runtime.roles import (
 )
 from trinity.runtime.status import Reporter
 from trinity.runtime.synchronizer import SyncTimeoutError, Wanted
-from trinity.trainer.checkpoint import weights_path
 
 logger = logging.getLogger(__name__)
 

@@ -11,48 +11,11 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
-
-import numpy as np
+from typing import Any, List, Optional, Tuple
 
 from trinity.common.config.sync_checks import DYNAMIC_STYLES
-from trinity.trainer.checkpoint import latest_step, weights_path
-
-if TYPE_CHECKING:  # the synchronizer actor hands weights on without ever loading torch
-    import torch
-
-
-def pack_state(state_dict: Dict[str, torch.Tensor]) -> Dict[str, Tuple[np.ndarray, str]]:
-    """Weights as numpy views for the object store (``memory`` sync).
-
-    Ray stores numpy arrays without pickling and hands them back as zero-copy views, where
-    torch tensors are pickled and copied on both sides (measured: seconds vs milliseconds
-    at 100M parameters). ``ray.put`` copies the views once, so later optimizer steps do not
-    leak into a published version. bf16 travels bit-for-bit as int16.
-    """
-    import torch
-
-    packed = {}
-    for name, tensor in state_dict.items():
-        t = tensor.detach().cpu()
-        raw = t.view(torch.int16) if t.dtype == torch.bfloat16 else t
-        packed[name] = (raw.numpy(), str(t.dtype).removeprefix("torch."))
-    return packed
-
-
-def unpack_state(packed: Dict[str, Tuple[np.ndarray, str]]) -> Dict[str, torch.Tensor]:
-    """Tensors over the arrays of ``pack_state`` (no copy; ``load_state_dict`` copies)."""
-    import torch
-
-    out = {}
-    with warnings.catch_warnings():  # object-store arrays are read-only; we only read them
-        warnings.simplefilter("ignore", UserWarning)
-        for name, (array, dtype) in packed.items():
-            tensor = torch.from_numpy(array)
-            out[name] = tensor.view(torch.bfloat16) if dtype == "bfloat16" else tensor
-    return out
+from trinity.common.weights import latest_step, weights_path
 
 
 class SyncTimeoutError(TimeoutError):

@@ -50,7 +50,7 @@ class TrainerRole:
         return where
 
     def prepare(self) -> int:
-        from trinity.trainer.checkpoint import latest_step
+        from trinity.common.weights import latest_step
         from trinity.trainer.trainer import Trainer
 
         resumes_after = latest_step(self.config.checkpoint_job_dir) or 0
@@ -149,7 +149,7 @@ class TrainerRole:
 
     def _publish(self, version: int, model: Any) -> None:
         if self.config.synchronizer.sync_method == "memory":
-            from trinity.runtime.synchronizer import pack_state
+            from trinity.common.weights import pack_state
             from trinity.trainer.lora import sync_state_dict  # LoRA: merged adapted layers
 
             sharded = self.config.trainer.cpu_ranks > 1  # gathered from every rank
@@ -162,7 +162,7 @@ class TrainerRole:
                 weights = [{name: tensor.detach().clone() for name, tensor in state.items()}]
         else:
             self.trainer.save(final=False)
-            from trinity.trainer.checkpoint import weights_path
+            from trinity.common.weights import weights_path
 
             weights = [weights_path(self.config.checkpoint_job_dir, version)]
         call(self.sync_actor, "publish", version, weights)
@@ -185,7 +185,7 @@ class TrainerRole:
             call(self.sync_actor, "trainer_finished", error)
 
     def final_hf_dir(self) -> Optional[str]:
-        from trinity.trainer.checkpoint import step_dir
+        from trinity.common.weights import step_dir
 
         path = os.path.join(step_dir(self.config.checkpoint_job_dir, self.trainer.step), "hf")
         merged = os.path.join(path, "merged")  # a LoRA stage's whole model (hf/: the adapter)
