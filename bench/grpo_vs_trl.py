@@ -379,7 +379,7 @@ def parse(argv: Optional[List[str]]) -> argparse.Namespace:
 
 def prepare(args: argparse.Namespace) -> Tuple[str, str]:
     """The SFT checkpoint and the RL data folder (given, or built with ``prepare_quickstart``)."""
-    from trinity.utils.synthetic import prepare_quickstart
+    from trinity.demo.synthetic import prepare_quickstart
 
     if args.data:
         return os.path.abspath(args.sft_checkpoint), os.path.join(args.data, "data", "rl")

@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 import transformers
 
-from trinity.common.models.tiny import TINY_PRESETS, build_tiny_preset
+from trinity.demo.tiny import TINY_PRESETS, build_tiny_preset
 from trinity.engine.hf_engine import SamplingParams, TransformersEngine
 
 

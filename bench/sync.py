@@ -44,7 +44,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from trinity.common.models.tiny import TINY_PRESETS, build_tiny_model
+from trinity.demo.tiny import TINY_PRESETS, build_tiny_model
 from trinity.runtime.synchronizer import Wanted
 from trinity.trainer.checkpoint import save_checkpoint
 

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from trinity.common.models.tiny import build_tiny_preset
-from trinity.utils.synthetic import make_arithmetic, make_arithmetic_sft
+from trinity.demo.synthetic import make_arithmetic, make_arithmetic_sft
+from trinity.demo.tiny import build_tiny_preset
 
 
 def pytest_collection_modifyitems(config, items):

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from trinity.common.models.tiny import TINY_PRESETS, build_tiny_model
+from trinity.demo.tiny import TINY_PRESETS, build_tiny_model
 from trinity.engine import sampling
 from trinity.engine.hf_engine import SampleOutput, SamplingParams, TransformersEngine
 
