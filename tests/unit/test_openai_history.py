@@ -230,7 +230,7 @@ def test_config_keys_of_the_api(tmp_path):
 def test_clients_share_one_http_pool_and_closing_one_spares_the_others(local):
     import gc
 
-    from trinity.engine import client as client_module
+    from trinity.common.models import client as client_module
 
     first, second = wrapper(local), wrapper(local)
     one, other = first.get_openai_client(), second.get_openai_client()

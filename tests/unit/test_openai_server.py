@@ -14,8 +14,8 @@ import openai
 import pytest
 
 from trinity.common.experience import Experience
+from trinity.common.models.client import openai_client
 from trinity.common.models.sampling import SamplingParams
-from trinity.engine.client import openai_client
 from trinity.engine.server import RunningServer, ServedModel, build_app
 from trinity.engine.tool_calls import arguments_as_objects, parse_tool_calls
 from trinity.engine.transformers_model import TransformersInferenceModel

@@ -5,13 +5,11 @@
 - ``server``: the OpenAI-compatible HTTP API over any engine (``build_app`` over a
   ``ServedModel``; ``RunningServer`` serves it on the running event loop), with
   ``openai_protocol`` (request bodies -> ``SamplingParams``, replies, errors) and
-  ``tool_calls`` (tool calls written in a reply's text -> OpenAI ``tool_calls``).
-- ``client``: ``openai`` clients for a server that record each reply's exact tokens
-  (``ModelWrapper.get_openai_client`` with ``enable_history``).
+  ``tool_calls`` (tool calls written in a reply's text -> OpenAI ``tool_calls``). The clients
+  that record replies are ``ModelWrapper``'s (``trinity/common/models/client.py``).
 - ``external``: an OpenAI-compatible API in place of an engine (``engine_type: external``),
   as an auxiliary model's clients or as the rollout model of an explore-only run.
 - ``standalone``: one local model served over the API in a process of its own.
-
 - ``registry``: ``ENGINES``, the engine classes by ``engine_type``; ``transformers``
   (``transformers_model``: batching over ``hf_engine``'s ``TransformersEngine``, with
   ``decoding`` and ``sampling``) and ``external`` are registered below.

@@ -230,10 +230,9 @@ class ModelWrapper:
 
     def _client(self, kind: str) -> Any:
         if kind not in self._clients:
-            from trinity.engine import client
-            from trinity.engine.external import ExternalModel
+            from trinity.common.models import client
 
-            if isinstance(self.engine, ExternalModel):  # the API's own URL and key
+            if hasattr(self.engine, "openai_client"):  # an API's client engine: its URL, key
                 self._clients[kind] = self.engine.openai_client(is_async=kind == "async")
                 return self._clients[kind]
             api = self._api_address()
