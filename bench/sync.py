@@ -44,8 +44,8 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
+from trinity.common.sync_schedule import Wanted
 from trinity.demo.tiny import TINY_PRESETS, build_tiny_model
-from trinity.runtime.synchronizer import Wanted
 from trinity.trainer.checkpoint import save_checkpoint
 
 SIZES: Dict[str, Dict[str, int]] = {
@@ -119,7 +119,7 @@ def _sides(method: str, job_dir: str, model: torch.nn.Module, folder: str, threa
         config=config, sync_actor=sync, trainer=_WeightsOnlySaver(job_dir, model)
     )
     from trinity.runtime.explorer_role import ExplorerRole
-    from trinity.runtime.status import Reporter
+    from trinity.utils.status import Reporter
 
     explorer = SimpleNamespace(
         config=config,

@@ -19,7 +19,7 @@ from trinity.common.models.sampling import SamplingParams
 from trinity.engine.server import RunningServer, ServedModel, build_app
 from trinity.engine.tool_calls import arguments_as_objects, parse_tool_calls
 from trinity.engine.transformers_model import TransformersInferenceModel
-from trinity.runtime.loop_host import LoopHost
+from trinity.utils.loop_host import LoopHost
 
 # Hermes-style: tools listed in a system turn, calls written as <tool_call>{json}</tool_call>.
 HERMES_TEMPLATE = (

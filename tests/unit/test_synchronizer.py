@@ -1,6 +1,6 @@
 import pytest
 
-from trinity.runtime.synchronizer import required_version
+from trinity.common.sync_schedule import required_version
 
 
 @pytest.mark.parametrize(

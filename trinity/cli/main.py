@@ -85,9 +85,9 @@ def debug(
     and print every experience: tokens, action mask, logprobs, reward, info."""
     from rich.console import Console
 
+    from trinity.cli.debug import debug as run_debug
     from trinity.common.config import ConfigError, apply_run_name, load_config
     from trinity.common.config.preflight import check_before_start
-    from trinity.explorer.debug import debug as run_debug
     from trinity.utils.plugin_loader import PluginError, load_plugins
 
     try:
@@ -122,7 +122,7 @@ def view(
     from rich.table import Table
 
     from trinity.buffer.store import StoreError
-    from trinity.buffer.view import Filters, list_rows, locate, one, open_store, show_row
+    from trinity.cli.view import Filters, list_rows, locate, one, open_store, show_row
 
     console = Console(highlight=False)
     try:

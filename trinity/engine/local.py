@@ -14,7 +14,7 @@ import logging
 from typing import Any, Dict, Optional
 
 from trinity.engine.registry import ENGINES
-from trinity.runtime.loop_host import LoopHost
+from trinity.utils.loop_host import LoopHost
 
 logger = logging.getLogger(__name__)
 

@@ -14,13 +14,14 @@ from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional
 
 from trinity.buffer.pipelines import build_experience_pipeline
+from trinity.common.config.sync_checks import DYNAMIC_STYLES
 from trinity.common.experience import Experience
+from trinity.common.sync_schedule import Wanted, wanted_before
 from trinity.common.workflows.workflow import Task
 from trinity.explorer.pool import RunnerPool
 from trinity.explorer.pool_rules import min_tasks
 from trinity.explorer.runner import TaskResult
-from trinity.runtime.status import Reporter
-from trinity.runtime.synchronizer import DYNAMIC_STYLES, Wanted, wanted_before
+from trinity.utils.status import Reporter
 
 logger = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from trinity.runtime.explorer_role import ExplorerRole, engine_kwargs, hosted, o
 from trinity.runtime.placement import pinned
 from trinity.runtime.queue_host import QueueHost
 from trinity.runtime.roles import setup_process
-from trinity.runtime.status import RunStatus
 from trinity.runtime.trainer_role import TrainerRole
+from trinity.utils.status import RunStatus
 
 logger = logging.getLogger(__name__)
 

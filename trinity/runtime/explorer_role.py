@@ -12,6 +12,7 @@ import math
 import time
 from typing import Any, Dict, List, Optional
 
+from trinity.common.sync_schedule import Wanted
 from trinity.common.weights import weights_path
 from trinity.engine import ENGINES
 from trinity.explorer.bench import run_bench
@@ -26,8 +27,8 @@ from trinity.runtime.roles import (
     role_monitor,
     setup_process,
 )
-from trinity.runtime.status import Reporter
-from trinity.runtime.synchronizer import SyncTimeoutError, Wanted
+from trinity.runtime.synchronizer import SyncTimeoutError
+from trinity.utils.status import Reporter
 
 logger = logging.getLogger(__name__)
 
@@ -345,7 +346,7 @@ class ExplorerRole:
 
     def close(self) -> None:
         """Stop the engines and runners this process hosts (their servers, their loops)."""
-        from trinity.runtime.loop_host import LoopHost
+        from trinity.utils.loop_host import LoopHost
 
         for engine in [*self.engines, *(e for engines in self.auxiliary for e in engines)]:
             if isinstance(engine, LoopHost):

@@ -24,8 +24,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 from trinity.engine import ENGINES
 from trinity.runtime.failures import RunFailed, failure_message
 from trinity.runtime.roles import RoleLogs
-from trinity.runtime.status import RunStatus
 from trinity.utils import openmp
+from trinity.utils.status import RunStatus
 
 logger = logging.getLogger(__name__)
 
@@ -86,10 +86,10 @@ class _LocalStage:
         import torch
 
         from trinity.runtime.launcher import stage_queue
-        from trinity.runtime.loop_host import LoopHost
         from trinity.runtime.queue_host import QueueHost
         from trinity.runtime.roles import compute_threads
         from trinity.runtime.synchronizer import Synchronizer
+        from trinity.utils.loop_host import LoopHost
 
         self.config, self.plugin_dirs = config, plugin_dirs
         # The roles share this process's torch threads: as many as each compute role gets

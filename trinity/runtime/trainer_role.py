@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional
 
 from trinity.runtime.placement import own_node_cpus
 from trinity.runtime.roles import call, compute_threads, is_actor, role_monitor, setup_process
-from trinity.runtime.status import Reporter
+from trinity.utils.status import Reporter
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +88,8 @@ class TrainerRole:
         cfg = self.config
         storage = cfg.buffer.trainer_input.experience_buffer
         if self.queue is not None:
+            from trinity.common.sync_schedule import readable_bound
             from trinity.runtime.queue_reader import QueueReader
-            from trinity.runtime.synchronizer import readable_bound
 
             sync = cfg.synchronizer
             return QueueReader(
