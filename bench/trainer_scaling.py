@@ -46,6 +46,8 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
+from trinity.preflight.derive import finalize
+
 CONFIG = """
 project: bench
 name: trainer_scaling_{ranks}
@@ -173,7 +175,7 @@ def _rank_main(rank: int, world: int, port: int, setup: Dict[str, Any]) -> None:
 
     threads = setup["threads"]
     torch.set_num_threads(threads)
-    config = load_config(setup["config"]).check_and_update()
+    config = finalize(load_config(setup["config"]))
     ranks = None
     if world > 1:
         from trinity.trainer.distributed import init_group

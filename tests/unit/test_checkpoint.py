@@ -9,6 +9,7 @@ import torch
 
 from trinity.algorithm.optimizer import build_lr_scheduler, build_optimizer
 from trinity.common.weights import saved_steps, weights_path
+from trinity.preflight.derive import finalize
 from trinity.trainer import checkpoint as ckpt
 
 
@@ -309,7 +310,7 @@ def _trainer(tmp_path, micro_model, arithmetic_data):
     path = tmp_path / "config.yaml"
     text = CONFIG.format(root=tmp_path, model=micro_model, data=arithmetic_data["rl"])
     path.write_text(textwrap.dedent(text))
-    config = load_config(str(path)).check_and_update()
+    config = finalize(load_config(str(path)))
     trainer = Trainer(config, planned_steps=4, log=lambda metrics, step: None)
     trainer.prepare_model()
     trainer.attach_reader(reader=None)  # the default strategy only reads in sample()

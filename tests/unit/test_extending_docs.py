@@ -31,6 +31,7 @@ from trinity.common.rewards import REWARD_FUNCTIONS
 from trinity.common.workflows import WORKFLOWS, Task
 from trinity.explorer.runner import WorkflowRunner
 from trinity.monitor import MONITORS
+from trinity.preflight.derive import finalize
 from trinity.utils.plugin_loader import load_plugins
 
 DOC = (Path(__file__).parents[2] / "docs" / "extending.md").read_text()
@@ -278,5 +279,5 @@ def test_yaml_examples_pass_the_config_check(
     merged = deep_merge(yaml.safe_load(textwrap.dedent(text)), snippet)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(merged))
-    config = load_config(str(path)).check_and_update()
+    config = finalize(load_config(str(path)))
     assert_contains(config.model_dump(), snippet, "")

@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM
 
 from trinity.common.experience import Experience
 from trinity.common.weights import weights_path
+from trinity.preflight.derive import finalize
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer import lora
 
@@ -56,7 +57,7 @@ def _config(tmp_path, micro_model, arithmetic_data, lora_entry=LORA):
 def _trainer(tmp_path, micro_model, arithmetic_data, lora_entry=LORA):
     from trinity.trainer.trainer import Trainer
 
-    config = _config(tmp_path, micro_model, arithmetic_data, lora_entry).check_and_update()
+    config = finalize(_config(tmp_path, micro_model, arithmetic_data, lora_entry))
     trainer = Trainer(config, planned_steps=4, log=lambda metrics, step: None)
     trainer.prepare_model()
     trainer.attach_reader(reader=None)
@@ -180,7 +181,7 @@ def test_resume_without_lora_from_a_lora_checkpoint_says_so(
     trained.save(final=False)
     config = _config(tmp_path, micro_model, arithmetic_data, LORA)
     config.model.lora_configs = None
-    trainer = Trainer(config.check_and_update(), 4, log=lambda metrics, step: None)
+    trainer = Trainer(finalize(config), 4, log=lambda metrics, step: None)
     with pytest.raises(ckpt.CheckpointError, match="holds a LoRA adapter.*model.lora_configs"):
         trainer.prepare_model()
 
@@ -248,7 +249,7 @@ def test_lora_dtype_sets_the_adapter_dtype_only(tmp_path, micro_model, arithmeti
 
 def _problems(tmp_path, micro_model, arithmetic_data, entry, extra=""):
     from trinity.common.config import ConfigError, load_config
-    from trinity.common.config.preflight import check_before_start
+    from trinity.preflight.before_start import check_before_start
 
     text = CONFIG.format(
         root=tmp_path / "ck", model=micro_model, data=arithmetic_data["rl"], lora=entry

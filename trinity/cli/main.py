@@ -87,7 +87,7 @@ def debug(
 
     from trinity.cli.debug import debug as run_debug
     from trinity.common.config import ConfigError, apply_run_name, load_config
-    from trinity.common.config.preflight import check_before_start
+    from trinity.preflight.before_start import check_before_start
     from trinity.utils.plugin_loader import PluginError, load_plugins
 
     try:

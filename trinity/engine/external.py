@@ -20,6 +20,7 @@ import asyncio
 import os
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
+from trinity.common.config.config import external_models
 from trinity.common.experience import Experience
 from trinity.common.models.model import InferenceModel
 from trinity.common.models.sampling import SamplingParams
@@ -36,8 +37,6 @@ def external_env(config: Any) -> Dict[str, str]:
     """Name -> value of the set environment variables that the config's external models
     read. The launcher hands them to the explorer: a Ray worker of a cluster started before
     this process set them would not see them."""
-    from trinity.common.config.validate import external_models
-
     names = []
     for _, _, served, external in external_models(config):
         if served.engine_type == "external":

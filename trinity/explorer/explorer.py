@@ -13,6 +13,7 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional
 
+from trinity.algorithm import needs_groups
 from trinity.buffer.pipelines import build_experience_pipeline
 from trinity.common.config.sync_checks import DYNAMIC_STYLES
 from trinity.common.experience import Experience
@@ -54,7 +55,8 @@ class Explorer:
         self.step = start_step
         self.version = start_step
         self.report = report or Reporter(None, "explorer")
-        self.pipeline = build_experience_pipeline(config)  # data_processor.experience_pipeline
+        # data_processor.experience_pipeline
+        self.pipeline = build_experience_pipeline(config, needs_groups(config))
 
     def _expand(self, tasks: List[Task]) -> List[Task]:
         """Give each task its group id; split repeats per ``max_repeat_times_per_runner``."""

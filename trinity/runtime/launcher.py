@@ -102,7 +102,8 @@ def run_stage(config: Any, plugin_dirs: List[str], printer: ProgressPrinter) -> 
     (``local_stage.py``), else on Ray; any failure becomes one ``RunFailed`` message."""
     from trinity.common.config import save_resolved_config
     from trinity.common.config.decoupled_checks import resolved_config_name
-    from trinity.runtime.local_stage import run_in_process, runs_in_process
+    from trinity.preflight.hosting import runs_in_process
+    from trinity.runtime.local_stage import run_in_process
 
     job_dir = config.checkpoint_job_dir
     os.makedirs(job_dir, exist_ok=True)
@@ -334,8 +335,8 @@ def stage_queue(config: Any, host: Callable[..., Any]) -> Any:
 def run(config_path: str, overrides: List[str], plugin_dirs: List[str]) -> List[StageResult]:
     """Everything ``trinity run`` does; config errors surface before Ray starts."""
     from trinity.common.config import apply_run_name, load_config
-    from trinity.common.config.preflight import check_before_start
-    from trinity.runtime.local_stage import runs_in_process
+    from trinity.preflight.before_start import check_before_start
+    from trinity.preflight.hosting import runs_in_process
     from trinity.utils.plugin_loader import load_plugins
 
     load_plugins(plugin_dirs)

@@ -10,21 +10,21 @@ import logging
 import os
 from typing import List, Tuple
 
+from trinity.algorithm import ALGORITHM_TYPE
 from trinity.common.config import gpus
 from trinity.common.config.base import ConfigError, assign, set_default
-from trinity.common.config.config import Config
+from trinity.common.config.config import Config, external_models
 from trinity.common.config.schema_algorithm import AlgorithmConfig
 from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.config.schema_model import ModelConfig
-from trinity.common.config.support import COMPONENT_REGISTRIES, algorithm_module
-from trinity.common.config.validate import (
+from trinity.common.config.verl_mapping import carry_verl_settings
+from trinity.preflight.support import COMPONENT_REGISTRIES
+from trinity.preflight.validate import (
     check_consistency,
     check_supported,
-    external_models,
     storages_of,
     warn_inert,
 )
-from trinity.common.config.verl_mapping import carry_verl_settings
 
 logger = logging.getLogger("trinity.config")
 
@@ -109,9 +109,9 @@ def _derive_from_machine(config: Config) -> None:
 
 def _derive_algorithm(config: Config) -> List[str]:
     """The algorithm type's defaults fill unset keys; each ``*_args`` merges over defaults."""
-    algorithm, registries = config.algorithm, algorithm_module()
+    algorithm = config.algorithm
     problems = []
-    defaults = registries.ALGORITHM_TYPE.get(algorithm.algorithm_type).default_config()
+    defaults = ALGORITHM_TYPE.get(algorithm.algorithm_type).default_config()
     for key, value in defaults.items():
         if key not in AlgorithmConfig.model_fields:
             problems.append(
@@ -120,12 +120,12 @@ def _derive_algorithm(config: Config) -> List[str]:
             )
             continue
         set_default(algorithm, key, value)
-    for key, registry_name in COMPONENT_REGISTRIES.items():
+    for key, registry in COMPONENT_REGISTRIES.items():
         name = getattr(algorithm, key)
         if name is None:
             continue
         try:
-            component = getattr(registries, registry_name).get(name)
+            component = registry.get(name)
         except KeyError as exc:
             problems.append(f"algorithm.{key} = {name}: {exc.args[0]}")
             continue

@@ -9,31 +9,33 @@ checked on ``model`` and on every taskset's ``rollout_args``.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Callable, Dict, Iterator, Tuple, Union
 
 from pydantic import BaseModel
 
+from trinity.algorithm import (
+    ADVANTAGE_FN,
+    ALGORITHM_TYPE,
+    ENTROPY_LOSS_FN,
+    KL_FN,
+    POLICY_LOSS_FN,
+    SAMPLE_STRATEGY,
+)
 from trinity.common.config.base import join_path
 from trinity.common.config.config import Config
 from trinity.common.config.decoupled_checks import STORE_TYPES
 from trinity.common.config.schema_buffer import MAX_TOP_LOGPROBS
-
-
-def algorithm_module() -> Any:
-    """``trinity.algorithm``, imported on first use (it imports config types itself)."""
-    return importlib.import_module("trinity.algorithm")
+from trinity.common.registry import Registry
+from trinity.engine import ENGINES
 
 
 def _registered_algorithms(config: Config) -> Tuple[Any, ...]:
-    return tuple(algorithm_module().ALGORITHM_TYPE.names())
+    return tuple(ALGORITHM_TYPE.names())
 
 
 def _registered_engines(config: Config) -> Tuple[Any, ...]:
     # Unset resolves to the default engine, listed first (derive.py); a plugin's engine is
     # registered by the time configs are checked (plugins load first).
-    from trinity.engine import ENGINES
-
     names = sorted(ENGINES.names(), key=lambda name: name != "transformers")
     return (None, *names)
 
@@ -58,19 +60,18 @@ def _replay_modes(config: Config) -> Tuple[Any, ...]:
 
 def uses_teacher(config: Config) -> bool:
     """The algorithm distils from ``explorer.auxiliary_models[0]`` (``use_teacher``)."""
-    registry = algorithm_module().ALGORITHM_TYPE
     name = config.algorithm.algorithm_type
-    return name in registry and getattr(registry.get(name), "use_teacher", False)
+    return name in ALGORITHM_TYPE and getattr(ALGORITHM_TYPE.get(name), "use_teacher", False)
 
 
-# algorithm key -> name of its registry in trinity.algorithm
-COMPONENT_REGISTRIES = {
-    "sample_strategy": "SAMPLE_STRATEGY",
-    "advantage_fn": "ADVANTAGE_FN",
-    "policy_loss_fn": "POLICY_LOSS_FN",
-    "kl_penalty_fn": "KL_FN",
-    "kl_loss_fn": "KL_FN",
-    "entropy_loss_fn": "ENTROPY_LOSS_FN",
+# algorithm key -> the registry of the components it names
+COMPONENT_REGISTRIES: Dict[str, Registry] = {
+    "sample_strategy": SAMPLE_STRATEGY,
+    "advantage_fn": ADVANTAGE_FN,
+    "policy_loss_fn": POLICY_LOSS_FN,
+    "kl_penalty_fn": KL_FN,
+    "kl_loss_fn": KL_FN,
+    "entropy_loss_fn": ENTROPY_LOSS_FN,
 }
 
 Allowed = Union[Tuple[Any, ...], Callable[[Config], Tuple[Any, ...]]]
