@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from trinity.common.weights import latest_step, step_dir
 from trinity.runtime.failures import RunFailed, failure_message
 from trinity.runtime.placement import (
     Placement,
@@ -154,8 +155,6 @@ def _run_on_ray(
 
 def final_export(job_dir: str) -> Optional[str]:
     """The HF export of the newest checkpoint in ``job_dir``, if it has one."""
-    from trinity.common.weights import latest_step, step_dir
-
     step = latest_step(job_dir)
     if step is None:
         return None
@@ -321,7 +320,6 @@ def stage_queue(config: Any, host: Callable[..., Any]) -> Any:
     if config.mode not in ("both", "colocate", "explore") and not follow:
         return None
     from trinity.buffer.store import buffer_database
-    from trinity.common.weights import latest_step
 
     job_dir, storage = config.checkpoint_job_dir, config.buffer.trainer_input.experience_buffer
     # The user's path (a SQLite file or any database URL) if given, else a file in the job
