@@ -12,8 +12,8 @@ from typing import Any, Dict, List, Optional
 
 import ray
 
+import trinity.engine
 from trinity.common.workflows.workflow import Task
-from trinity.engine import ENGINES
 from trinity.explorer.runner import AsyncWorkflowRunner, WorkflowRunner
 from trinity.runtime.explorer_role import ExplorerRole, engine_kwargs, hosted, openai_api
 from trinity.runtime.placement import pinned
@@ -84,7 +84,11 @@ class EngineActor:
     ) -> None:
         # Plugins first: a plugin's engine is registered by importing its file here too.
         setup_process(plugin_dirs, job_dir, name, level, threads=threads, by_node=by_node)
-        self.model = ENGINES.get(engine_type)(num_threads=threads, **engine_kwargs)
+        # The registry through its module: Ray ships an actor's methods by value with the
+        # globals they name, so a registry imported by name would be the driver's copy,
+        # without what this process's plugins register.
+        engine_cls = trinity.engine.ENGINES.get(engine_type)
+        self.model = engine_cls(num_threads=threads, **engine_kwargs)
         self.api: Optional[Dict[str, str]] = None
         if openai_api is not None:
             self.api = self._serve(openai_api["host"], openai_api["port"], engine_kwargs)
