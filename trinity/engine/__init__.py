@@ -32,6 +32,6 @@ tool-call format is another parser with ``parse_tool_calls``' contract.
 """
 
 from trinity.engine import external, transformers_model  # noqa: F401  (the built-in engines)
-from trinity.engine.registry import ENGINES
+from trinity.engine.registry import DEFAULT_ENGINE, ENGINES
 
-__all__ = ["ENGINES"]
+__all__ = ["DEFAULT_ENGINE", "ENGINES"]

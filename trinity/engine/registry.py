@@ -14,3 +14,5 @@ from trinity.common.registry import Registry
 
 # Names only: an engine_type in a config is a registered name, never a dotted path.
 ENGINES: Registry = Registry("engines")
+# What an unset engine_type runs (the guide's default, vllm, needs a GPU and is not built).
+DEFAULT_ENGINE = "transformers"

@@ -18,6 +18,7 @@ from trinity.common.config.schema_algorithm import AlgorithmConfig
 from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.config.schema_model import ModelConfig
 from trinity.common.config.verl_mapping import carry_verl_settings
+from trinity.engine import DEFAULT_ENGINE
 from trinity.preflight.support import COMPONENT_REGISTRIES
 from trinity.preflight.validate import (
     check_consistency,
@@ -86,7 +87,7 @@ def _derive_from_machine(config: Config) -> None:
     rollout = config.explorer.rollout_model
     set_default(config.cluster, "gpu_per_node", gpus.detect_gpu_count())
     if rollout.engine_type is None:  # not made external by _derive_external
-        set_default(rollout, "engine_type", "transformers")
+        set_default(rollout, "engine_type", DEFAULT_ENGINE)
     # On a GPU engines and trainer compute in bf16 (the trainer over fp32 master weights);
     # on CPU bf16 is slow, so both stay fp32 unless the user asks.
     gpu = config.cluster.gpu_per_node > 0

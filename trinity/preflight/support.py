@@ -26,7 +26,7 @@ from trinity.common.config.config import Config
 from trinity.common.config.decoupled_checks import STORE_TYPES
 from trinity.common.config.schema_buffer import MAX_TOP_LOGPROBS
 from trinity.common.registry import Registry
-from trinity.engine import ENGINES
+from trinity.engine import DEFAULT_ENGINE, ENGINES
 
 
 def _registered_algorithms(config: Config) -> Tuple[Any, ...]:
@@ -36,7 +36,7 @@ def _registered_algorithms(config: Config) -> Tuple[Any, ...]:
 def _registered_engines(config: Config) -> Tuple[Any, ...]:
     # Unset resolves to the default engine, listed first (derive.py); a plugin's engine is
     # registered by the time configs are checked (plugins load first).
-    names = sorted(ENGINES.names(), key=lambda name: name != "transformers")
+    names = sorted(ENGINES.names(), key=lambda name: name != DEFAULT_ENGINE)
     return (None, *names)
 
 

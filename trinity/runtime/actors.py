@@ -15,7 +15,13 @@ import ray
 import trinity.engine
 from trinity.common.workflows.workflow import Task
 from trinity.explorer.runner import AsyncWorkflowRunner, WorkflowRunner
-from trinity.runtime.explorer_role import ExplorerRole, engine_kwargs, hosted, openai_api
+from trinity.runtime.explorer_role import (
+    ExplorerRole,
+    engine_kwargs,
+    engine_type_of,
+    hosted,
+    openai_api,
+)
 from trinity.runtime.placement import pinned
 from trinity.runtime.queue_host import QueueHost
 from trinity.runtime.roles import setup_process
@@ -170,7 +176,7 @@ class RayExplorerRole(ExplorerRole):
             EngineActor.options(
                 name=f"{prefix}_engine_{i}", **pinned(self.placement.engine_node(i))
             ).remote(
-                served.engine_type,
+                engine_type_of(served),
                 self.plugin_dirs,
                 cfg.checkpoint_job_dir,
                 f"{prefix}_engine_{i}",

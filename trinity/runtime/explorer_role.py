@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional
 
 from trinity.common.sync_schedule import Wanted
 from trinity.common.weights import weights_path
-from trinity.engine import ENGINES
+from trinity.engine import DEFAULT_ENGINE, ENGINES
 from trinity.explorer.bench import run_bench
 from trinity.explorer.pool import LoopRunner, Runner, RunnerPool, ThreadRunner
 from trinity.explorer.pool_rules import DynamicTimeout
@@ -72,10 +72,16 @@ def openai_api(config: Any, auxiliary: Any = None) -> Optional[Dict[str, Any]]:
     return {"host": served.openai_api_host, "port": served.openai_api_port}
 
 
+def engine_type_of(served: Any) -> str:
+    """The engine of ``served`` (the rollout model's or an auxiliary model's section); an
+    auxiliary model's is not derived when unset, and unset is the default engine."""
+    return served.engine_type or DEFAULT_ENGINE
+
+
 def hosted(served: Any) -> bool:
-    """Whether the engine of ``served`` (the rollout model's or an auxiliary model's section)
-    runs a model here, in a host of its own (``InferenceModel.hosted``)."""
-    return ENGINES.get(served.engine_type).hosted
+    """Whether the engine of ``served`` runs a model here, in a host of its own
+    (``InferenceModel.hosted``)."""
+    return ENGINES.get(engine_type_of(served)).hosted
 
 
 def external_engine(config: Any, auxiliary: Any = None) -> Any:
@@ -84,7 +90,7 @@ def external_engine(config: Any, auxiliary: Any = None) -> Any:
     environment. The rollout model makes experiences with the tokenizer at
     ``model.model_path``."""
     served = auxiliary or config.explorer.rollout_model
-    engine_cls = ENGINES.get(served.engine_type)
+    engine_cls = ENGINES.get(engine_type_of(served))
     if auxiliary is None:
         return engine_cls.from_config(
             config.model.external_model,
@@ -110,7 +116,7 @@ def local_engine(config: Any, name: str, auxiliary: Any = None, threads: int = 0
     kwargs = engine_kwargs(config, auxiliary)
     if threads:
         kwargs["num_threads"] = threads
-    return LocalEngine(served.engine_type, openai_api(config, auxiliary), name=name, **kwargs)
+    return LocalEngine(engine_type_of(served), openai_api(config, auxiliary), name=name, **kwargs)
 
 
 def task_timeout(explorer: Any) -> DynamicTimeout:
