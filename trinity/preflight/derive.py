@@ -46,7 +46,7 @@ def finalize(config: Config) -> Config:
 def derive(config: Config) -> Tuple[Config, List[str]]:
     """``finalize`` without raising for what cannot run: the derived copy and its problems.
 
-    The pre-start checks (``preflight.py``) go on with the copy so that one run of
+    The pre-start checks (``before_start.py``) go on with the copy so that one run of
     ``trinity run`` reports every problem. Unsupported features still raise ``ConfigError``:
     nothing is derived for a config this build cannot run.
     """
