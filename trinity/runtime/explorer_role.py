@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional
 from trinity.common.sync_schedule import Wanted
 from trinity.common.weights import weights_path
 from trinity.engine import DEFAULT_ENGINE, ENGINES
+from trinity.engine.local import LocalEngine
 from trinity.explorer.bench import run_bench
 from trinity.explorer.pool import LoopRunner, Runner, RunnerPool, ThreadRunner
 from trinity.explorer.pool_rules import DynamicTimeout
@@ -28,6 +29,7 @@ from trinity.runtime.roles import (
     setup_process,
 )
 from trinity.runtime.synchronizer import SyncTimeoutError
+from trinity.utils.loop_host import LoopHost
 from trinity.utils.status import Reporter
 
 logger = logging.getLogger(__name__)
@@ -108,8 +110,6 @@ def local_engine(config: Any, name: str, auxiliary: Any = None, threads: int = 0
     """The rollout model's engine (or ``auxiliary``'s) in this process: a ``LocalEngine``
     named ``name`` with ``threads`` torch threads (0: torch's default), or for an external
     model a client of its API (no engine starts, runners call it directly)."""
-    from trinity.engine.local import LocalEngine
-
     served = auxiliary or config.explorer.rollout_model
     if not hosted(served):
         return external_engine(config, auxiliary)
@@ -352,8 +352,6 @@ class ExplorerRole:
 
     def close(self) -> None:
         """Stop the engines and runners this process hosts (their servers, their loops)."""
-        from trinity.utils.loop_host import LoopHost
-
         for engine in [*self.engines, *(e for engines in self.auxiliary for e in engines)]:
             if isinstance(engine, LoopHost):
                 engine.close()
