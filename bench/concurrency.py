@@ -55,7 +55,7 @@ WORKLOADS = {
 
 def prepare(args: argparse.Namespace, workdir: str) -> Dict[str, str]:
     """The model and the workload's taskset: given, or built as the demos build them."""
-    from trinity.common.models.tiny import build_tiny_preset
+    from trinity.demo.tiny import build_tiny_preset
 
     data = args.data
     if args.workload == "guess_number" and data is None:
@@ -64,7 +64,7 @@ def prepare(args: argparse.Namespace, workdir: str) -> Dict[str, str]:
         built = prepare_guess_number(os.path.join(workdir, "guess_number"), preset=args.preset)
         data = built["rl_path"]
     elif data is None:
-        from trinity.utils.synthetic import make_arithmetic
+        from trinity.demo.synthetic import make_arithmetic
 
         data = os.path.join(workdir, "data", "rl")
         make_arithmetic(data, n_train=args.batch_size * args.steps, n_test=16, digits=2, seed=0)

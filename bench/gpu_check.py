@@ -43,11 +43,11 @@ from transformers import AutoConfig, AutoModelForCausalLM
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from trinity.common.experience import Experience, ExperienceBatch  # noqa: E402
-from trinity.common.models.hf_engine import SamplingParams, TransformersEngine  # noqa: E402
-from trinity.common.models.tiny import TINY_PRESETS, build_tiny_model  # noqa: E402
+from trinity.demo.synthetic import make_arithmetic  # noqa: E402
+from trinity.demo.tiny import TINY_PRESETS, build_tiny_model  # noqa: E402
+from trinity.engine.hf_engine import SamplingParams, TransformersEngine  # noqa: E402
 from trinity.trainer.policy_step import micro_batches, response_logprobs  # noqa: E402
 from trinity.utils.device import compute_in  # noqa: E402
-from trinity.utils.synthetic import make_arithmetic  # noqa: E402
 
 # Qwen2-0.5B's config.json, as build_tiny_model takes it.
 SHAPES: Dict[str, Dict[str, Any]] = {

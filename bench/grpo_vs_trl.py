@@ -47,6 +47,8 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from trinity.preflight.derive import finalize
+
 try:  # imported from the repository root (tests), or run as a script from bench/
     from bench import trl_grpo
 except ImportError:
@@ -210,7 +212,7 @@ def shared_params(config_path: str, overrides: List[str], args: argparse.Namespa
     from trinity.algorithm.optimizer import warmup_steps
     from trinity.common.config import effective_trainer_settings, load_config
 
-    cfg = load_config(config_path, overrides).check_and_update()
+    cfg = finalize(load_config(config_path, overrides))
     opt, algo, buf = cfg.algorithm.optimizer, cfg.algorithm, cfg.buffer
     args.optimizer_config = opt  # TRL's AdamW is built from it by our build_optimizer
     if opt.lr_scheduler_type != "constant" or warmup_steps(opt, args.steps) != 0:
@@ -379,7 +381,7 @@ def parse(argv: Optional[List[str]]) -> argparse.Namespace:
 
 def prepare(args: argparse.Namespace) -> Tuple[str, str]:
     """The SFT checkpoint and the RL data folder (given, or built with ``prepare_quickstart``)."""
-    from trinity.utils.synthetic import prepare_quickstart
+    from trinity.demo.synthetic import prepare_quickstart
 
     if args.data:
         return os.path.abspath(args.sft_checkpoint), os.path.join(args.data, "data", "rl")

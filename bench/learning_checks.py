@@ -39,10 +39,10 @@ from trinity.common.config import FormatConfig
 from trinity.common.experience import ExperienceBatch
 from trinity.demo.calculator import prepare_calculator
 from trinity.demo.guess_number import prepare_guess_number
+from trinity.demo.synthetic import read_jsonl, write_jsonl
 from trinity.monitor import read_metrics
 from trinity.runtime.launcher import run
 from trinity.trainer.policy_step import response_logprobs
-from trinity.utils.synthetic import read_jsonl, write_jsonl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "examples", "quickstart", "arithmetic.yaml")

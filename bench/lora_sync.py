@@ -30,8 +30,8 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from bench.sync import SIZES, _sides
-from trinity.common.models.tiny import build_tiny_model
-from trinity.runtime.synchronizer import Wanted
+from trinity.common.sync_schedule import Wanted
+from trinity.demo.tiny import build_tiny_model
 from trinity.trainer import lora
 
 

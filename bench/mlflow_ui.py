@@ -107,9 +107,9 @@ def stop_server(server: subprocess.Popen) -> None:
 
 def run_job(root: str, uri: str, steps: int) -> None:
     """The GRPO job, logging both roles to ``uri``."""
-    from trinity.common.models.tiny import build_tiny_preset
+    from trinity.demo.synthetic import make_arithmetic
+    from trinity.demo.tiny import build_tiny_preset
     from trinity.runtime.launcher import run
-    from trinity.utils.synthetic import make_arithmetic
 
     model = build_tiny_preset(os.path.join(root, "micro"), "micro")
     data = os.path.join(root, "data")

@@ -93,11 +93,11 @@ def main() -> None:
     args = parser.parse_args()
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="openai-overhead-")
     if args.model is None:
-        from trinity.common.models.tiny import build_tiny_preset
+        from trinity.demo.tiny import build_tiny_preset
 
         args.model = build_tiny_preset(os.path.join(args.workdir, "model"), "tiny")
     if args.data is None:
-        from trinity.utils.synthetic import make_arithmetic
+        from trinity.demo.synthetic import make_arithmetic
 
         args.data = os.path.join(args.workdir, "rl")
         make_arithmetic(args.data, n_train=args.steps * args.batch_size, n_test=8, digits=2, seed=0)

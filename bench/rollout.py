@@ -30,8 +30,8 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 import transformers
 
-from trinity.common.models.hf_engine import SamplingParams, TransformersEngine
-from trinity.common.models.tiny import TINY_PRESETS, build_tiny_preset
+from trinity.demo.tiny import TINY_PRESETS, build_tiny_preset
+from trinity.engine.hf_engine import SamplingParams, TransformersEngine
 
 
 def make_messages(n: int, seed: int = 0) -> List[List[Dict[str, str]]]:

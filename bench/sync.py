@@ -44,8 +44,8 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from trinity.common.models.tiny import TINY_PRESETS, build_tiny_model
-from trinity.runtime.synchronizer import Wanted
+from trinity.common.sync_schedule import Wanted
+from trinity.demo.tiny import TINY_PRESETS, build_tiny_model
 from trinity.trainer.checkpoint import save_checkpoint
 
 SIZES: Dict[str, Dict[str, int]] = {
@@ -104,6 +104,8 @@ def _sides(method: str, job_dir: str, model: torch.nn.Module, folder: str, threa
     )
     sync = ray.remote(num_cpus=0)(Synchronizer).remote(method, job_dir, 600.0, has_trainer=True)
     engine = EngineActor.remote(
+        "transformers",
+        [],
         job_dir,
         "bench_engine",
         "INFO",
@@ -117,7 +119,7 @@ def _sides(method: str, job_dir: str, model: torch.nn.Module, folder: str, threa
         config=config, sync_actor=sync, trainer=_WeightsOnlySaver(job_dir, model)
     )
     from trinity.runtime.explorer_role import ExplorerRole
-    from trinity.runtime.status import Reporter
+    from trinity.utils.status import Reporter
 
     explorer = SimpleNamespace(
         config=config,
@@ -126,8 +128,9 @@ def _sides(method: str, job_dir: str, model: torch.nn.Module, folder: str, threa
         loaded_version=0,
         report=Reporter(None, "explorer"),
     )
-    wait = ExplorerRole._wait_for_trainer
+    wait, releases = ExplorerRole._wait_for_trainer, ExplorerRole._releases
     explorer._wait_for_trainer = lambda version: wait(explorer, version)
+    explorer._releases = lambda version: releases(explorer, version)
     return trainer, explorer, [sync, engine]
 
 

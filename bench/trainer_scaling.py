@@ -46,6 +46,8 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
+from trinity.preflight.derive import finalize
+
 CONFIG = """
 project: bench
 name: trainer_scaling_{ranks}
@@ -173,7 +175,7 @@ def _rank_main(rank: int, world: int, port: int, setup: Dict[str, Any]) -> None:
 
     threads = setup["threads"]
     torch.set_num_threads(threads)
-    config = load_config(setup["config"]).check_and_update()
+    config = finalize(load_config(setup["config"]))
     ranks = None
     if world > 1:
         from trinity.trainer.distributed import init_group
@@ -357,7 +359,7 @@ def _notes(args: argparse.Namespace) -> Dict[str, str]:
 
 
 def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
-    from trinity.common.models.tiny import TINY_PRESETS
+    from trinity.demo.tiny import TINY_PRESETS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="25m", choices=sorted(TINY_PRESETS))
@@ -404,7 +406,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     """Run every side on one workload, write the JSON to ``--out``, print one line."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from trinity.common.models.tiny import build_tiny_preset
+    from trinity.demo.tiny import build_tiny_preset
 
     args = _parse(argv)
     model = build_tiny_preset(os.path.join(args.cache_dir, args.preset), args.preset)

@@ -114,7 +114,7 @@ def train(checkpoint: str, rl_path: str, params: Dict, optimizer_config: Any, wo
     from trl import GRPOTrainer
 
     from trinity.algorithm.optimizer import build_optimizer
-    from trinity.utils.synthetic import read_jsonl
+    from trinity.demo.synthetic import read_jsonl
 
     train = read_jsonl(os.path.join(rl_path, "train.jsonl"))
     # Trinity's sequential reader runs on across epochs: step k reads rows 16k..16k+15 (mod n).

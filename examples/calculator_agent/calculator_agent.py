@@ -22,9 +22,9 @@ import openai
 
 from trinity.common.experience import Experience
 from trinity.common.workflows import Workflow
+from trinity.common.workflows.multiturn import merge_turns
 from trinity.common.workflows.workflow import WORKFLOWS, Task
 from trinity.demo.calculator import CALC_TOOL, calculate
-from trinity.explorer.multiturn import merge_turns
 
 Messages = List[Dict[str, Any]]
 

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
+from trinity.demo.synthetic import prepare_quickstart
 from trinity.monitor import read_metrics
 from trinity.runtime.launcher import run
-from trinity.utils.synthetic import prepare_quickstart
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 CONFIG = os.path.join(ROOT, "examples", "quickstart", "arithmetic.yaml")

@@ -7,8 +7,8 @@ import pytest
 
 from tests.integration.conftest import HERE, base_overrides
 from tests.integration.test_run import CONFIG, records, weights_changed
+from trinity.demo.synthetic import write_jsonl
 from trinity.runtime.launcher import run
-from trinity.utils.synthetic import write_jsonl
 
 PLUGINS = os.path.join(HERE, "plugins")
 
@@ -122,7 +122,7 @@ def test_guide_opmd_example_as_plugin(tmp_path, micro_model, arithmetic_data, ra
 
 
 def test_on_policy_distill_from_a_teacher(tmp_path, micro_model, arithmetic_data, ray_cluster):
-    from trinity.common.models.tiny import build_tiny_preset
+    from trinity.demo.tiny import build_tiny_preset
 
     teacher = build_tiny_preset(str(tmp_path / "teacher"), "micro", seed=1)
     overrides = _rl_overrides(tmp_path, micro_model, arithmetic_data, "on_policy_distill", [])

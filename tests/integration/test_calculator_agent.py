@@ -10,8 +10,8 @@ import sqlalchemy as sa
 from tests.integration.test_guess_number import expected_mask
 from tests.integration.test_run import records, weights_changed
 from trinity.buffer.codec import decode_experience
-from trinity.common.models.tiny import build_char_tokenizer
 from trinity.demo.calculator import prepare_calculator
+from trinity.demo.tiny import build_char_tokenizer
 from trinity.runtime.launcher import run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))

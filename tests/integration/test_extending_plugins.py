@@ -1,6 +1,6 @@
 """docs/extending.md's plugins in a real run: loaded with --plugin-dir in every process, and
 the page's reward, algorithm type, advantage, loss, entropy term, sample strategy and task
-selector all take part in training."""
+selector all take part in training; its engine runs in a Ray engine actor."""
 
 import math
 
@@ -8,7 +8,9 @@ import pytest
 
 from tests.integration.conftest import base_overrides
 from tests.integration.test_run import CONFIG, records, weights_changed
-from tests.unit.test_extending_docs import PLUGIN_BLOCKS, REGISTRIES
+from tests.unit.test_extending_docs import PLUGIN_BLOCKS, REGISTRIES, engine_config
+from trinity.common.models.model import ModelWrapper
+from trinity.runtime.explorer_role import engine_kwargs
 from trinity.runtime.launcher import run
 
 
@@ -45,3 +47,31 @@ def test_documented_plugins_train(tmp_path, micro_model, arithmetic_data, ray_cl
         assert "group_mean/abs_advantage" in record and "sample/clipped_rewards" in record
         assert "actor/kl_loss" not in record  # rloo_no_reference loads no reference model
     assert weights_changed(micro_model, result.final_hf)
+
+
+def test_documented_engine_in_a_ray_engine_actor(
+    tmp_path, micro_model, arithmetic_data, ray_cluster, plugin_dir
+):
+    """The Ray host imports the plugin folders itself: this process never registers "echo"."""
+    import ray
+
+    from trinity.runtime.actors import EngineActor
+
+    config = engine_config(tmp_path, micro_model, arithmetic_data, "transformers")
+    actor = EngineActor.remote(
+        "echo",
+        [plugin_dir],
+        config.checkpoint_job_dir,
+        "echo_engine",
+        "INFO",
+        1,
+        **engine_kwargs(config),
+    )
+    try:
+        model = ModelWrapper(actor)
+        (reply,) = model.chat([{"role": "user", "content": "12+34="}])
+        assert reply.response_text == "12+3" and reply.logprobs.tolist() == [0.0] * 4
+        ray.get(actor.load_weights.remote({}, 2))
+        assert model.model_version == 2
+    finally:
+        ray.kill(actor, no_restart=True)

@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM
 
 from tests.integration.conftest import base_overrides
 from tests.integration.test_run import CONFIG, records
+from trinity.common.weights import weights_path
 from trinity.runtime.launcher import RunFailed, run
 from trinity.trainer import checkpoint as ckpt
 
@@ -61,7 +62,7 @@ def test_two_rank_grpo_syncs_gathered_weights_and_resumes(
     # its logprobs are those of the gathered weights the step-1 checkpoint holds.
     exps = _explored(job, tmp_path, 2)
     assert len(exps) == 4 * 4
-    weights = ckpt.load_weights(ckpt.weights_path(job, 1))
+    weights = ckpt.load_weights(weights_path(job, 1))
     for exp, logprob in zip(exps, _scored(micro_model, weights, exps), strict=True):
         assert torch.allclose(exp.logprobs, logprob, atol=1e-4)
     initial = AutoModelForCausalLM.from_pretrained(micro_model).state_dict()

@@ -72,8 +72,9 @@ def _value(overrides: List[str], key: str) -> str:
 
 def _config(overrides: List[str]) -> Any:
     from trinity.common.config import load_config
+    from trinity.preflight.derive import finalize
 
-    return load_config(CONFIG, overrides).check_and_update()
+    return finalize(load_config(CONFIG, overrides))
 
 
 def logical_gpu_runs(out_path: str, overrides: List[str]) -> None:

@@ -11,8 +11,8 @@ import sqlalchemy as sa
 
 from tests.integration.test_run import records, weights_changed
 from trinity.buffer.codec import decode_experience
-from trinity.common.models.tiny import IM_END, IM_START, build_char_tokenizer
 from trinity.demo.guess_number import prepare_guess_number
+from trinity.demo.tiny import IM_END, IM_START, build_char_tokenizer
 from trinity.runtime.launcher import run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))

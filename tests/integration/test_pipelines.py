@@ -8,8 +8,8 @@ import pytest
 
 from tests.integration.conftest import HERE
 from tests.integration.test_run import records
+from trinity.demo.synthetic import read_jsonl, write_jsonl
 from trinity.runtime.launcher import run
-from trinity.utils.synthetic import read_jsonl, write_jsonl
 
 CONFIG = os.path.join(HERE, "configs", "grpo_small.yaml")
 

@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tests.unit.test_openai_server import LocalServer
 from trinity.common.models.model import ModelWrapper
-from trinity.common.models.transformers_model import TransformersInferenceModel
+from trinity.engine.transformers_model import TransformersInferenceModel
 from trinity.explorer.multiturn import merge_turns
 from trinity.runtime.launcher import run
 

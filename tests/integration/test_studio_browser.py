@@ -12,7 +12,7 @@ import pytest
 import uvicorn
 
 from trinity.common.config import load_config
-from trinity.common.config.preflight import check_before_start
+from trinity.preflight.before_start import check_before_start
 from trinity.studio.app import create_app
 
 webdriver = pytest.importorskip("selenium.webdriver")

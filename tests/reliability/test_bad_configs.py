@@ -760,7 +760,7 @@ CASES: List[Bad] = [
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory, micro_model, arithmetic_data) -> None:
     """Import what the checks import once, so each case's time is its own checks."""
-    import trinity.common.config.preflight  # noqa: F401
+    import trinity.preflight.before_start  # noqa: F401
     from trinity.buffer.file_reader import load_rows  # noqa: F401
 
 

@@ -9,11 +9,11 @@ import torch
 from rich.console import Console
 
 from trinity.common.config import ConfigError, apply_run_name, load_config
-from trinity.common.config.preflight import check_before_start
 from trinity.common.experience import Experience
+from trinity.common.weights import complete_steps, weights_path
 from trinity.explorer.bench import BenchError, bench_steps, bench_table, run_bench
 from trinity.explorer.explorer import rollout_metrics
-from trinity.trainer.checkpoint import complete_steps, weights_path
+from trinity.preflight.before_start import check_before_start
 
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "integration", "configs", "grpo_small.yaml")
 

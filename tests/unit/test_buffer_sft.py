@@ -172,8 +172,8 @@ def test_reader_requires_format_columns(tmp_path, tokenizer):
 
 
 def test_tool_calls_are_trained_and_tool_results_are_not():
-    from trinity.common.models.tiny import build_char_tokenizer
     from trinity.demo.calculator import CALC_TOOL, tool_dialogue
+    from trinity.demo.tiny import build_char_tokenizer
 
     tokenizer = build_char_tokenizer()
     row = {"messages": tool_dialogue("12*11", "132"), "tools": [CALC_TOOL]}

@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from trinity.algorithm.optimizer import build_lr_scheduler, build_optimizer
+from trinity.common.weights import saved_steps, weights_path
+from trinity.preflight.derive import finalize
 from trinity.trainer import checkpoint as ckpt
 
 
@@ -46,7 +48,7 @@ def test_save_load_and_rotation(tmp_path):
     state = ckpt.load_checkpoint(str(tmp_path), 3)
     assert state["extra"] == {"step": 3, "k": 3} and state["optim"] == {"o": 3}
     assert torch.equal(state["model"]["weight"], model.weight.detach())
-    assert ckpt.weights_path(str(tmp_path), 3).endswith("global_step_3/actor/model.safetensors")
+    assert weights_path(str(tmp_path), 3).endswith("global_step_3/actor/model.safetensors")
 
 
 def test_no_checkpoint(tmp_path):
@@ -208,7 +210,7 @@ def test_leftover_temp_folder_of_a_killed_save_is_ignored_and_removed(tmp_path):
     (leftover / "actor" / "model.safetensors").write_bytes(b"half")
     (tmp_path / "latest_checkpointed_iteration.txt.tmp").write_text("2")
     assert ckpt.latest_step(str(tmp_path)) == 1
-    assert ckpt._saved_steps(str(tmp_path)) == [1]
+    assert saved_steps(str(tmp_path)) == [1]
     ckpt.save_checkpoint(str(tmp_path), 3, model, {}, {})
     assert _listing(tmp_path) == [
         "global_step_1",
@@ -234,7 +236,7 @@ def test_retention_never_deletes_the_new_checkpoint(tmp_path, keep, left):
     model = torch.nn.Linear(2, 2)
     for step in (1, 2, 3, 4):
         ckpt.save_checkpoint(str(tmp_path), step, model, {}, {}, max_to_keep=keep)
-    assert ckpt._saved_steps(str(tmp_path)) == left
+    assert saved_steps(str(tmp_path)) == left
     assert ckpt.latest_step(str(tmp_path)) == 4
     ckpt.load_checkpoint(str(tmp_path), 4)
 
@@ -245,7 +247,7 @@ def test_retention_keeps_the_marked_step_and_later_folders(tmp_path):
         ckpt.save_checkpoint(str(tmp_path), step, model, {}, {})
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("2")
     assert ckpt.apply_retention(str(tmp_path), 3, max_to_keep=1) == [1]
-    assert ckpt._saved_steps(str(tmp_path)) == [2, 3, 5]
+    assert saved_steps(str(tmp_path)) == [2, 3, 5]
 
 
 class _Payload:
@@ -281,7 +283,7 @@ def test_a_checkpoint_missing_files_is_named(tmp_path):
         ckpt.load_checkpoint(str(tmp_path), 4)
     (tmp_path / "global_step_4" / "actor" / "model.safetensors").write_bytes(b"junk")
     with pytest.raises(ckpt.CheckpointError, match="not a readable safetensors"):
-        ckpt.load_weights(ckpt.weights_path(str(tmp_path), 4))
+        ckpt.load_weights(weights_path(str(tmp_path), 4))
 
 
 CONFIG = """
@@ -308,7 +310,7 @@ def _trainer(tmp_path, micro_model, arithmetic_data):
     path = tmp_path / "config.yaml"
     text = CONFIG.format(root=tmp_path, model=micro_model, data=arithmetic_data["rl"])
     path.write_text(textwrap.dedent(text))
-    config = load_config(str(path)).check_and_update()
+    config = finalize(load_config(str(path)))
     trainer = Trainer(config, planned_steps=4, log=lambda metrics, step: None)
     trainer.prepare_model()
     trainer.attach_reader(reader=None)  # the default strategy only reads in sample()

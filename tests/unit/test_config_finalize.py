@@ -3,21 +3,19 @@ veRL key mapping, and the two align-with-verl.md examples."""
 
 import logging
 import os
-import sys
 import textwrap
-import types
 
 import pytest
 
 import trinity.common.config.gpus as gpus_module
+from trinity import algorithm
 from trinity.common.config import (
     ConfigError,
     effective_trainer_settings,
-    finalize,
     load_config,
     save_resolved_config,
 )
-from trinity.common.registry import Registry
+from trinity.preflight.derive import finalize
 
 CONFIGS = os.path.join(os.path.dirname(__file__), "configs")
 
@@ -32,9 +30,8 @@ def _algorithm(name, defaults):
 
 @pytest.fixture(autouse=True)
 def fake_algorithms(monkeypatch):
-    """A stand-in for trinity.algorithm (written in parallel) with grpo and sft registered."""
-    module = types.ModuleType("trinity.algorithm")
-    module.ALGORITHM_TYPE = Registry("algorithm_type")
+    """trinity.algorithm's registries holding stand-ins: grpo and sft and their components,
+    so the expected defaults and "supported" lists are this file's, not the built-ins'."""
     grpo = {
         "repeat_times": 2,
         "sample_strategy": "default",
@@ -45,8 +42,6 @@ def fake_algorithms(monkeypatch):
         "entropy_loss_fn": "default",
     }
     sft = {"repeat_times": 1, "policy_loss_fn": "sft", "kl_loss_fn": "none"}
-    module.ALGORITHM_TYPE.register_module("grpo", _algorithm("GRPO", grpo))
-    module.ALGORITHM_TYPE.register_module("sft", _algorithm("SFT", sft))
     components = {
         "SAMPLE_STRATEGY": {"default": {}},
         "ADVANTAGE_FN": {"grpo": {"epsilon": 1e-6, "norm_adv_by_std_in_grpo": True}},
@@ -54,14 +49,17 @@ def fake_algorithms(monkeypatch):
         "KL_FN": {name: {"kl_coef": 0.001} for name in ("none", "k1", "k2", "k3", "low_var_kl")},
         "ENTROPY_LOSS_FN": {"default": {"entropy_coef": 0.0}},
     }
+    for registry_name in ("ALGORITHM_TYPE", *components):
+        # emptied for the test (monkeypatch restores the built-ins), then filled below
+        monkeypatch.setattr(getattr(algorithm, registry_name), "_modules", {})
+    algorithm.ALGORITHM_TYPE.register_module("grpo", _algorithm("GRPO", grpo))
+    algorithm.ALGORITHM_TYPE.register_module("sft", _algorithm("SFT", sft))
     for registry_name, entries in components.items():
-        registry = Registry(registry_name)
+        registry = getattr(algorithm, registry_name)
         for name, args in entries.items():
             registry.register_module(name, _component(name, args))
-        setattr(module, registry_name, registry)
     # grpo compares the rollouts of a task: the group checks read this declaration.
-    module.ADVANTAGE_FN.get("grpo").needs_groups = True
-    monkeypatch.setitem(sys.modules, "trinity.algorithm", module)
+    algorithm.ADVANTAGE_FN.get("grpo").needs_groups = True
     monkeypatch.setattr(gpus_module, "detect_gpu_count", lambda: 0)
 
 
@@ -92,7 +90,7 @@ def load(tmp_path, text=BASE, overrides=()):
 
 
 def finalized(tmp_path, text=BASE, overrides=()):
-    return load(tmp_path, text, overrides).check_and_update()
+    return finalize(load(tmp_path, text, overrides))
 
 
 def problems(tmp_path, text=BASE, overrides=()):
@@ -330,7 +328,7 @@ def test_impossible_arithmetic_is_reported_together(tmp_path):
 def test_unregistered_component_is_an_error(tmp_path):
     found = problems(tmp_path, overrides=["algorithm.advantage_fn=gae"])
     assert len(found) == 1
-    assert found[0].startswith("algorithm.advantage_fn = gae: ADVANTAGE_FN has no module named")
+    assert found[0].startswith("algorithm.advantage_fn = gae: advantage_fn has no module named")
 
 
 def test_storage_names_must_be_unique(tmp_path):
@@ -407,7 +405,7 @@ EXAMPLE_OVERRIDES = [
 
 def test_grpo_example_validates(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="trinity.config"):
-        config = load_config(example("grpo_example.yaml"), EXAMPLE_OVERRIDES).check_and_update()
+        config = finalize(load_config(example("grpo_example.yaml"), EXAMPLE_OVERRIDES))
     assert config.algorithm.algorithm_type == "grpo"
     assert config.monitor.monitor_type == "wandb"
     assert (config.algorithm.repeat_times, config.buffer.train_batch_size) == (8, 2048)
@@ -426,7 +424,7 @@ def test_ppo_example_fails_only_on_unbuilt_features():
     only ppo itself is missing from this test's registry."""
     config = load_config(example("ppo_example.yaml"), EXAMPLE_OVERRIDES)
     with pytest.raises(ConfigError) as excinfo:
-        config.check_and_update()
+        finalize(config)
     (found,) = excinfo.value.problems
     assert found.startswith("algorithm.algorithm_type = ppo is not supported yet")
 
@@ -437,7 +435,7 @@ def test_saved_config_reloads_to_the_same_config(tmp_path):
     save_resolved_config(config, str(path))
     text = path.read_text()
     assert "train_batch_size: 8" in text and "sync_method: memory" in text
-    reloaded = load_config(str(path)).check_and_update()
+    reloaded = finalize(load_config(str(path)))
     assert reloaded.model_dump() == config.model_dump()
 
 

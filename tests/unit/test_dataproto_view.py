@@ -14,6 +14,7 @@ from trinity.algorithm import ADVANTAGE_FN, AdvantageFn
 from trinity.algorithm.advantage_fn import GRPOAdvantageFn
 from trinity.common.config import load_config
 from trinity.common.experience import Experience, ExperienceBatch
+from trinity.preflight.derive import finalize
 
 
 def make_batch() -> ExperienceBatch:
@@ -166,7 +167,7 @@ def make_trainer(tmp_path, micro_model, arithmetic_data, algorithm: Dict):
         algorithm=json.dumps(algorithm),
     )
     path.write_text(textwrap.dedent(text))
-    config = load_config(str(path)).check_and_update()
+    config = finalize(load_config(str(path)))
     trainer = Trainer(config, planned_steps=1, log=lambda metrics, step: None)
     trainer.prepare_model()
     return trainer

@@ -4,8 +4,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
-from trinity.common.models import decoding
-from trinity.common.models.decoding import make_decoder, supports_shared_prefix
+from trinity.engine.decoding import make_decoder, supports_shared_prefix
+from trinity.ops import attention
 
 PAD = 0
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
@@ -57,7 +57,7 @@ def reference_logits(model, rows):
 def test_decoder_steps_match_full_forward(kv_heads, shared, device, monkeypatch):
     """40 steps from caches with room for 8 new tokens: they double three times, with rows
     dropped before and after a growth."""
-    monkeypatch.setattr(decoding, "_FIRST_CAPACITY", 8)
+    monkeypatch.setattr(attention, "FIRST_CAPACITY", 8)
     model = small_llama(kv_heads).to(device)
     prompts = [[5, 6, 7], [9, 3, 3, 8, 1, 2], [4]]
     # Rows laid out request by request; prompt 0 is asked twice, not adjacently.
@@ -86,7 +86,7 @@ def test_extend_feeds_several_tokens_per_row_causally(kv_heads, device, monkeypa
     """``extend`` (the trainer's response pass) gives each new token's logits as a full
     forward of the row up to it would: after a single ``step``, then 3, 20 and 2 tokens at
     a time, growing a cache made with room for 8."""
-    monkeypatch.setattr(decoding, "_FIRST_CAPACITY", 8)
+    monkeypatch.setattr(attention, "FIRST_CAPACITY", 8)
     model = small_llama(kv_heads).to(device)
     prompts = [[5, 6, 7], [9, 3, 3, 8, 1, 2]]
     source = torch.tensor([0, 1, 0, 1, 1], device=device)

@@ -5,14 +5,14 @@ import asyncio
 
 import pytest
 
-from trinity.explorer.pool_rules import DynamicTimeout, OverRollout, min_tasks
-from trinity.runtime.synchronizer import (
-    Synchronizer,
+from trinity.common.sync_schedule import (
     Wanted,
     last_readable_step,
     readable_bound,
     wanted_before,
 )
+from trinity.explorer.pool_rules import DynamicTimeout, OverRollout, min_tasks
+from trinity.runtime.synchronizer import Synchronizer
 
 
 def _wants(style, interval, offset, steps=7):

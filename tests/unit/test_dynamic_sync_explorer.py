@@ -2,10 +2,10 @@
 step), over_rollout's left-behind tasks, and the config checks of the dynamic-sync keys."""
 
 from tests.unit.test_config_finalize import fake_algorithms, finalized, problems  # noqa: F401
+from trinity.common.sync_schedule import Wanted
 from trinity.common.workflows.workflow import Task
 from trinity.explorer.explorer import Explorer
 from trinity.explorer.runner import TaskResult
-from trinity.runtime.synchronizer import Wanted
 
 
 class Reader:

@@ -1,6 +1,7 @@
 """docs/extending.md runs as written: every ``# plugins/<file>.py`` block is loaded from a
 plugin folder the way ``trinity run --plugin-dir`` loads it and exercised, and every YAML
-block passes the config check with those plugins registered."""
+block passes the config check with those plugins registered. The engine's Ray host is
+exercised in tests/integration/test_extending_plugins.py."""
 
 import json
 import re
@@ -27,10 +28,14 @@ from trinity.buffer.operators import OPERATORS
 from trinity.common.config import FormatConfig, GenerationConfig, load_config
 from trinity.common.config.schema_buffer import TaskSelectorConfig
 from trinity.common.experience import Experience, ExperienceBatch
+from trinity.common.models.model import ModelWrapper
 from trinity.common.rewards import REWARD_FUNCTIONS
 from trinity.common.workflows import WORKFLOWS, Task
+from trinity.engine import ENGINES
 from trinity.explorer.runner import WorkflowRunner
 from trinity.monitor import MONITORS
+from trinity.preflight.derive import finalize
+from trinity.runtime.explorer_role import local_engine
 from trinity.utils.plugin_loader import load_plugins
 
 DOC = (Path(__file__).parents[2] / "docs" / "extending.md").read_text()
@@ -48,6 +53,7 @@ REGISTRIES = [
     TASK_SELECTORS,
     MONITORS,
     OPERATORS,
+    ENGINES,
 ]
 
 
@@ -69,7 +75,7 @@ def plugins(tmp_path_factory):
 
 
 def test_every_extensible_registry_has_one_example(plugins):
-    assert len(PLUGIN_BLOCKS) == 10
+    assert len(PLUGIN_BLOCKS) == 11
     assert plugins == {
         "workflows": {"exact_match_workflow"},
         "reward_functions": {"keyword_reward"},
@@ -82,6 +88,7 @@ def test_every_extensible_registry_has_one_example(plugins):
         "task_selectors": {"fixed_shuffle"},
         "monitors": set(),
         "operators": {"banned_words_filter"},
+        "engines": {"echo"},
     }
 
 
@@ -248,6 +255,32 @@ def test_operator_example_rows_and_groups(plugins):
         OPERATORS.get("banned_words_filter")(words=[])
 
 
+def engine_config(tmp_path: Path, micro_model: str, data: Dict, engine_type: str) -> Any:
+    """A finalized config of the micro model whose rollout model runs on ``engine_type``."""
+    algorithm = json.dumps({"algorithm_type": "grpo", "repeat_times": 4})
+    text = CONFIG.format(root=tmp_path, model=micro_model, data=data["rl"], algorithm=algorithm)
+    path = tmp_path / "config.yaml"
+    path.write_text(textwrap.dedent(text))
+    return finalize(load_config(str(path), [f"explorer.rollout_model.engine_type={engine_type}"]))
+
+
+def test_engine_example_runs_in_the_in_process_host(
+    tmp_path, micro_model, arithmetic_data, plugins
+):
+    config = engine_config(tmp_path, micro_model, arithmetic_data, "echo")
+    engine = local_engine(config, "echo_engine")  # what a one-process stage starts
+    try:
+        assert type(engine.hosted) is ENGINES.get("echo")
+        model = ModelWrapper(engine)
+        replies = model.chat([{"role": "user", "content": "12+34="}], n=2)
+        assert [e.response_text for e in replies] == ["12+3", "12+3"]  # max_response_tokens 4
+        assert replies[0].logprobs.tolist() == [0.0] * 4 and replies[0].model_version == 0
+        engine.load_weights({}, 3)  # as a weight sync does
+        assert model.model_version == 3
+    finally:
+        engine.close()
+
+
 def deep_merge(base: Dict, over: Dict) -> Dict:
     merged = dict(base)
     for key, value in over.items():
@@ -278,5 +311,5 @@ def test_yaml_examples_pass_the_config_check(
     merged = deep_merge(yaml.safe_load(textwrap.dedent(text)), snippet)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(merged))
-    config = load_config(str(path)).check_and_update()
+    config = finalize(load_config(str(path)))
     assert_contains(config.model_dump(), snippet, "")

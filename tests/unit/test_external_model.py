@@ -12,12 +12,12 @@ from transformers import AutoTokenizer
 
 from tests.unit.test_openai_server import LocalServer, make_engine
 from trinity.common.config import ConfigError, load_config
-from trinity.common.config.derive import derive
-from trinity.common.config.preflight import check_before_start, tokenizer_folder_problems
 from trinity.common.config.schema_model import ExternalModelConfig
 from trinity.common.models.model import ModelWrapper
 from trinity.common.models.sampling import SamplingParams
 from trinity.engine.external import NO_KEY, ExternalModel, external_env
+from trinity.preflight.before_start import check_before_start, tokenizer_folder_problems
+from trinity.preflight.derive import derive
 from trinity.runtime.explorer_role import external_engine
 
 BASE = """

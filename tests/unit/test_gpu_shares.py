@@ -6,7 +6,7 @@ import pytest
 
 import trinity.common.config.gpus as gpus_module
 from tests.unit.test_nodes import finalized, problems
-from trinity.common.config.preflight import _process_problems
+from trinity.preflight.before_start import _process_problems
 from trinity.runtime.gpu_bundles import gpu_slots
 
 AUXILIARY = "explorer.auxiliary_models=[{model_path: /models/judge, engine_num: %d}]"
@@ -132,7 +132,7 @@ def test_one_gpu_is_shared_in_one_process_or_given_to_the_one_role_on_ray(tmp_pa
 
 
 def test_several_gpus_send_the_stage_to_ray(tmp_path):
-    from trinity.runtime.local_stage import ray_reasons
+    from trinity.preflight.hosting import ray_reasons
 
     config = finalized(tmp_path, ["cluster.gpu_per_node=2"])
     assert ray_reasons(config) == ["2 GPUs (cluster.node_num x gpu_per_node), each role on its own"]

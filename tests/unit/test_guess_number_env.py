@@ -9,7 +9,6 @@ from typer.testing import CliRunner
 from trinity.buffer.sft import SFTFormatter
 from trinity.cli.main import app
 from trinity.common.config import FormatConfig
-from trinity.common.models.tiny import IM_END, build_char_tokenizer
 from trinity.demo import prepare_demo
 from trinity.demo.guess_number import (
     GuessNumberEnv,
@@ -23,7 +22,8 @@ from trinity.demo.guess_number import (
     split_ranges,
     turns_for,
 )
-from trinity.utils.synthetic import read_jsonl
+from trinity.demo.synthetic import read_jsonl
+from trinity.demo.tiny import IM_END, build_char_tokenizer
 
 
 def test_answers_name_the_interval_left_and_the_episode_ends_on_the_secret():

@@ -12,8 +12,8 @@ import pytest
 
 from trinity.common.config import GenerationConfig
 from trinity.common.experience import Experience
-from trinity.common.models.tiny import IM_END, build_char_tokenizer
 from trinity.common.workflows import Task
+from trinity.demo.tiny import IM_END, build_char_tokenizer
 from trinity.engine.conversation import Conversation
 
 TOKENIZER = build_char_tokenizer()

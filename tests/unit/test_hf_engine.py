@@ -6,9 +6,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from trinity.common.models import sampling
-from trinity.common.models.hf_engine import SampleOutput, SamplingParams, TransformersEngine
-from trinity.common.models.tiny import TINY_PRESETS, build_tiny_model
+from trinity.demo.tiny import TINY_PRESETS, build_tiny_model
+from trinity.engine import sampling
+from trinity.engine.hf_engine import SampleOutput, SamplingParams, TransformersEngine
 
 QUESTIONS = ["1+2=", "What is 123 + 456? Think step by step.", "x", "0123456789 ~ 9876543210"]
 

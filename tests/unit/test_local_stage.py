@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from trinity.runtime.local_stage import ray_reasons, runs_in_process
+from trinity.preflight.hosting import ray_reasons, runs_in_process
 
 
 def served(engine_type):

@@ -3,7 +3,7 @@
 import asyncio
 import threading
 
-from trinity.runtime.loop_host import LoopHost
+from trinity.utils.loop_host import LoopHost
 
 
 class Counter:

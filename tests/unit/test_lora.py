@@ -11,6 +11,8 @@ from safetensors import safe_open
 from transformers import AutoModelForCausalLM
 
 from trinity.common.experience import Experience
+from trinity.common.weights import weights_path
+from trinity.preflight.derive import finalize
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer import lora
 
@@ -55,7 +57,7 @@ def _config(tmp_path, micro_model, arithmetic_data, lora_entry=LORA):
 def _trainer(tmp_path, micro_model, arithmetic_data, lora_entry=LORA):
     from trinity.trainer.trainer import Trainer
 
-    config = _config(tmp_path, micro_model, arithmetic_data, lora_entry).check_and_update()
+    config = finalize(_config(tmp_path, micro_model, arithmetic_data, lora_entry))
     trainer = Trainer(config, planned_steps=4, log=lambda metrics, step: None)
     trainer.prepare_model()
     trainer.attach_reader(reader=None)
@@ -154,7 +156,7 @@ def test_checkpoint_holds_only_the_adapter_and_resume_restores_it(
     trained, tmp_path, micro_model, arithmetic_data
 ):
     trained.save(final=False)
-    path = ckpt.weights_path(trained.job_dir, 1)
+    path = weights_path(trained.job_dir, 1)
     with safe_open(path, framework="pt") as f:
         names = list(f.keys())
     assert names and all(".lora_A." in n or ".lora_B." in n for n in names)
@@ -179,7 +181,7 @@ def test_resume_without_lora_from_a_lora_checkpoint_says_so(
     trained.save(final=False)
     config = _config(tmp_path, micro_model, arithmetic_data, LORA)
     config.model.lora_configs = None
-    trainer = Trainer(config.check_and_update(), 4, log=lambda metrics, step: None)
+    trainer = Trainer(finalize(config), 4, log=lambda metrics, step: None)
     with pytest.raises(ckpt.CheckpointError, match="holds a LoRA adapter.*model.lora_configs"):
         trainer.prepare_model()
 
@@ -212,7 +214,7 @@ def test_hf_export_is_a_peft_adapter_and_merged_model(tmp_path, micro_model, ari
 def test_pretrained_adapter_path_and_engine_start_from_it(
     tmp_path, micro_model, arithmetic_data, trained
 ):
-    from trinity.common.models.hf_engine import TransformersEngine
+    from trinity.engine.hf_engine import TransformersEngine
 
     adapter = str(tmp_path / "adapter")
     lora.export_adapter(trained.model, adapter)
@@ -247,7 +249,7 @@ def test_lora_dtype_sets_the_adapter_dtype_only(tmp_path, micro_model, arithmeti
 
 def _problems(tmp_path, micro_model, arithmetic_data, entry, extra=""):
     from trinity.common.config import ConfigError, load_config
-    from trinity.common.config.preflight import check_before_start
+    from trinity.preflight.before_start import check_before_start
 
     text = CONFIG.format(
         root=tmp_path / "ck", model=micro_model, data=arithmetic_data["rl"], lora=entry

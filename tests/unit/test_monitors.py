@@ -9,9 +9,9 @@ import struct
 
 import pytest
 
-from trinity.common.config.monitor_checks import monitor_problems
 from trinity.monitor import Monitor, read_metrics
 from trinity.monitor.tracked_run import TrackedRun
+from trinity.preflight.monitor_checks import monitor_problems
 
 # A wandb run file is LevelDB's log format: a 7-byte file header, then 32 KiB blocks of
 # records (crc32, length, kind) whose payloads, joined, are `Record` protobufs.

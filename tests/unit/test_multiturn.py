@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from trinity.common.experience import Experience
-from trinity.common.models.tiny import IM_END, IM_START, build_char_tokenizer
+from trinity.common.workflows.multiturn import EpisodeBreak, merge_turns
+from trinity.demo.tiny import IM_END, IM_START, build_char_tokenizer
 from trinity.engine.conversation import Conversation
-from trinity.explorer.multiturn import EpisodeBreak, merge_turns
 
 
 @pytest.fixture(scope="module")
@@ -157,3 +157,9 @@ def test_merge_names_the_turn_that_breaks_the_episode(tokenizer):
         merge_turns([])
     single = merge_turns(recorded[:1])
     assert torch.equal(single.tokens, recorded[0].tokens) and bool(single.action_mask.all())
+
+
+def test_merge_turns_keeps_its_earlier_public_path():
+    from trinity.explorer import multiturn
+
+    assert multiturn.merge_turns is merge_turns and multiturn.EpisodeBreak is EpisodeBreak

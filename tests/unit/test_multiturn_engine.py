@@ -5,7 +5,7 @@ import pytest
 
 from tests.unit.test_openai_server import LocalServer, make_engine
 from trinity.common.models.model import ModelWrapper
-from trinity.explorer.multiturn import merge_turns
+from trinity.common.workflows.multiturn import merge_turns
 
 
 @pytest.fixture(scope="module")

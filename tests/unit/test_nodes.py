@@ -8,6 +8,7 @@ import pytest
 
 import trinity.common.config.gpus as gpus_module
 from trinity.common.config import ConfigError, load_config
+from trinity.preflight.derive import finalize
 from trinity.runtime import placement
 from trinity.runtime.failures import log_file
 from trinity.runtime.placement import Node, Placement
@@ -42,7 +43,7 @@ def no_gpus(monkeypatch):
 def finalized(tmp_path, overrides):
     path = tmp_path / "config.yaml"
     path.write_text(textwrap.dedent(BASE))
-    return load_config(str(path), list(overrides)).check_and_update()
+    return finalize(load_config(str(path), list(overrides)))
 
 
 def problems(tmp_path, overrides):

@@ -17,6 +17,7 @@ from trinity.common.models.model import ModelWrapper
 from trinity.common.models.sampling import SamplingParams
 from trinity.common.workflows import Task, Workflow
 from trinity.explorer.runner import WorkflowRunner
+from trinity.preflight.derive import finalize
 
 
 @pytest.fixture(scope="module")
@@ -204,7 +205,7 @@ def _config_problems(tmp_path, overrides: List[str]) -> List[str]:
     path = tmp_path / "config.yaml"
     path.write_text(CONFIG)
     try:
-        load_config(str(path), overrides).check_and_update()
+        finalize(load_config(str(path), overrides))
     except ConfigError as exc:
         return exc.problems
     return []
@@ -230,7 +231,7 @@ def test_config_keys_of_the_api(tmp_path):
 def test_clients_share_one_http_pool_and_closing_one_spares_the_others(local):
     import gc
 
-    from trinity.engine import client as client_module
+    from trinity.common.models import client as client_module
 
     first, second = wrapper(local), wrapper(local)
     one, other = first.get_openai_client(), second.get_openai_client()

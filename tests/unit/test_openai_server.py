@@ -14,12 +14,12 @@ import openai
 import pytest
 
 from trinity.common.experience import Experience
+from trinity.common.models.client import openai_client
 from trinity.common.models.sampling import SamplingParams
-from trinity.common.models.transformers_model import TransformersInferenceModel
-from trinity.engine.client import openai_client
 from trinity.engine.server import RunningServer, ServedModel, build_app
 from trinity.engine.tool_calls import arguments_as_objects, parse_tool_calls
-from trinity.runtime.loop_host import LoopHost
+from trinity.engine.transformers_model import TransformersInferenceModel
+from trinity.utils.loop_host import LoopHost
 
 # Hermes-style: tools listed in a system turn, calls written as <tool_call>{json}</tool_call>.
 HERMES_TEMPLATE = (

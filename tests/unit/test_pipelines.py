@@ -8,9 +8,9 @@ import pytest
 from trinity.buffer.operators.data_juicer import INSTALL, DataJuicerOperator, data_juicer_missing
 from trinity.buffer.pipelines import ExperiencePipeline, TaskPipeline, build_operators
 from trinity.common.config import ConfigError, load_config
-from trinity.common.config.preflight import check_before_start
 from trinity.common.config.schema_misc import OperatorConfig, TaskPipelineConfig
 from trinity.common.experience import Experience
+from trinity.preflight.before_start import check_before_start
 
 
 def ops(*pairs):

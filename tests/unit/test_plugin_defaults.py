@@ -18,8 +18,9 @@ from trinity.algorithm import (
     KLFn,
     needs_reference,
 )
-from trinity.common.config import Config, ConfigError
+from trinity.common.config import Config
 from trinity.common.config.base import validate_model
+from trinity.preflight.validate import buffer_component_problems
 
 
 @pytest.fixture
@@ -106,8 +107,7 @@ def test_kl_fn_without_super_init_has_a_coefficient():
 
 def test_unknown_task_selector_is_a_config_error_naming_the_key():
     taskset = {"name": "a", "path": "/data", "task_selector": {"selector_type": "shufle"}}
-    with pytest.raises(ConfigError) as excinfo:
-        validate_model(Config, {"buffer": {"explorer_input": {"taskset": taskset}}})
-    (problem,) = excinfo.value.problems
+    config = validate_model(Config, {"buffer": {"explorer_input": {"taskset": taskset}}})
+    (problem,) = buffer_component_problems(config)
     assert problem.startswith("buffer.explorer_input.tasksets[0].task_selector.selector_type: ")
     assert "did you mean 'shuffle'?" in problem

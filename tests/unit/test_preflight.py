@@ -13,16 +13,16 @@ import pytest
 from pydantic import ValidationError
 
 from trinity.common.config import ConfigError, OptimizerConfig, load_config
-from trinity.common.config.derive import derive
-from trinity.common.config.preflight import (
+from trinity.preflight.before_start import (
     _merge_stage_labels,
     check_before_start,
     has_chat_template,
     model_folder_problems,
     writable_problems,
 )
-from trinity.common.config.preflight_components import bind_problems
-from trinity.common.config.validate import check_consistency
+from trinity.preflight.components import bind_problems
+from trinity.preflight.derive import derive
+from trinity.preflight.validate import check_consistency
 from trinity.utils.database import masked_url
 
 

@@ -7,8 +7,10 @@ import pytest
 from trinity.buffer import ExperienceQueue, SQLExperienceStore
 from trinity.buffer.priority import PRIORITY_FN, build_priority_fn
 from trinity.buffer.replay import ReplayPool
-from trinity.common.config.schema_buffer import ReplayBufferConfig
+from trinity.common.config import Config
+from trinity.common.config.base import validate_model
 from trinity.common.experience import Experience
+from trinity.preflight.validate import buffer_component_problems
 
 
 # ---- priority functions ------------------------------------------------------------------
@@ -54,15 +56,22 @@ def test_bad_priority_arguments_are_config_errors():
         "linear_decay",
         "linear_decay_use_count_control_randomization",
     ]
-    with pytest.raises(ValueError, match="sigma"):  # linear_decay takes decay only
-        ReplayBufferConfig(priority_fn="linear_decay", priority_fn_args={"sigma": 1.0})
-    with pytest.raises(ValueError, match="sigma must be >= 0"):
-        ReplayBufferConfig(
-            priority_fn="linear_decay_use_count_control_randomization",
-            priority_fn_args={"sigma": -1.0},
-        )
-    with pytest.raises(ValueError, match="did you mean 'linear_decay'"):
-        ReplayBufferConfig(priority_fn="linear_decy")
+    # linear_decay takes decay only
+    assert "sigma" in replay_problem(priority_fn="linear_decay", priority_fn_args={"sigma": 1.0})
+    assert "sigma must be >= 0" in replay_problem(
+        priority_fn="linear_decay_use_count_control_randomization",
+        priority_fn_args={"sigma": -1.0},
+    )
+    assert "did you mean 'linear_decay'" in replay_problem(priority_fn="linear_decy")
+
+
+def replay_problem(**replay) -> str:
+    """The one problem the config checks find in an experience buffer's ``replay_buffer``."""
+    storage = {"name": "e", "storage_type": "queue", "replay_buffer": replay}
+    config = validate_model(Config, {"buffer": {"trainer_input": {"experience_buffer": storage}}})
+    (problem,) = buffer_component_problems(config)
+    assert problem.startswith("buffer.trainer_input.experience_buffer.replay_buffer: priority_fn")
+    return problem
 
 
 # ---- selection -----------------------------------------------------------------------------
@@ -229,7 +238,7 @@ buffer:
 
 def finalized(tmp_path, mode="both", cooldown="null"):
     from trinity.common.config import load_config
-    from trinity.common.config.derive import finalize
+    from trinity.preflight.derive import finalize
 
     path = tmp_path / "replay.yaml"
     path.write_text(REPLAY_YAML.format(mode=mode, cooldown=cooldown))

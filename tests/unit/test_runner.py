@@ -5,8 +5,8 @@ import asyncio
 import pytest
 
 from trinity.common.experience import Experience
-from trinity.common.models.transformers_model import TransformersInferenceModel
 from trinity.common.workflows import Task, Workflow
+from trinity.engine.transformers_model import TransformersInferenceModel
 from trinity.explorer.runner import WorkflowRunner
 
 

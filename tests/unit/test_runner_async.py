@@ -13,8 +13,8 @@ from typing import List
 import pytest
 
 from trinity.common.experience import Experience
-from trinity.common.models.transformers_model import TransformersInferenceModel
 from trinity.common.workflows import Task, Workflow
+from trinity.engine.transformers_model import TransformersInferenceModel
 from trinity.explorer.runner import AsyncWorkflowRunner, WorkflowRunner
 
 

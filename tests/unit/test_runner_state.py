@@ -7,7 +7,7 @@ from trinity.common.experience import Experience
 from trinity.common.workflows import Task, Workflow
 from trinity.explorer.runner import WorkflowRunner
 from trinity.explorer.runner_state import RunnerState
-from trinity.runtime.status import Reporter, RunStatus
+from trinity.utils.status import Reporter, RunStatus
 
 
 def test_the_line_names_running_tasks_and_counts_the_ended_ones():

@@ -18,6 +18,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from trinity.common.weights import weights_path
+from trinity.preflight.derive import finalize
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer.distributed import split_rows
 
@@ -93,7 +95,7 @@ def _rank_main(rank: int, world: int, port: int, config_path: str, out: str) -> 
 
     torch.set_num_threads(1)
     ranks = init_group(rank, world, port, timeout_s=300)
-    config = load_config(config_path).check_and_update()
+    config = finalize(load_config(config_path))
     trainer = ShardedTrainer(config, 4, log=lambda metrics, step: None, ranks=ranks)
     trainer.prepare_model()
     trainer.attach_reader(reader=None)
@@ -127,7 +129,7 @@ def _resume_main(rank: int, world: int, port: int, config_path: str, out: str) -
 
     torch.set_num_threads(1)
     ranks = init_group(rank, world, port, timeout_s=300)
-    config = load_config(config_path).check_and_update()
+    config = finalize(load_config(config_path))
     trainer = ShardedTrainer(config, 4, log=lambda metrics, step: None, ranks=ranks)
     step = trainer.prepare_model()
     weights, optim = trainer.full_state_dict(), _optimizer_tensors(trainer)
@@ -154,7 +156,7 @@ def two_ranks(tmp_path_factory, micro_model, arithmetic_data) -> dict:
         result[name] = load_file(os.path.join(root, f"{name}.safetensors"))
     from trinity.common.config import load_config
 
-    result["job"] = load_config(config).check_and_update().checkpoint_job_dir
+    result["job"] = finalize(load_config(config)).checkpoint_job_dir
     result["config"] = config
     return result
 
@@ -166,7 +168,7 @@ def one_rank(tmp_path_factory, micro_model, arithmetic_data) -> dict:
 
     root = str(tmp_path_factory.mktemp("one_rank"))
     config = load_config(write_config(root, micro_model, arithmetic_data["rl"], 1))
-    trainer = Trainer(config.check_and_update(), 4, log=lambda metrics, step: None)
+    trainer = Trainer(finalize(config), 4, log=lambda metrics, step: None)
     trainer.prepare_model()
     trainer.attach_reader(reader=None)
     trainer.step = 1
@@ -253,7 +255,7 @@ def test_gathered_weights_are_the_export_and_the_checkpoint_weights(two_ranks):
     from transformers import AutoModelForCausalLM
 
     job = two_ranks["job"]
-    saved = ckpt.load_weights(ckpt.weights_path(job, 1))
+    saved = ckpt.load_weights(weights_path(job, 1))
     _assert_close({k: saved[k] for k in two_ranks["weights"]}, two_ranks["weights"], atol=0.0)
     exported = AutoModelForCausalLM.from_pretrained(os.path.join(job, "global_step_1", "hf"))
     _assert_close(exported.state_dict(), two_ranks["weights"], atol=0.0)

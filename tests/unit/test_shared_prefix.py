@@ -107,7 +107,7 @@ def test_grouped_query_heads_and_a_lone_group(tmp_path, rows):
     """Grouped-query attention (2 key/value heads for 4 query heads), and a micro-batch
     holding the last rows of one prompt's group, as a split GRPO batch ends: the cascade's
     output was once reshaped with ``view`` over a layout it cannot view."""
-    from trinity.common.models.tiny import TINY_PRESETS, build_tiny_model
+    from trinity.demo.tiny import TINY_PRESETS, build_tiny_model
 
     path = build_tiny_model(str(tmp_path / "gqa"), **TINY_PRESETS["micro"], num_kv_heads=2)
     model = AutoModelForCausalLM.from_pretrained(path)

@@ -9,8 +9,8 @@ import sqlalchemy as sa
 from tests.pg import PASSWORD
 from trinity.buffer import TaskReader, load_rows
 from trinity.common.config import ConfigError, load_config
-from trinity.common.config.preflight import check_before_start
 from trinity.common.config.schema_buffer import StorageConfig
+from trinity.preflight.before_start import check_before_start
 
 
 def make_table(url: str, rows, name: str = "tasks") -> None:

@@ -1,6 +1,6 @@
 import pytest
 
-from trinity.runtime.synchronizer import required_version
+from trinity.common.sync_schedule import required_version
 
 
 @pytest.mark.parametrize(
@@ -18,7 +18,7 @@ def test_required_version(interval, offset, expected):
 def test_pack_state_round_trips_float32_and_bf16():
     import torch
 
-    from trinity.runtime.synchronizer import pack_state, unpack_state
+    from trinity.common.weights import pack_state, unpack_state
 
     state = {"w": torch.randn(3, 2), "b": torch.randn(4).to(torch.bfloat16)}
     back = unpack_state(pack_state(state))

@@ -5,7 +5,7 @@ import os
 import pytest
 from datasets import load_dataset
 
-from trinity.utils.synthetic import (
+from trinity.demo.synthetic import (
     make_arithmetic,
     make_arithmetic_sft,
     make_countdown,

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
-from trinity.common.models.tiny import (
+from trinity.demo.tiny import (
     TINY_PRESETS,
     _llama_config,
     build_char_tokenizer,

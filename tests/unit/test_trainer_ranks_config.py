@@ -7,7 +7,8 @@ import pytest
 
 import trinity.common.config.gpus as gpus_module
 from trinity.common.config import ConfigError, load_config
-from trinity.common.config.ranks import warn_ranks
+from trinity.preflight.derive import finalize
+from trinity.preflight.ranks import warn_ranks
 
 BASE = """
 project: proj
@@ -35,7 +36,7 @@ def no_gpus(monkeypatch):
 def finalized(tmp_path, overrides):
     path = tmp_path / "config.yaml"
     path.write_text(textwrap.dedent(BASE))
-    return load_config(str(path), list(overrides)).check_and_update()
+    return finalize(load_config(str(path), list(overrides)))
 
 
 def problems(tmp_path, overrides):

@@ -4,8 +4,8 @@ import pytest
 
 from trinity.common.config import FormatConfig, GenerationConfig
 from trinity.common.models.model import ModelWrapper
-from trinity.common.models.transformers_model import TransformersInferenceModel
 from trinity.common.workflows import WORKFLOWS, Task
+from trinity.engine.transformers_model import TransformersInferenceModel
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ from trinity.algorithm.algorithm import (
     ALGORITHM_TYPE,
     AlgorithmType,
     ExperienceModel,
+    needs_groups,
     needs_reference,
 )
 from trinity.algorithm.entropy_loss_fn import ENTROPY_LOSS_FN, EntropyLossFn
@@ -46,5 +47,6 @@ __all__ = [
     "KLFn",
     "PolicyLossFn",
     "SampleStrategy",
+    "needs_groups",
     "needs_reference",
 ]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Type
+from typing import Any, Dict, Optional, Type
 
+from trinity.algorithm.advantage_fn import ADVANTAGE_FN
 from trinity.algorithm.policy_loss_fn import POLICY_LOSS_FN
 from trinity.common.experience import Experience
 from trinity.common.registry import Registry
@@ -290,3 +291,18 @@ def needs_reference(
             "or choose an algorithm that uses a reference model"
         )
     return bool(users)
+
+
+def needs_groups(config: Any) -> bool:
+    """Whether the algorithm's advantage fn compares the rollouts of one task (it declares
+    ``needs_groups``), so batches must hold whole groups of ``repeat_times`` experiences."""
+    algorithm = config.algorithm
+    if algorithm.advantage_fn is None or algorithm.algorithm_type not in ALGORITHM_TYPE:
+        return False
+    if not getattr(ALGORITHM_TYPE.get(algorithm.algorithm_type), "use_advantage", True):
+        return False  # the advantage fn is never built
+    try:
+        advantage_fn = ADVANTAGE_FN.get(algorithm.advantage_fn)
+    except KeyError:  # reported by the config checks (trinity/preflight/derive.py)
+        return False
+    return bool(getattr(advantage_fn, "needs_groups", False))

@@ -126,12 +126,12 @@ def build_task_pipeline(config: Any) -> Optional[TaskPipeline]:
     )
 
 
-def build_experience_pipeline(config: Any) -> Optional[ExperiencePipeline]:
-    """The stage's experience pipeline, or None when it has no experience operators."""
-    from trinity.common.config.validate import needs_groups
-
+def build_experience_pipeline(config: Any, whole_groups: bool) -> Optional[ExperiencePipeline]:
+    """The stage's experience pipeline, or None when it has no experience operators;
+    ``whole_groups``: the algorithm's advantage compares a task's rollouts
+    (``trinity.algorithm.needs_groups``), so filters keep or drop whole groups."""
     cfg = config.data_processor.experience_pipeline
     if cfg is None or not cfg.operators:
         return None
     operators = build_operators(cfg.operators, shared_args(config, "experience_pipeline"))
-    return ExperiencePipeline(operators, needs_groups(config))
+    return ExperiencePipeline(operators, whole_groups)

@@ -54,8 +54,8 @@ def prepare_quickstart(
     ),
 ) -> None:
     """Build a demo's model and synthetic data (offline, seeded): arithmetic by default."""
-    from trinity.common.models.gguf import GGUFImportError
     from trinity.demo import DEMOS, prepare_demo
+    from trinity.demo.gguf import GGUFImportError
 
     if task not in DEMOS:
         _fail(f"--task {task} is not a demo; choose one of {', '.join(sorted(DEMOS))}")
@@ -75,8 +75,8 @@ def import_gguf(
     out: str = typer.Option(..., "--out", help="The Hugging Face folder to write."),
 ) -> None:
     """Write a GGUF model (llama.cpp's format) as a float32 Hugging Face folder."""
-    from trinity.common.models.gguf import GGUFImportError
-    from trinity.common.models.gguf import import_gguf as write_folder
+    from trinity.demo.gguf import GGUFImportError
+    from trinity.demo.gguf import import_gguf as write_folder
 
     try:
         typer.echo(write_folder(source, out))
@@ -108,9 +108,9 @@ def debug(
     and print every experience: tokens, action mask, logprobs, reward, info."""
     from rich.console import Console
 
+    from trinity.cli.debug import debug as run_debug
     from trinity.common.config import ConfigError, apply_run_name, load_config
-    from trinity.common.config.preflight import check_before_start
-    from trinity.explorer.debug import debug as run_debug
+    from trinity.preflight.before_start import check_before_start
     from trinity.utils.plugin_loader import PluginError, load_plugins
 
     try:
@@ -145,7 +145,7 @@ def view(
     from rich.table import Table
 
     from trinity.buffer.store import StoreError
-    from trinity.buffer.view import Filters, list_rows, locate, one, open_store, show_row
+    from trinity.cli.view import Filters, list_rows, locate, one, open_store, show_row
 
     console = Console(highlight=False)
     try:

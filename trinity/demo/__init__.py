@@ -1,10 +1,15 @@
 """Demo tasks and environments that run offline: synthetic data from a seed (DESIGN.md §6).
 
+``tiny`` builds the tiny model family (a character-level tokenizer and a small Llama) and
+``synthetic`` the seeded arithmetic and countdown data and the quickstart bundle. This package
+imports nothing else of ``trinity``: the built-in workflows (``trinity.common.workflows``)
+play its environments, so it sits below them.
+
 ``DEMOS`` names, for each demo, the ``prepare(root) -> {"model_path", "sft_path",
 "rl_path"}`` function that builds a tiny model and the demo's data under ``root``;
 ``trinity prepare-quickstart --task NAME --out ROOT`` calls it (``prepare_demo``).
 
-- ``arithmetic``: single-turn addition (``trinity.utils.synthetic.prepare_quickstart``),
+- ``arithmetic``: single-turn addition (``trinity.demo.synthetic.prepare_quickstart``),
   ``examples/quickstart/arithmetic.yaml``.
 - ``guess_number``: a multi-turn game with feedback (``trinity.demo.guess_number``), played by
   ``guess_number_workflow``, ``examples/guess_number/guess_number.yaml``.
@@ -20,7 +25,7 @@ tasks as JSON lines (train and a held-out test split) and, if the model needs a 
 rows in a format the SFT reader takes (``messages`` for dialogues); a ``prepare_*`` function
 building all of it next to a tiny model; a workflow in ``trinity/common/workflows/`` that
 plays one task and returns experiences (multi-turn: one per episode, with
-``trinity.explorer.multiturn.merge_turns``); an example config under ``examples/``; then
+``trinity.common.workflows.multiturn.merge_turns``); an example config under ``examples/``; then
 name the ``prepare_*`` function in ``DEMOS``. Keep the module's imports light: workflows
 import the environment in every rollout process.
 """
@@ -34,7 +39,7 @@ from typing import Any, Dict, Optional
 
 # name -> "module:function"; imported on use, so listing demos loads no model code.
 DEMOS: Dict[str, str] = {
-    "arithmetic": "trinity.utils.synthetic:prepare_quickstart",
+    "arithmetic": "trinity.demo.synthetic:prepare_quickstart",
     "guess_number": "trinity.demo.guess_number:prepare_guess_number",
     "calculator": "trinity.demo.calculator:prepare_calculator",
     "smollm2": "trinity.demo.word_problems:prepare_smollm2",

@@ -101,7 +101,7 @@ def make_calculator(
 ) -> Dict[str, str]:
     """Write ``rl/{train,test}.jsonl`` questions and ``sft/train.jsonl`` dialogues (on
     training factors; a ``tool_rate`` share calls the tool). Returns their folders."""
-    from trinity.utils.synthetic import write_jsonl  # loads transformers: not for rollouts
+    from trinity.demo.synthetic import write_jsonl  # loads transformers: not for rollouts
 
     train_firsts, test_firsts = split_factors(seed)
     rng = random.Random(seed + 1)
@@ -132,7 +132,7 @@ def prepare_calculator(
 ) -> Dict[str, str]:
     """Build the tiny model (its chat template renders tools) and the data under ``root``;
     reuse what exists. Returns ``{"model_path", "sft_path", "rl_path"}``."""
-    from trinity.common.models.tiny import build_tiny_preset
+    from trinity.demo.tiny import build_tiny_preset
 
     root = os.path.abspath(root)
     model_path = build_tiny_preset(os.path.join(root, "model"), preset, seed=seed)

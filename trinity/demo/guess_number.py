@@ -172,7 +172,7 @@ def _tasks(ranges: Iterable[Tuple[int, int]]) -> List[GuessNumberTask]:
 def _write_jsonl(path: str, rows: List[Dict[str, Any]]) -> str:
     # Imported here: the workflow imports this module, and the writer's module loads the model
     # builder (transformers), which a rollout never needs.
-    from trinity.utils.synthetic import write_jsonl
+    from trinity.demo.synthetic import write_jsonl
 
     return write_jsonl(path, rows)
 
@@ -256,7 +256,7 @@ def prepare_guess_number(
     ``root/data/rl/{train,test}.jsonl`` (games). SFT dialogues open only with training
     ranges. Returns ``{"model_path", "sft_path", "rl_path"}``.
     """
-    from trinity.common.models.tiny import build_tiny_preset
+    from trinity.demo.tiny import build_tiny_preset
 
     root = os.path.abspath(root)
     model_path = build_tiny_preset(os.path.join(root, "model"), preset, seed=seed)

@@ -20,7 +20,7 @@ import random
 from typing import Dict, List, Tuple
 
 from trinity.demo import read_marker
-from trinity.utils.synthetic import write_jsonl
+from trinity.demo.synthetic import write_jsonl
 
 # Question templates; {a} and {b} are 2-digit numbers.
 ADDITION = [
@@ -98,7 +98,7 @@ def prepare_smollm2(
 ) -> Dict[str, str]:
     """SmolLM2-135M-Instruct as a Hugging Face folder (``root/model``, from the ``smollm2``
     extra's GGUF file) and the word problems under ``root/data``; reuses what exists."""
-    from trinity.common.models.gguf import import_gguf
+    from trinity.demo.gguf import import_gguf
 
     root = os.path.abspath(root)
     model_path = import_gguf("smollm2", os.path.join(root, "model"))

@@ -5,17 +5,33 @@
 - ``server``: the OpenAI-compatible HTTP API over any engine (``build_app`` over a
   ``ServedModel``; ``RunningServer`` serves it on the running event loop), with
   ``openai_protocol`` (request bodies -> ``SamplingParams``, replies, errors) and
-  ``tool_calls`` (tool calls written in a reply's text -> OpenAI ``tool_calls``).
-- ``client``: ``openai`` clients for a server that record each reply's exact tokens
-  (``ModelWrapper.get_openai_client`` with ``enable_history``).
+  ``tool_calls`` (tool calls written in a reply's text -> OpenAI ``tool_calls``). The clients
+  that record replies are ``ModelWrapper``'s (``trinity/common/models/client.py``).
 - ``external``: an OpenAI-compatible API in place of an engine (``engine_type: external``),
   as an auxiliary model's clients or as the rollout model of an explore-only run.
 - ``standalone``: one local model served over the API in a process of its own.
+- ``registry``: ``ENGINES``, the engine classes by ``engine_type``; ``transformers``
+  (``transformers_model``: batching over ``hf_engine``'s ``TransformersEngine``, with
+  ``decoding`` and ``sampling``) and ``external`` are registered below.
+- ``local``: ``LocalEngine``, the in-process host of an engine (the Ray host is
+  ``runtime/actors.py: EngineActor``).
 
-Extending: a new engine implements ``trinity.common.models.model.InferenceModel``
-(``chat``, ``generate``, ``generate_ids``, ``load_weights``, ``model_version``). To serve it,
-build a ``ServedModel`` (its ``generate_ids``, tokenizer functions and ``max_model_len``; see
-``ServedModel.from_transformers``) and have its host answer ``api_address()`` with the
-server's ``{"url", "model"}``, as ``EngineActor`` does. Another tool-call format is another
-parser with ``parse_tool_calls``' contract.
+Extending: a new engine is one file: a subclass of ``trinity.common.models.model.
+InferenceModel`` (``chat``, ``generate``, ``generate_ids``, ``load_weights``,
+``model_version``; ``release`` too for ``mode: colocate``) decorated with
+``@ENGINES.register_module("name")``, in a ``--plugin-dir`` folder for a plugin or here (then
+imported below) for a built-in; ``engine_type: name`` selects it. Both hosts build it as
+``cls(**kwargs)`` with the keys of ``runtime/explorer_role.py: engine_kwargs`` (``model_path``,
+``dtype``, ``seed``, ``device``, the length limits...) plus ``num_threads``. A client of a model
+served elsewhere sets ``hosted = False`` and is built like ``external``. Worked example:
+docs/extending.md. vLLM would be one more file here (GPU only, not supported yet). To serve an
+engine over the OpenAI API, build a ``ServedModel`` (its ``generate_ids``, tokenizer functions
+and ``max_model_len``; see ``ServedModel.from_transformers``) and have its host answer
+``api_address()`` with the server's ``{"url", "model"}``, as ``EngineActor`` does. Another
+tool-call format is another parser with ``parse_tool_calls``' contract.
 """
+
+from trinity.engine import external, transformers_model  # noqa: F401  (the built-in engines)
+from trinity.engine.registry import DEFAULT_ENGINE, ENGINES
+
+__all__ = ["DEFAULT_ENGINE", "ENGINES"]

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-import openai
-
+from trinity.common.config.config import external_models
 from trinity.common.experience import Experience
 from trinity.common.models.model import InferenceModel
 from trinity.common.models.sampling import SamplingParams
+from trinity.engine.registry import ENGINES
+
+if TYPE_CHECKING:
+    import openai
 
 # The openai package refuses to start without a key; servers that check none accept any.
 NO_KEY = "EMPTY"
@@ -34,8 +37,6 @@ def external_env(config: Any) -> Dict[str, str]:
     """Name -> value of the set environment variables that the config's external models
     read. The launcher hands them to the explorer: a Ray worker of a cluster started before
     this process set them would not see them."""
-    from trinity.common.config.validate import external_models
-
     names = []
     for _, _, served, external in external_models(config):
         if served.engine_type == "external":
@@ -43,8 +44,11 @@ def external_env(config: Any) -> Dict[str, str]:
     return {name: os.environ[name] for name in names if os.environ.get(name)}
 
 
+@ENGINES.register_module("external")
 class ExternalModel(InferenceModel):
     """An OpenAI-compatible API as a model; see the module docstring."""
+
+    hosted = False  # no weights here: the runners call the API themselves
 
     def __init__(
         self,
@@ -82,6 +86,9 @@ class ExternalModel(InferenceModel):
     def openai_client(self, is_async: bool = False) -> Any:
         """A new ``openai.OpenAI`` (``openai.AsyncOpenAI`` if ``is_async``) for the API;
         ``client.model_path`` is the model name to send, as for the project's own servers."""
+        # Imported on use: naming the engine (the registry) must not load the openai package.
+        import openai
+
         make = openai.AsyncOpenAI if is_async else openai.OpenAI
         client = make(base_url=self.base_url, api_key=self.api_key)
         client.model_path = self.model

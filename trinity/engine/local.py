@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, Optional
 
-from trinity.runtime.loop_host import LoopHost
+from trinity.engine.registry import ENGINES
+from trinity.utils.loop_host import LoopHost
 
 logger = logging.getLogger(__name__)
 
@@ -21,15 +22,16 @@ logger = logging.getLogger(__name__)
 class LocalEngine(LoopHost):
     def __init__(
         self,
+        engine_type: str,
         openai_api: Optional[Dict[str, Any]] = None,
         name: str = "local-engine",
         **engine_kwargs: Any,
     ) -> None:
-        """``engine_kwargs``: ``TransformersInferenceModel``'s; ``openai_api``: ``{"host",
-        "port"}`` to serve it over the OpenAI API (None: off); ``name``: the loop's thread."""
-        from trinity.common.models.transformers_model import TransformersInferenceModel
-
-        super().__init__(lambda: TransformersInferenceModel(**engine_kwargs), name)
+        """Host the engine ``ENGINES`` registers as ``engine_type``, built with
+        ``engine_kwargs``; ``openai_api``: ``{"host", "port"}`` to serve it over the OpenAI API
+        (None: off); ``name``: the loop's thread."""
+        engine_cls = ENGINES.get(engine_type)
+        super().__init__(lambda: engine_cls(**engine_kwargs), name)
         self.api: Optional[Dict[str, str]] = None
         if openai_api is not None:
             self.api = self.run(self._serve(openai_api, engine_kwargs["model_path"]))

@@ -9,8 +9,9 @@ and that the engine cannot honour (``presence_penalty``, ``logit_bias``, ``strea
 
 Token data for history (``TOKENS_HEADER``): a request carrying this header also gets, per
 choice, the exact prompt ids, sampled ids and logprobs under the key ``"trinity"``;
-``experiences_from_reply`` turns such a reply back into the ``Experience``s the engine
-returned, so a client-side record is token-exact (nothing re-tokenized from text).
+``trinity.common.models.reply_tokens.experiences_from_reply`` turns such a reply back into
+the ``Experience``s the engine returned, so a client-side record is token-exact (nothing
+re-tokenized from text).
 """
 
 from __future__ import annotations
@@ -24,11 +25,6 @@ from pydantic import BaseModel, ConfigDict
 
 from trinity.common.experience import Experience
 from trinity.common.models.sampling import SamplingParams
-
-TOKENS_HEADER = "x-trinity-return-tokens"
-# Names the caller's conversations: a chat request continuing one of the session's recent
-# turns is continued from its tokens (``trinity.engine.conversation``).
-SESSION_HEADER = "x-trinity-session"
 
 
 class APIError(Exception):
@@ -280,31 +276,6 @@ def prompt_blocks(sampled: List[Sampled]) -> List[Dict[str, Any]]:
         }
         for s in sampled
     ]
-
-
-def experiences_from_reply(body: Dict[str, Any]) -> List[Experience]:
-    """The engine's ``Experience``s behind a reply that carried token data, in choice order
-    (empty for a reply without it)."""
-    block = body.get("trinity") if isinstance(body, dict) else None
-    if not block:
-        return []
-    prompts = block["prompts"]
-    experiences = []
-    for choice in body.get("choices", []):
-        data = choice["trinity"]
-        prompt = prompts[data["prompt"]]
-        experiences.append(
-            Experience(
-                tokens=prompt["token_ids"] + data["token_ids"],
-                prompt_length=len(prompt["token_ids"]),
-                logprobs=data["logprobs"],
-                prompt_text=prompt["text"],
-                response_text=data["response_text"],
-                model_version=data["model_version"],
-                info=data["info"],
-            )
-        )
-    return experiences
 
 
 def usage(sampled: List[Sampled]) -> Dict[str, int]:

@@ -30,11 +30,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from trinity.common.models.reply_tokens import SESSION_HEADER, TOKENS_HEADER
 from trinity.common.models.sampling import SamplingParams
 from trinity.engine.conversation import Conversation, record_turn
 from trinity.engine.openai_protocol import (
-    SESSION_HEADER,
-    TOKENS_HEADER,
     APIError,
     ChatRequest,
     CompletionRequest,

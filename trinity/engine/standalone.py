@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 from typing import Optional
 
-from trinity.common.models.transformers_model import TransformersInferenceModel
 from trinity.engine.server import RunningServer, ServedModel, build_app
+from trinity.engine.transformers_model import TransformersInferenceModel
 
 
 async def _serve_forever(model: TransformersInferenceModel, name: str, host: str, port: int):

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from rich.table import Table
 
-from trinity.trainer.checkpoint import complete_steps
+from trinity.common.weights import complete_steps
 
 # Metrics of a bench record shown in the table, in this order when present.
 TABLE_METRICS = ("accuracy", "reward", "response_length", "logprob")

@@ -13,14 +13,16 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional
 
+from trinity.algorithm import needs_groups
 from trinity.buffer.pipelines import build_experience_pipeline
+from trinity.common.config.sync_checks import DYNAMIC_STYLES
 from trinity.common.experience import Experience
+from trinity.common.sync_schedule import Wanted, wanted_before
 from trinity.common.workflows.workflow import Task
 from trinity.explorer.pool import RunnerPool
 from trinity.explorer.pool_rules import min_tasks
 from trinity.explorer.runner import TaskResult
-from trinity.runtime.status import Reporter
-from trinity.runtime.synchronizer import DYNAMIC_STYLES, Wanted, wanted_before
+from trinity.utils.status import Reporter
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +55,8 @@ class Explorer:
         self.step = start_step
         self.version = start_step
         self.report = report or Reporter(None, "explorer")
-        self.pipeline = build_experience_pipeline(config)  # data_processor.experience_pipeline
+        # data_processor.experience_pipeline
+        self.pipeline = build_experience_pipeline(config, needs_groups(config))
 
     def _expand(self, tasks: List[Task]) -> List[Task]:
         """Give each task its group id; split repeats per ``max_repeat_times_per_runner``."""

@@ -1,68 +1,10 @@
-"""One training experience from a whole multi-turn episode.
+"""``merge_turns`` and ``EpisodeBreak`` under the path earlier versions documented.
 
-With ``enable_history``, every model call of an episode is recorded as the ``Experience`` the
-engine returned: that call's exact prompt ids followed by the ids it sampled. Because each
-turn's prompt continues the previous turn's tokens (``trinity.engine.conversation``), the last
-call's tokens hold the whole episode, and the earlier calls say which spans the model sampled.
-
-    history = self.model.extract_experience_from_history()
-    exp = merge_turns(history, reward=final_reward)   # one experience, trained on every reply
-
-The result's ``action_mask`` is 1 exactly on sampled tokens; tool results, user turns and
-chat-template tokens between replies are 0 (kept as context, not trained on), and so are
-their ``logprobs``.
+They live with the workflows that use them, ``trinity.common.workflows.multiturn`` (a
+built-in workflow merges its episodes, and ``common`` imports nothing above it); plugin code
+that imports them from here keeps working.
 """
 
-from __future__ import annotations
+from trinity.common.workflows.multiturn import EpisodeBreak, merge_turns
 
-from typing import Any, Dict, Optional, Sequence
-
-import torch
-
-from trinity.common.experience import Experience
-
-
-class EpisodeBreak(ValueError):
-    """A turn's prompt does not continue the previous turn's tokens."""
-
-
-def merge_turns(
-    turns: Sequence[Experience],
-    reward: Optional[float] = None,
-    info: Optional[Dict[str, Any]] = None,
-) -> Experience:
-    """The episode of ``turns`` (recorded calls, oldest first) as one ``Experience``.
-
-    Tokens are the last call's prompt and reply; the prompt part is the first call's prompt.
-    Raises ``EpisodeBreak`` naming the turn whose prompt does not start with the previous
-    call's prompt and reply (the conversation was re-rendered, truncated or branched: split
-    the episode there, e.g. one experience per branch).
-    """
-    if not turns:
-        raise ValueError("merge_turns needs at least one recorded call")
-    for k in range(1, len(turns)):
-        before, now = turns[k - 1].tokens, turns[k].tokens
-        if len(now) < len(before) or not torch.equal(now[: len(before)], before):
-            raise EpisodeBreak(
-                f"turn {k + 1}'s prompt does not continue turn {k}'s tokens: its conversation "
-                "was not the previous one plus that reply (re-rendered, truncated or branched)"
-            )
-    last, prompt_length = turns[-1], turns[0].prompt_length
-    mask = torch.zeros(len(last.tokens) - prompt_length, dtype=torch.bool)
-    logprobs = torch.zeros(len(mask), dtype=torch.float)
-    for turn in turns:
-        start, end = turn.prompt_length - prompt_length, len(turn.tokens) - prompt_length
-        mask[start:end] = turn.action_mask
-        if turn.logprobs is not None:
-            logprobs[start:end] = turn.logprobs
-    return Experience(
-        tokens=last.tokens.clone(),
-        prompt_length=prompt_length,
-        reward=reward,
-        logprobs=logprobs,
-        action_mask=mask,
-        info={"turns": len(turns), **(info or {})},
-        prompt_text=turns[0].prompt_text,
-        response_text=last.response_text,
-        model_version=min(t.model_version for t in turns),
-    )
+__all__ = ["EpisodeBreak", "merge_turns"]

@@ -21,7 +21,8 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 from trinity.common.workflows.workflow import Task
 from trinity.explorer.pool_rules import DynamicTimeout, OverRollout
 from trinity.explorer.runner import TaskResult
-from trinity.runtime.status import Reporter
+from trinity.utils.loop_host import LoopHost
+from trinity.utils.status import Reporter
 
 logger = logging.getLogger(__name__)
 
@@ -70,8 +71,6 @@ class LoopRunner:
     are coroutines there, and stopping it cancels them."""
 
     def __init__(self, make: Callable[[], Any], name: str) -> None:
-        from trinity.runtime.loop_host import LoopHost
-
         self.host = LoopHost(make, name)
 
     def submit(self, task: Task) -> concurrent.futures.Future:

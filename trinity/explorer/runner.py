@@ -18,7 +18,7 @@ from trinity.common.experience import Experience
 from trinity.common.models.model import ModelWrapper
 from trinity.common.workflows.workflow import Task, Workflow
 from trinity.explorer.runner_state import RunnerState, start_reporting
-from trinity.runtime.status import Reporter
+from trinity.utils.status import Reporter
 
 
 @dataclass

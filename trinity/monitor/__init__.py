@@ -7,8 +7,8 @@ Adding a sink: one file here with a ``MetricSink`` subclass (``log(metrics, step
 ``close()``; the constructor's parameters after the four every sink gets are the
 ``monitor_args`` it takes), registered in ``MONITORS`` under its ``monitor_type`` name and
 imported below; then widen the ``monitor.monitor_type`` row of ``SUPPORTED``
-(trinity/common/config/support.py), and name its package in
-``trinity/common/config/monitor_checks.py: EXTRAS`` if it is an optional extra.
+(trinity/preflight/support.py), and name its package in
+``trinity/preflight/monitor_checks.py: EXTRAS`` if it is an optional extra.
 """
 
 from trinity.monitor import mlflow, tensorboard, wandb  # noqa: F401  (they register)

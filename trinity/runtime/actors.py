@@ -12,14 +12,21 @@ from typing import Any, Dict, List, Optional
 
 import ray
 
+import trinity.engine
 from trinity.common.workflows.workflow import Task
 from trinity.explorer.runner import AsyncWorkflowRunner, WorkflowRunner
-from trinity.runtime.explorer_role import ExplorerRole, engine_kwargs, openai_api
+from trinity.runtime.explorer_role import (
+    ExplorerRole,
+    engine_kwargs,
+    engine_type_of,
+    hosted,
+    openai_api,
+)
 from trinity.runtime.placement import pinned
 from trinity.runtime.queue_host import QueueHost
 from trinity.runtime.roles import setup_process
-from trinity.runtime.status import RunStatus
 from trinity.runtime.trainer_role import TrainerRole
+from trinity.utils.status import RunStatus
 
 logger = logging.getLogger(__name__)
 
@@ -66,11 +73,13 @@ ENGINE_RESTARTS = 3
 
 @ray.remote(num_cpus=0, max_restarts=ENGINE_RESTARTS, max_task_retries=2)
 class EngineActor:
-    """Hosts a ``TransformersInferenceModel`` (async methods: requests are batched), and with
-    ``openai_api`` (``{"host", "port"}``) its OpenAI-compatible server."""
+    """Hosts the engine ``ENGINES`` registers as ``engine_type`` (async methods: requests are
+    batched), and with ``openai_api`` (``{"host", "port"}``) its OpenAI-compatible server."""
 
     def __init__(
         self,
+        engine_type: str,
+        plugin_dirs: List[str],
         job_dir: str,
         name: str,
         level: str,
@@ -79,10 +88,13 @@ class EngineActor:
         by_node: bool = False,
         **engine_kwargs: Any,
     ) -> None:
-        setup_process([], job_dir, name, level, threads=threads, by_node=by_node)
-        from trinity.common.models.transformers_model import TransformersInferenceModel
-
-        self.model = TransformersInferenceModel(num_threads=threads, **engine_kwargs)
+        # Plugins first: a plugin's engine is registered by importing its file here too.
+        setup_process(plugin_dirs, job_dir, name, level, threads=threads, by_node=by_node)
+        # The registry through its module: Ray ships an actor's methods by value with the
+        # globals they name, so a registry imported by name would be the driver's copy,
+        # without what this process's plugins register.
+        engine_cls = trinity.engine.ENGINES.get(engine_type)
+        self.model = engine_cls(num_threads=threads, **engine_kwargs)
         self.api: Optional[Dict[str, str]] = None
         if openai_api is not None:
             self.api = self._serve(openai_api["host"], openai_api["port"], engine_kwargs)
@@ -157,13 +169,15 @@ class RayExplorerRole(ExplorerRole):
     names), so a runner whose workflow hangs or dies is killed and replaced."""
 
     def _start_engines(self, prefix: str, served: Any, auxiliary: Any = None) -> List[Any]:
-        if served.engine_type == "external":  # an API's clients: nothing to host on Ray
+        if not hosted(served):  # an API's clients: nothing to host on Ray
             return super()._start_engines(prefix, served, auxiliary)
         cfg = self.config
         return [
             EngineActor.options(
                 name=f"{prefix}_engine_{i}", **self.placement.engine_options(prefix, i)
             ).remote(
+                engine_type_of(served),
+                self.plugin_dirs,
                 cfg.checkpoint_job_dir,
                 f"{prefix}_engine_{i}",
                 cfg.log.level,

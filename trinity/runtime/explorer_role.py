@@ -12,6 +12,10 @@ import math
 import time
 from typing import Any, Dict, List, Optional
 
+from trinity.common.sync_schedule import Wanted
+from trinity.common.weights import weights_path
+from trinity.engine import DEFAULT_ENGINE, ENGINES
+from trinity.engine.local import LocalEngine
 from trinity.explorer.bench import run_bench
 from trinity.explorer.pool import LoopRunner, Runner, RunnerPool, ThreadRunner
 from trinity.explorer.pool_rules import DynamicTimeout
@@ -24,9 +28,9 @@ from trinity.runtime.roles import (
     role_monitor,
     setup_process,
 )
-from trinity.runtime.status import Reporter
-from trinity.runtime.synchronizer import SyncTimeoutError, Wanted
-from trinity.trainer.checkpoint import weights_path
+from trinity.runtime.synchronizer import SyncTimeoutError
+from trinity.utils.loop_host import LoopHost
+from trinity.utils.status import Reporter
 
 logger = logging.getLogger(__name__)
 
@@ -70,39 +74,49 @@ def openai_api(config: Any, auxiliary: Any = None) -> Optional[Dict[str, Any]]:
     return {"host": served.openai_api_host, "port": served.openai_api_port}
 
 
-def external_engine(config: Any, auxiliary: Any = None) -> Any:
-    """An ``ExternalModel`` for the rollout model's API (``model.external_model``) or for an
-    auxiliary model's, read from this process's environment. The rollout model makes
-    experiences with the tokenizer at ``model.model_path``."""
-    from trinity.engine.external import ExternalModel
+def engine_type_of(served: Any) -> str:
+    """The engine of ``served`` (the rollout model's or an auxiliary model's section); an
+    auxiliary model's is not derived when unset, and unset is the default engine."""
+    return served.engine_type or DEFAULT_ENGINE
 
+
+def hosted(served: Any) -> bool:
+    """Whether the engine of ``served`` runs a model here, in a host of its own
+    (``InferenceModel.hosted``)."""
+    return ENGINES.get(engine_type_of(served)).hosted
+
+
+def external_engine(config: Any, auxiliary: Any = None) -> Any:
+    """The client engine (``hosted = False``: ``ExternalModel``) of the rollout model's API
+    (``model.external_model``) or of an auxiliary model's, read from this process's
+    environment. The rollout model makes experiences with the tokenizer at
+    ``model.model_path``."""
+    served = auxiliary or config.explorer.rollout_model
+    engine_cls = ENGINES.get(engine_type_of(served))
     if auxiliary is None:
-        rollout = config.explorer.rollout_model
-        return ExternalModel.from_config(
+        return engine_cls.from_config(
             config.model.external_model,
             "model.external_model",
-            rollout.model_path,
+            served.model_path,
             tokenizer_path=config.model.model_path,
             chat_template=_chat_template(config.model),
         )
     index = next(i for i, a in enumerate(config.explorer.auxiliary_models) if a is auxiliary)
     key = f"explorer.auxiliary_models[{index}].external_model"
-    return ExternalModel.from_config(auxiliary.external_model, key, auxiliary.model_path)
+    return engine_cls.from_config(auxiliary.external_model, key, auxiliary.model_path)
 
 
 def local_engine(config: Any, name: str, auxiliary: Any = None, threads: int = 0) -> Any:
     """The rollout model's engine (or ``auxiliary``'s) in this process: a ``LocalEngine``
     named ``name`` with ``threads`` torch threads (0: torch's default), or for an external
     model a client of its API (no engine starts, runners call it directly)."""
-    from trinity.engine.local import LocalEngine
-
     served = auxiliary or config.explorer.rollout_model
-    if served.engine_type == "external":
+    if not hosted(served):
         return external_engine(config, auxiliary)
     kwargs = engine_kwargs(config, auxiliary)
     if threads:
         kwargs["num_threads"] = threads
-    return LocalEngine(openai_api(config, auxiliary), name=name, **kwargs)
+    return LocalEngine(engine_type_of(served), openai_api(config, auxiliary), name=name, **kwargs)
 
 
 def task_timeout(explorer: Any) -> DynamicTimeout:
@@ -243,7 +257,7 @@ class ExplorerRole:
         cfg, engines = self.config, []
         for i in range(served.engine_num):
             name = f"{prefix}_engine_{i}"
-            if served.engine_type != "external":  # an API's client logs nothing of its own
+            if hosted(served):  # an API's client logs nothing of its own
                 log_to_file(cfg.checkpoint_job_dir, name, cfg.log.group_by_node)
             threads = self.placement.engine_threads(cfg, i)
             engines.append(local_engine(cfg, name, auxiliary, threads))
@@ -282,7 +296,7 @@ class ExplorerRole:
         """Make every engine hold the weights ``want`` says (``explore`` mode: the newest on
         disk). Also reloads an engine that came back from a restart with its initial weights.
         """
-        if self.config.explorer.rollout_model.engine_type == "external":
+        if not hosted(self.config.explorer.rollout_model):
             return self.loaded_version  # an API takes no weights (validated: explore mode)
         if want.ask:
             call(self.sync_actor, "ask")
@@ -346,8 +360,6 @@ class ExplorerRole:
 
     def close(self) -> None:
         """Stop the engines and runners this process hosts (their servers, their loops)."""
-        from trinity.runtime.loop_host import LoopHost
-
         for engine in [*self.engines, *(e for engines in self.auxiliary for e in engines)]:
             if isinstance(engine, LoopHost):
                 engine.close()

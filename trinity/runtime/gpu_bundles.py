@@ -99,7 +99,7 @@ def check_gpu_count(stages: List[Any]) -> None:
     import ray
 
     from trinity.common.config import ConfigError
-    from trinity.runtime.local_stage import runs_in_process
+    from trinity.preflight.hosting import runs_in_process
 
     most = max((int(n["Resources"].get("GPU", 0)) for n in ray.nodes() if n["Alive"]), default=0)
     problems = []

@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from trinity.common.weights import latest_step, step_dir
 from trinity.runtime.failures import RunFailed, failure_message
 from trinity.runtime.gpu_bundles import check_gpu_count, release_gpus, reserve_gpus
 from trinity.runtime.placement import (
@@ -103,7 +104,8 @@ def run_stage(config: Any, plugin_dirs: List[str], printer: ProgressPrinter) -> 
     (``local_stage.py``), else on Ray; any failure becomes one ``RunFailed`` message."""
     from trinity.common.config import save_resolved_config
     from trinity.common.config.decoupled_checks import resolved_config_name
-    from trinity.runtime.local_stage import run_in_process, runs_in_process
+    from trinity.preflight.hosting import runs_in_process
+    from trinity.runtime.local_stage import run_in_process
 
     job_dir = config.checkpoint_job_dir
     os.makedirs(job_dir, exist_ok=True)
@@ -154,8 +156,6 @@ def _run_on_ray(
 
 def final_export(job_dir: str) -> Optional[str]:
     """The HF export of the newest checkpoint in ``job_dir``, if it has one."""
-    from trinity.trainer.checkpoint import latest_step, step_dir
-
     step = latest_step(job_dir)
     if step is None:
         return None
@@ -324,7 +324,6 @@ def stage_queue(config: Any, host: Callable[..., Any]) -> Any:
     if config.mode not in ("both", "colocate", "explore") and not follow:
         return None
     from trinity.buffer.store import buffer_database
-    from trinity.trainer.checkpoint import latest_step
 
     job_dir, storage = config.checkpoint_job_dir, config.buffer.trainer_input.experience_buffer
     # The user's path (a SQLite file or any database URL) if given, else a file in the job
@@ -338,8 +337,8 @@ def stage_queue(config: Any, host: Callable[..., Any]) -> Any:
 def run(config_path: str, overrides: List[str], plugin_dirs: List[str]) -> List[StageResult]:
     """Everything ``trinity run`` does; config errors surface before Ray starts."""
     from trinity.common.config import apply_run_name, load_config
-    from trinity.common.config.preflight import check_before_start
-    from trinity.runtime.local_stage import runs_in_process
+    from trinity.preflight.before_start import check_before_start
+    from trinity.preflight.hosting import runs_in_process
     from trinity.utils.plugin_loader import load_plugins
 
     load_plugins(plugin_dirs)

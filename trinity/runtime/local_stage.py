@@ -10,63 +10,22 @@ Run in-process a stage starts in seconds (no Ray to start, no process per role i
 torch again) and holds one process's memory instead of Ray's dozen. What it gives up: a
 task that outlives ``explorer.max_timeout`` is abandoned, not killed (its thread runs on),
 and a workflow that kills its process ends the run. ``cluster.in_process: false`` runs every
-stage on Ray; so do stages that need it (``runs_in_process``).
+stage on Ray; so do stages that need it (``trinity/preflight/hosting.py: runs_in_process``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from trinity.runtime.failures import RunFailed, failure_message
 from trinity.runtime.roles import RoleLogs
-from trinity.runtime.status import RunStatus
 from trinity.utils import openmp
+from trinity.utils.status import RunStatus
 
 logger = logging.getLogger(__name__)
-
-# Engines a stage in this process can host (``explorer_role.local_engine``).
-IN_PROCESS_ENGINES = ("transformers", "external")
-
-
-def ray_reasons(config: Any) -> List[str]:
-    """Why this stage runs on Ray (none: ``local_stage`` runs it)."""
-    from trinity.common.config.decoupled_checks import reads_explorer_store
-    from trinity.common.config.gpus import gpu_shares
-
-    rollout, explorer = config.explorer.rollout_model, config.explorer
-    gpus = gpu_shares(config).total
-    reasons = {
-        "cluster.in_process is false": not config.cluster.in_process,
-        "RAY_ADDRESS names a cluster": bool(os.environ.get("RAY_ADDRESS")),
-        "cluster.node_num > 1": config.cluster.node_num > 1,
-        # one GPU is shared in this process; more are each role's own, in a Ray actor
-        f"{gpus} GPUs (cluster.node_num x gpu_per_node), each role on its own": gpus > 1
-        and config.mode != "colocate",
-        "trainer.cpu_ranks > 1": config.trainer.cpu_ranks > 1,
-        "monitor.enable_ray_timeline": config.monitor.enable_ray_timeline,
-        "log.group_by_node": config.log.group_by_node,
-        # a decoupled trainer follows the explorer's store from another process
-        "the trainer reads a separate explore run's store": reads_explorer_store(config),
-    }
-    if config.mode != "train":
-        reasons["explorer.env_vars (set per runner process)"] = bool(explorer.env_vars)
-        reasons["synchronizer.sync_method nccl"] = config.synchronizer.sync_method == "nccl"
-        for served in (rollout, *explorer.auxiliary_models):  # vllm: GPU engines on Ray
-            reasons[f"engine_type {served.engine_type}"] = (
-                served.engine_type not in IN_PROCESS_ENGINES
-            )
-    return [why for why, applies in reasons.items() if applies]
-
-
-def runs_in_process(config: Any) -> bool:
-    """Whether ``local_stage`` runs this stage (see the module docstring)."""
-    return config.mode in ("train", "both", "colocate", "explore", "bench") and not ray_reasons(
-        config
-    )
 
 
 def run_in_process(
@@ -94,10 +53,10 @@ class _LocalStage:
         import torch
 
         from trinity.runtime.launcher import stage_queue
-        from trinity.runtime.loop_host import LoopHost
         from trinity.runtime.queue_host import QueueHost
         from trinity.runtime.roles import compute_threads
         from trinity.runtime.synchronizer import Synchronizer
+        from trinity.utils.loop_host import LoopHost
 
         self.config, self.plugin_dirs = config, plugin_dirs
         # The roles share this process's torch threads: as many as each compute role gets

@@ -7,7 +7,7 @@ import time
 from typing import Any, List, Optional
 
 from trinity.runtime.roles import WAIT_SLICE_S, call
-from trinity.runtime.status import Reporter
+from trinity.utils.status import Reporter
 
 
 class ReadTimeoutError(TimeoutError):

@@ -12,9 +12,11 @@ import os
 import traceback
 from typing import Any, Dict, List, Optional
 
+from trinity.common.sync_schedule import readable_bound
+from trinity.common.weights import latest_step, pack_state, step_dir, weights_path
 from trinity.runtime.placement import own_node_cpus
 from trinity.runtime.roles import call, compute_threads, is_actor, role_monitor, setup_process
-from trinity.runtime.status import Reporter
+from trinity.utils.status import Reporter
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +52,6 @@ class TrainerRole:
         return where
 
     def prepare(self) -> int:
-        from trinity.trainer.checkpoint import latest_step
         from trinity.trainer.trainer import Trainer
 
         resumes_after = latest_step(self.config.checkpoint_job_dir) or 0
@@ -89,7 +90,6 @@ class TrainerRole:
         storage = cfg.buffer.trainer_input.experience_buffer
         if self.queue is not None:
             from trinity.runtime.queue_reader import QueueReader
-            from trinity.runtime.synchronizer import readable_bound
 
             sync = cfg.synchronizer
             return QueueReader(
@@ -149,7 +149,6 @@ class TrainerRole:
 
     def _publish(self, version: int, model: Any) -> None:
         if self.config.synchronizer.sync_method == "memory":
-            from trinity.runtime.synchronizer import pack_state
             from trinity.trainer.lora import sync_state_dict  # LoRA: merged adapted layers
 
             sharded = self.config.trainer.cpu_ranks > 1  # gathered from every rank
@@ -162,8 +161,6 @@ class TrainerRole:
                 weights = [{name: tensor.detach().clone() for name, tensor in state.items()}]
         else:
             self.trainer.save(final=False)
-            from trinity.trainer.checkpoint import weights_path
-
             weights = [weights_path(self.config.checkpoint_job_dir, version)]
         call(self.sync_actor, "publish", version, weights)
 
@@ -185,8 +182,6 @@ class TrainerRole:
             call(self.sync_actor, "trainer_finished", error)
 
     def final_hf_dir(self) -> Optional[str]:
-        from trinity.trainer.checkpoint import step_dir
-
         path = os.path.join(step_dir(self.config.checkpoint_job_dir, self.trainer.step), "hf")
         merged = os.path.join(path, "merged")  # a LoRA stage's whole model (hf/: the adapter)
         if os.path.isdir(merged):

@@ -12,8 +12,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from trinity.common.config.base import ConfigError, validate_model
 from trinity.common.config.config import Config
-from trinity.common.config.derive import derive
-from trinity.common.config.preflight import check_before_start
+from trinity.preflight.before_start import check_before_start
+from trinity.preflight.derive import derive
 from trinity.studio.form import parse_values, raw_values
 
 

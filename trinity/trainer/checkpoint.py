@@ -32,13 +32,21 @@ import re
 import shutil
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
-from safetensors import SafetensorError, safe_open
+from safetensors import SafetensorError
+
+from trinity.common.weights import (
+    LATEST_FILE,
+    WEIGHTS_FILE,
+    CheckpointError,
+    latest_step,
+    load_weights,
+    saved_steps,
+    step_dir,
+)
 
 if TYPE_CHECKING:  # torch is imported where it is used: the job-folder helpers here
     import torch  # (latest_step, step_dir, ...) serve processes that never load it
 
-LATEST_FILE = "latest_checkpointed_iteration.txt"
-WEIGHTS_FILE = os.path.join("actor", "model.safetensors")
 OPTIM_FILE = os.path.join("actor", "optim.pt")
 EXTRA_FILE = "extra.json"
 # Written by several trainer ranks: the sharded model and optimizer (torch.distributed
@@ -47,42 +55,6 @@ SHARDS_DIR = os.path.join("actor", "shards")
 SHARDS_FILE = os.path.join(SHARDS_DIR, ".metadata")
 RANKS_KEY = "trainer_ranks"
 _LEFTOVER = re.compile(r"global_step_\d+\.(tmp|old)-\d+|" + re.escape(LATEST_FILE) + r"\.tmp")
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint could not be written or read; the message says why and what to do."""
-
-
-def step_dir(job_dir: str, step: int) -> str:
-    return os.path.join(job_dir, f"global_step_{step}")
-
-
-def weights_path(job_dir: str, step: int) -> str:
-    """The weights file of checkpoint ``step`` (what the ``checkpoint`` weight sync sends)."""
-    return os.path.join(step_dir(job_dir, step), WEIGHTS_FILE)
-
-
-def latest_step(job_dir: str) -> Optional[int]:
-    """The step of the newest complete checkpoint, or None."""
-    path = os.path.join(job_dir, LATEST_FILE)
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        text = f.read().strip()
-    return int(text) if text.isdigit() else None
-
-
-def _saved_steps(job_dir: str) -> List[int]:
-    if not os.path.isdir(job_dir):
-        return []
-    found = (re.fullmatch(r"global_step_(\d+)", d) for d in os.listdir(job_dir))
-    return sorted(int(m.group(1)) for m in found if m)
-
-
-def complete_steps(job_dir: str) -> List[int]:
-    """Steps of the checkpoints in ``job_dir`` that hold their weights, ascending (a
-    ``global_step_N`` folder exists only once complete: it is renamed into place)."""
-    return [s for s in _saved_steps(job_dir) if os.path.isfile(weights_path(job_dir, s))]
 
 
 # ---- writing files durably --------------------------------------------------------------
@@ -181,21 +153,6 @@ def save_weights(state_dict: Dict[str, torch.Tensor], path: str) -> None:
     _fsync_path(path)
 
 
-def load_weights(path: str) -> Dict[str, torch.Tensor]:
-    """The state dict ``save_weights`` wrote to ``path`` (tied names point at one tensor)."""
-    from safetensors.torch import load_file
-
-    try:
-        tensors = load_file(path, device="cpu")
-        with safe_open(path, framework="pt") as f:
-            aliases = json.loads((f.metadata() or {}).get("aliases", "{}"))
-    except (SafetensorError, ValueError) as exc:
-        raise CheckpointError(f"{path} is not a readable safetensors weights file: {exc}") from exc
-    for name, target in aliases.items():
-        tensors[name] = tensors[target]
-    return tensors
-
-
 # ---- saving a checkpoint ----------------------------------------------------------------
 
 
@@ -275,7 +232,7 @@ def apply_retention(job_dir: str, step: int, max_to_keep: Optional[int]) -> List
     if max_to_keep is None:
         return []
     protected = {step, latest_step(job_dir)}
-    older = [s for s in _saved_steps(job_dir) if s < step and s not in protected]
+    older = [s for s in saved_steps(job_dir) if s < step and s not in protected]
     keep_older = max(int(max_to_keep) - 1, 0)
     doomed = older[: max(len(older) - keep_older, 0)]
     for old in doomed:

@@ -169,14 +169,6 @@ def sync_state_dict(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
     return merged_state_dict(model) if is_lora(model) else model.state_dict()
 
 
-def merge_adapter_folder(model: torch.nn.Module, path: str) -> torch.nn.Module:
-    """``model`` (a base model) with the peft adapter folder ``path`` merged into its
-    weights, as a plain transformers model: what an engine samples with from the start."""
-    from peft import PeftModel
-
-    return PeftModel.from_pretrained(model, path).merge_and_unload()
-
-
 # ---- export ----------------------------------------------------------------------------
 
 

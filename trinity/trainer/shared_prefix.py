@@ -10,7 +10,7 @@ quickstart batch (16 prompts x 8 responses, ~25 prompt and ~4 response tokens) t
 forward+backward is ~3x faster.
 
 Where the model allows it (``supports_shared_prefix``), the response pass uses the rollout
-engine's cascade attention (``trinity/common/models/decoding.py``): each prompt's keys stay
+engine's cascade attention (``trinity/ops/attention.py``): each prompt's keys stay
 one copy that its rows' queries read together. Otherwise the prompt cache is copied to
 every row and the model's own attention runs with a padding mask.
 """
@@ -22,7 +22,7 @@ from typing import Optional, Tuple
 import torch
 
 from trinity.common.experience import ExperienceBatch
-from trinity.common.models.decoding import (
+from trinity.ops.attention import (
     SharedPrefixDecoder,
     cache_kwargs,
     output_cache,

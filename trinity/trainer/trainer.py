@@ -24,6 +24,7 @@ from trinity.algorithm.kl_fn import build_kl_controller
 from trinity.algorithm.optimizer import build_lr_scheduler, build_optimizer
 from trinity.common.config import effective_trainer_settings
 from trinity.common.experience import Experience, ExperienceBatch
+from trinity.common.weights import weights_path
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer import lora
 from trinity.trainer.critic import Critic
@@ -193,7 +194,7 @@ class Trainer:
 
     def _load_weights(self, weights: Dict[str, torch.Tensor], step: int) -> None:
         """Checkpointed weights back onto the model (with LoRA: the adapter onto the base)."""
-        source = ckpt.weights_path(self.job_dir, step)
+        source = weights_path(self.job_dir, step)
         if self.lora is not None:
             try:
                 lora.load_adapter_state(self.model, weights, source)

@@ -1,6 +1,6 @@
 """Helpers shared across the package that belong to no single component.
 
-``synthetic`` generates seeded, verifiable datasets (arithmetic, countdown) and the
-quickstart bundle (tiny model + data). Add a module here only for code used by several
-components; component-specific helpers live next to their component.
+Add a module here only for code used by several components; component-specific helpers live
+next to their component. This is the bottom layer: nothing here imports the rest of
+``trinity``.
 """

@@ -4,14 +4,17 @@ Typical use (what the launcher does)::
 
     config = apply_run_name(load_config("run.yaml", ["buffer.batch_size=8"]))
     for stage in config.stage_configs():
-        stage = stage.check_and_update()      # or finalize(stage)
+        stage = finalize(stage)               # trinity.preflight.derive
         save_resolved_config(stage, os.path.join(stage.checkpoint_job_dir, "config.yaml"))
 
 Modules: ``schema_*.py`` declare the sections of the configuration guide, ``verl.py`` the
-veRL keys of ``trainer.trainer_config``, ``loader.py`` reads and writes YAML, ``derive.py``
-derives unset values, ``support.py`` holds the support and range tables that ``validate.py``
-checks, and ``preflight.py`` (with ``preflight_components.py``) is what ``trinity run`` checks
-before Ray starts: every stage finalized, then model folders, data, component names and arguments.
+veRL keys of ``trainer.trainer_config``, ``loader.py`` reads and writes YAML; the checks that
+need only the config itself sit beside them (``gpus``, ``nodes``, ``lora_checks``,
+``sync_checks``, ``decoupled_checks``). What reads the registries of the packages above this
+one (algorithm defaults, engine names, buffer components, monitors) is ``trinity.preflight``:
+``derive.py`` derives unset values (``finalize``), ``support.py`` holds the support and range
+tables that ``validate.py`` checks, and ``before_start.py`` is what ``trinity run`` checks
+before Ray starts.
 
 How to add a new key
 --------------------
@@ -22,19 +25,20 @@ How to add a new key
 
    The attribute name is the YAML key. Unknown-key errors and their suggestions pick it up.
 2. If its default depends on other keys or on the machine, make it ``Optional[...] = None``
-   ("unset") and derive it in ``derive.py`` with ``set_default(section, "foo", value)``,
-   which never overrides a value the user wrote.
-3. If only some values work yet, add a row to ``SUPPORTED`` in ``support.py``; if it has a
-   smallest sensible value, a row to ``MINIMUMS`` (``ABOVE`` for a strict bound,
+   ("unset") and derive it in ``trinity/preflight/derive.py`` with
+   ``set_default(section, "foo", value)``, which never overrides a value the user wrote.
+3. If only some values work yet, add a row to ``SUPPORTED`` in ``trinity/preflight/support.py``;
+   if it has a smallest sensible value, a row to ``MINIMUMS`` (``ABOVE`` for a strict bound,
    ``AT_MOST_ONE`` for fractions, ``SAMPLING`` for a sampling parameter). If it is
    accepted for compatibility but has no effect, declare it with ``inert(..., reason=...)``
-   instead of ``Field``.
+   instead of ``Field``. A check that reads a registry (names of algorithms, engines,
+   components) belongs in ``trinity/preflight/`` too: nothing in ``common`` imports the
+   packages that fill them.
 4. A key that moved elsewhere goes in the section's ``MOVED_KEYS`` so the error says where.
 """
 
 from trinity.common.config.base import ConfigError, ConfigModel
 from trinity.common.config.config import Config, StageConfig
-from trinity.common.config.derive import finalize
 from trinity.common.config.loader import apply_run_name, load_config, save_resolved_config
 from trinity.common.config.schema_algorithm import AlgorithmConfig, OptimizerConfig
 from trinity.common.config.schema_buffer import (
@@ -92,7 +96,6 @@ __all__ = [
     "VerlTrainerConfig",
     "apply_run_name",
     "effective_trainer_settings",
-    "finalize",
     "load_config",
     "save_resolved_config",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any, Dict, List, Literal, Optional
+from typing import Any, Dict, List, Literal, Optional, Tuple
 
 from pydantic import Field, field_validator
 
@@ -88,17 +88,12 @@ class Config(ConfigModel):
         """``<checkpoint_root_dir>/<project>/<name>``: where this run writes everything."""
         return os.path.join(self.checkpoint_root_dir, self.project, self.name)
 
-    def check_and_update(self) -> Config:
-        """Validate what needs the whole config and derive unset values; see ``finalize``."""
-        from trinity.common.config.derive import finalize
-
-        return finalize(self)
-
     def stage_configs(self) -> List[Config]:
         """One config per stage, each stage's sections deep-merged over the global ones.
 
-        Call it on a loaded config before ``check_and_update``: each stage is finalized on
-        its own, so derived values (train_batch_size, ray_namespace, ...) follow the stage.
+        Call it on a loaded config before ``finalize`` (``trinity.preflight.derive``): each
+        stage is finalized on its own, so derived values (train_batch_size, ray_namespace,
+        ...) follow the stage.
         """
         if not self.stages:
             return [self]
@@ -141,3 +136,20 @@ def _deep_merge(base: Dict[str, Any], over: Dict[str, Any]) -> Dict[str, Any]:
         else:
             base[key] = copy.deepcopy(value)
     return base
+
+
+def external_models(config: Config) -> List[Tuple[str, str, Any, Any]]:
+    """(YAML path of its ``external_model``, of its ``engine_type``, inference config,
+    ``external_model``) of the rollout model and of every auxiliary model."""
+    found = [
+        (
+            "model.external_model",
+            "explorer.rollout_model.engine_type",
+            config.explorer.rollout_model,
+            config.model.external_model,
+        )
+    ]
+    for index, aux in enumerate(config.explorer.auxiliary_models):
+        prefix = f"explorer.auxiliary_models[{index}]"
+        found.append((f"{prefix}.external_model", f"{prefix}.engine_type", aux, aux.external_model))
+    return found

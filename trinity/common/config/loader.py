@@ -19,7 +19,7 @@ def load_config(path: str, overrides: Sequence[str] = ()) -> Config:
 
     ``${oc.env:VAR,default}`` and ``${other.key}`` are resolved by OmegaConf. Nothing is
     derived and the filesystem is not touched beyond reading ``path``; call
-    ``Config.check_and_update()`` for that.
+    ``trinity.preflight.derive.finalize`` for that.
     """
     if not os.path.isfile(path):
         raise ConfigError(f"config file not found: {path}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Dict, List, Literal, Optional
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from trinity.common.config.base import ConfigModel, Name
 
@@ -63,20 +63,6 @@ class TaskSelectorConfig(ConfigModel):
     )
     seed: int = Field(42, description="Shuffle seed.")
 
-    @field_validator("selector_type")
-    @classmethod
-    def _registered(cls, value: str) -> str:
-        # Plugins are imported before the config is loaded, so their selectors are known here;
-        # imported late because the buffer package imports this config.
-        from trinity.buffer.selector import TASK_SELECTORS
-
-        try:
-            TASK_SELECTORS.get(value)
-        except KeyError as exc:
-            hint = "a plugin registers more (docs/extending.md)"
-            raise ValueError(f"{exc.args[0]}; {hint}") from None
-        return value
-
 
 class ReplayBufferConfig(ConfigModel):
     """``replay_buffer``: experience reuse for queue buffers."""
@@ -89,19 +75,6 @@ class ReplayBufferConfig(ConfigModel):
     priority_fn_args: Dict[str, Any] = Field(
         default_factory=dict, description="Arguments of the priority function."
     )
-
-    @model_validator(mode="after")
-    def _priority_fn_builds(self) -> ReplayBufferConfig:
-        # imported late like the selectors: the buffer package imports this config
-        from trinity.buffer.priority import build_priority_fn
-
-        try:
-            build_priority_fn(self.priority_fn, dict(self.priority_fn_args))
-        except KeyError as exc:
-            raise ValueError(f"priority_fn = {self.priority_fn}: {exc.args[0]}") from None
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"priority_fn_args of '{self.priority_fn}': {exc}") from None
-        return self
 
 
 class StorageConfig(ConfigModel):

@@ -18,10 +18,11 @@ class InferenceModelConfig(ConfigModel):
     model_path: Optional[str] = Field(
         None, description="Model to serve; unset for rollout_model: model.model_path."
     )
-    engine_type: Optional[Literal["transformers", "vllm", "tinker", "external"]] = Field(
+    engine_type: Optional[str] = Field(
         None,
-        description="Inference engine; unset: transformers here (guide default vllm); "
-        "external: an OpenAI-compatible API, no engine started.",
+        description="Inference engine, by its name in trinity.engine.ENGINES: transformers "
+        "(unset: transformers here; the guide's default vllm is not supported yet), external "
+        "(an OpenAI-compatible API, no engine started), or one a plugin registers.",
     )
     external_model: ExternalModelConfig = Field(
         default_factory=ExternalModelConfig,

@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import fields
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, ClassVar, Dict, Iterator, List, Optional
 
 from trinity.common.experience import Experience
 from trinity.common.models.sampling import SamplingParams
@@ -34,7 +34,17 @@ _PARAM_NAMES = {f.name for f in fields(SamplingParams)}
 
 
 class InferenceModel(ABC):
-    """A rollout engine: turns prompts into sampled responses and takes new weights."""
+    """A rollout engine: turns prompts into sampled responses and takes new weights.
+
+    Engines are registered by ``engine_type`` in ``trinity.engine.ENGINES``.
+    """
+
+    # True: the engine runs a model in this process, so the explorer gives each engine a
+    # host of its own (a Ray ``EngineActor``, or a ``LocalEngine`` in a one-process stage) that
+    # builds it as ``cls(**kwargs)`` from the served model's keys. False: it is a client of a
+    # model served elsewhere (``external``), built where the explorer is and handed to the
+    # runners as it is.
+    hosted: ClassVar[bool] = True
 
     @abstractmethod
     async def chat(
@@ -220,10 +230,9 @@ class ModelWrapper:
 
     def _client(self, kind: str) -> Any:
         if kind not in self._clients:
-            from trinity.engine import client
-            from trinity.engine.external import ExternalModel
+            from trinity.common.models import client
 
-            if isinstance(self.engine, ExternalModel):  # the API's own URL and key
+            if hasattr(self.engine, "openai_client"):  # an API's client engine: its URL, key
                 self._clients[kind] = self.engine.openai_client(is_async=kind == "async")
                 return self._clients[kind]
             api = self._api_address()

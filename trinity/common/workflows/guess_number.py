@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import Any, Dict, Generator, List, Optional
 
 from trinity.common.experience import Experience
+from trinity.common.workflows.multiturn import merge_turns
 from trinity.common.workflows.workflow import WORKFLOWS, Task, Workflow
 from trinity.demo.guess_number import GuessNumberEnv, GuessNumberTask
-from trinity.explorer.multiturn import merge_turns
 
 Messages = List[Dict[str, Any]]
 # Yields the conversation to send, receives the model's reply, returns the episodes.

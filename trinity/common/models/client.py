@@ -1,7 +1,7 @@
 """``openai`` clients pointed at an engine's server, recording each reply's experiences.
 
 A recording client sends ``TOKENS_HEADER`` with every request, so each reply carries the
-exact prompt ids, sampled ids and logprobs (see ``openai_protocol``); a response hook of its
+exact prompt ids, sampled ids and logprobs (see ``reply_tokens``); a response hook of its
 HTTP client turns them back into the engine's ``Experience``s and hands them to ``record``
 before the ``openai`` package parses the reply. Every call made through the client is seen,
 whatever part of the API made it (``chat.completions``, ``completions``, ``with_raw_response``).
@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, Optional
 import openai
 
 from trinity.common.experience import Experience
-from trinity.engine.openai_protocol import SESSION_HEADER, TOKENS_HEADER, experiences_from_reply
+from trinity.common.models.reply_tokens import SESSION_HEADER, TOKENS_HEADER, experiences_from_reply
 
 # The server checks no key, but the openai package refuses to start without one.
 API_KEY = "EMPTY"

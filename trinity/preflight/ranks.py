@@ -11,24 +11,20 @@ import logging
 import os
 from typing import List
 
+from trinity.algorithm import ALGORITHM_TYPE
+from trinity.algorithm.algorithm import PairExperienceModel
 from trinity.common.config.config import Config
 
 logger = logging.getLogger("trinity.config")
 
 
 def _algorithm(config: Config) -> object:
-    from trinity.algorithm import ALGORITHM_TYPE
-
     name = config.algorithm.algorithm_type
     return ALGORITHM_TYPE.get(name) if name in ALGORITHM_TYPE else None
 
 
 def _paired(algorithm: object) -> bool:
     """Whether the algorithm trains on (chosen, rejected) pairs, which ranks never split."""
-    try:
-        from trinity.algorithm.algorithm import PairExperienceModel
-    except ImportError:  # a stand-in algorithm registry (tests)
-        return False
     return getattr(algorithm, "schema", None) is PairExperienceModel
 
 

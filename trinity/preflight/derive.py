@@ -10,21 +10,22 @@ import logging
 import os
 from typing import List, Tuple
 
+from trinity.algorithm import ALGORITHM_TYPE
 from trinity.common.config import gpus
 from trinity.common.config.base import ConfigError, assign, set_default
-from trinity.common.config.config import Config
+from trinity.common.config.config import Config, external_models
 from trinity.common.config.schema_algorithm import AlgorithmConfig
 from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.config.schema_model import ModelConfig
-from trinity.common.config.support import COMPONENT_REGISTRIES, algorithm_module
-from trinity.common.config.validate import (
+from trinity.common.config.verl_mapping import carry_verl_settings
+from trinity.engine import DEFAULT_ENGINE
+from trinity.preflight.support import COMPONENT_REGISTRIES
+from trinity.preflight.validate import (
     check_consistency,
     check_supported,
-    external_models,
     storages_of,
     warn_inert,
 )
-from trinity.common.config.verl_mapping import carry_verl_settings
 
 logger = logging.getLogger("trinity.config")
 
@@ -45,7 +46,7 @@ def finalize(config: Config) -> Config:
 def derive(config: Config) -> Tuple[Config, List[str]]:
     """``finalize`` without raising for what cannot run: the derived copy and its problems.
 
-    The pre-start checks (``preflight.py``) go on with the copy so that one run of
+    The pre-start checks (``before_start.py``) go on with the copy so that one run of
     ``trinity run`` reports every problem. Unsupported features still raise ``ConfigError``:
     nothing is derived for a config this build cannot run.
     """
@@ -89,8 +90,9 @@ def _derive_from_machine(config: Config) -> None:
     set_default(
         config.cluster, "gpu_per_node", min(detected, 1) if config.mode == "colocate" else detected
     )
-    if rollout.engine_type is None:  # not made external by _derive_external
-        set_default(rollout, "engine_type", "transformers")
+    for served in [rollout, *config.explorer.auxiliary_models]:
+        if served.engine_type is None:  # not made external by _derive_external
+            set_default(served, "engine_type", DEFAULT_ENGINE)
     # On a GPU engines and trainer compute in bf16 (the trainer over fp32 master weights);
     # on CPU bf16 is slow, so both stay fp32 unless the user asks.
     gpu = config.cluster.gpu_per_node > 0
@@ -113,9 +115,9 @@ def _derive_from_machine(config: Config) -> None:
 
 def _derive_algorithm(config: Config) -> List[str]:
     """The algorithm type's defaults fill unset keys; each ``*_args`` merges over defaults."""
-    algorithm, registries = config.algorithm, algorithm_module()
+    algorithm = config.algorithm
     problems = []
-    defaults = registries.ALGORITHM_TYPE.get(algorithm.algorithm_type).default_config()
+    defaults = ALGORITHM_TYPE.get(algorithm.algorithm_type).default_config()
     for key, value in defaults.items():
         if key not in AlgorithmConfig.model_fields:
             problems.append(
@@ -124,12 +126,12 @@ def _derive_algorithm(config: Config) -> List[str]:
             )
             continue
         set_default(algorithm, key, value)
-    for key, registry_name in COMPONENT_REGISTRIES.items():
+    for key, registry in COMPONENT_REGISTRIES.items():
         name = getattr(algorithm, key)
         if name is None:
             continue
         try:
-            component = getattr(registries, registry_name).get(name)
+            component = registry.get(name)
         except KeyError as exc:
             problems.append(f"algorithm.{key} = {name}: {exc.args[0]}")
             continue

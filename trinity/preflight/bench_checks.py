@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import List
 
 from trinity.common.config.config import Config
-from trinity.trainer.checkpoint import WEIGHTS_FILE, complete_steps
+from trinity.common.weights import WEIGHTS_FILE, complete_steps
 
 
 def bench_problems(config: Config) -> List[str]:

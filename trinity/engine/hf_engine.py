@@ -22,8 +22,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trinity.common.models.decoding import make_decoder, supports_shared_prefix
-from trinity.common.models.sampling import RowSampler, SamplingParams
+from trinity.common.models.sampling import SamplingParams
+from trinity.engine.decoding import make_decoder, supports_shared_prefix
+from trinity.engine.sampling import RowSampler
 from trinity.engine.tool_prompt import renders_tools, with_tools_in_text
 from trinity.utils.device import attention_kwargs
 
@@ -69,6 +70,14 @@ def _set_cpu_threads(num_threads: Optional[int]) -> None:
     torch.set_num_threads(num_threads)
 
 
+def _merge_adapter_folder(model: torch.nn.Module, path: str) -> torch.nn.Module:
+    """``model`` (a base model) with the peft adapter folder ``path`` merged into its
+    weights, as a plain transformers model: what an engine samples with from the start."""
+    from peft import PeftModel
+
+    return PeftModel.from_pretrained(model, path).merge_and_unload()
+
+
 class TransformersEngine:
     """Sample from a local Hugging Face causal LM with batched, KV-cached decoding."""
 
@@ -111,9 +120,7 @@ class TransformersEngine:
             model_path, dtype=_DTYPES[dtype], **attention_kwargs(self.device)
         )
         if adapter_path is not None:  # a peft LoRA adapter folder, merged into the weights
-            from trinity.trainer.lora import merge_adapter_folder
-
-            self.model = merge_adapter_folder(self.model, adapter_path)
+            self.model = _merge_adapter_folder(self.model, adapter_path)
         self.model.to(self.device).eval()
         # One cache copy per distinct prompt where the architecture allows it, on CPU only:
         # there decode attention is bound by reading the cache (1.3x faster, docs/

@@ -9,24 +9,35 @@ checked on ``model`` and on every taskset's ``rollout_args``.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Callable, Dict, Iterator, Tuple, Union
 
 from pydantic import BaseModel
 
+from trinity.algorithm import (
+    ADVANTAGE_FN,
+    ALGORITHM_TYPE,
+    ENTROPY_LOSS_FN,
+    KL_FN,
+    POLICY_LOSS_FN,
+    SAMPLE_STRATEGY,
+)
 from trinity.common.config.base import join_path
 from trinity.common.config.config import Config
 from trinity.common.config.decoupled_checks import STORE_TYPES
 from trinity.common.config.schema_buffer import MAX_TOP_LOGPROBS
-
-
-def algorithm_module() -> Any:
-    """``trinity.algorithm``, imported on first use (it imports config types itself)."""
-    return importlib.import_module("trinity.algorithm")
+from trinity.common.registry import Registry
+from trinity.engine import DEFAULT_ENGINE, ENGINES
 
 
 def _registered_algorithms(config: Config) -> Tuple[Any, ...]:
-    return tuple(algorithm_module().ALGORITHM_TYPE.names())
+    return tuple(ALGORITHM_TYPE.names())
+
+
+def _registered_engines(config: Config) -> Tuple[Any, ...]:
+    # Unset resolves to the default engine, listed first (derive.py); a plugin's engine is
+    # registered by the time configs are checked (plugins load first).
+    names = sorted(ENGINES.names(), key=lambda name: name != DEFAULT_ENGINE)
+    return (None, *names)
 
 
 def _experience_buffer_storage(config: Config) -> Tuple[Any, ...]:
@@ -49,19 +60,18 @@ def _replay_modes(config: Config) -> Tuple[Any, ...]:
 
 def uses_teacher(config: Config) -> bool:
     """The algorithm distils from ``explorer.auxiliary_models[0]`` (``use_teacher``)."""
-    registry = algorithm_module().ALGORITHM_TYPE
     name = config.algorithm.algorithm_type
-    return name in registry and getattr(registry.get(name), "use_teacher", False)
+    return name in ALGORITHM_TYPE and getattr(ALGORITHM_TYPE.get(name), "use_teacher", False)
 
 
-# algorithm key -> name of its registry in trinity.algorithm
-COMPONENT_REGISTRIES = {
-    "sample_strategy": "SAMPLE_STRATEGY",
-    "advantage_fn": "ADVANTAGE_FN",
-    "policy_loss_fn": "POLICY_LOSS_FN",
-    "kl_penalty_fn": "KL_FN",
-    "kl_loss_fn": "KL_FN",
-    "entropy_loss_fn": "ENTROPY_LOSS_FN",
+# algorithm key -> the registry of the components it names
+COMPONENT_REGISTRIES: Dict[str, Registry] = {
+    "sample_strategy": SAMPLE_STRATEGY,
+    "advantage_fn": ADVANTAGE_FN,
+    "policy_loss_fn": POLICY_LOSS_FN,
+    "kl_penalty_fn": KL_FN,
+    "kl_loss_fn": KL_FN,
+    "entropy_loss_fn": ENTROPY_LOSS_FN,
 }
 
 Allowed = Union[Tuple[Any, ...], Callable[[Config], Tuple[Any, ...]]]
@@ -78,8 +88,8 @@ SUPPORTED: Dict[str, Allowed] = {
     "buffer.trainer_input.experience_buffer.storage_type": _experience_buffer_storage,
     "buffer.trainer_input.experience_buffer.replay_buffer.enable": _replay_modes,
     "buffer.trainer_input.auxiliary_buffers.*.storage_type": ("file",),
-    "explorer.rollout_model.engine_type": (None, "transformers", "external"),
-    "explorer.auxiliary_models.*.engine_type": (None, "transformers", "external"),
+    "explorer.rollout_model.engine_type": _registered_engines,
+    "explorer.auxiliary_models.*.engine_type": _registered_engines,
     "synchronizer.sync_style": ("fixed", "explorer_driven", "trainer_driven"),
     "synchronizer.sync_method": (None, "memory", "checkpoint"),
     "trainer.trainer_strategy": ("fsdp", "fsdp2"),
@@ -164,7 +174,7 @@ AT_MOST_ONE = (
 )
 
 # Sampling parameter -> (whether a value is allowed, the allowed range in words).
-# top_k: the engine (trinity/common/models/sampling.py), transformers and vLLM read 0 and -1
+# top_k: the transformers engine (trinity/engine/sampling.py), transformers and vLLM read 0 and -1
 # as "no top-k limit", so both are allowed; anything below -1 is a typo.
 SAMPLING: Dict[str, Tuple[Callable[[Any], bool], str]] = {
     "temperature": (lambda v: v >= 0, ">= 0 (0 is greedy)"),

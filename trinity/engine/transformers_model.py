@@ -13,15 +13,20 @@ import logging
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
-
-import torch
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from trinity.common.experience import Experience
-from trinity.common.models.hf_engine import SampleOutput, SamplingParams, TransformersEngine
 from trinity.common.models.model import InferenceModel
+from trinity.common.models.sampling import SamplingParams
+from trinity.common.weights import load_weights, unpack_state
 from trinity.engine.conversation import Conversation, engine_conversation, record_turn
+from trinity.engine.registry import ENGINES
 from trinity.utils.openmp import release_workers
+
+if TYPE_CHECKING:
+    import torch
+
+    from trinity.engine.hf_engine import SampleOutput
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +41,7 @@ class _Request:
     future: asyncio.Future
 
 
+@ENGINES.register_module("transformers")
 class TransformersInferenceModel(InferenceModel):
     """Batches concurrent requests into ``TransformersEngine.generate`` calls."""
 
@@ -46,6 +52,10 @@ class TransformersInferenceModel(InferenceModel):
         max_batch_rows: int = 512,
         **engine_kwargs: Any,
     ):
+        # Imported here, not above: registering the engine (``trinity.engine``) must not load
+        # torch and transformers into processes that only name it (docs/performance.md).
+        from trinity.engine.hf_engine import TransformersEngine
+
         self.engine = TransformersEngine(**engine_kwargs)
         self.tokenizer = self.engine.tokenizer
         self.batch_wait_s = batch_wait_s
@@ -210,12 +220,8 @@ class TransformersInferenceModel(InferenceModel):
 
     async def load_weights(self, weights: Any, version: int) -> None:
         if isinstance(weights, str):  # a checkpoint's weights file: read here, off the trainer
-            from trinity.trainer.checkpoint import load_weights
-
             weights = load_weights(weights)
         elif weights and isinstance(next(iter(weights.values())), tuple):  # memory sync
-            from trinity.runtime.synchronizer import unpack_state
-
             weights = unpack_state(weights)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._load, weights, version)

@@ -16,23 +16,27 @@ import json
 import os
 from typing import Dict, List, Tuple
 
+from trinity.algorithm import ALGORITHM_TYPE
+from trinity.algorithm.algorithm import PairExperienceModel
+from trinity.buffer.file_reader import load_rows
+from trinity.buffer.row_checks import row_schema
 from trinity.common.config.base import ConfigError, is_set
-from trinity.common.config.bench_checks import bench_problems
-from trinity.common.config.config import Config
-from trinity.common.config.derive import derive
+from trinity.common.config.config import Config, external_models
 from trinity.common.config.gpus import gpu_shares
 from trinity.common.config.lora_checks import lora_folder_problems, lora_handover_problems
-from trinity.common.config.monitor_checks import monitor_problems
-from trinity.common.config.preflight_components import (
+from trinity.common.config.schema_buffer import StorageConfig
+from trinity.preflight.bench_checks import bench_problems
+from trinity.preflight.components import (
     component_problems,
     is_builtin,
     resolve_workflow,
 )
-from trinity.common.config.preflight_operators import operator_problems
-from trinity.common.config.ranks import warn_ranks
-from trinity.common.config.schema_buffer import StorageConfig
-from trinity.common.config.support import algorithm_module
-from trinity.common.config.validate import external_models, warn_inert
+from trinity.preflight.derive import derive
+from trinity.preflight.hosting import ray_reasons
+from trinity.preflight.monitor_checks import monitor_problems
+from trinity.preflight.operators import operator_problems
+from trinity.preflight.ranks import warn_ranks
+from trinity.preflight.validate import warn_inert
 from trinity.utils.database import connection_problem, database_url, sqlite_file
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -119,8 +123,6 @@ def stage_problems(config: Config, model_from_previous: bool, construct: bool) -
 def _process_problems(config: Config) -> List[str]:
     """A colocated stage, or one whose roles share one GPU, runs in this process; what would
     send it to Ray instead (``gpus.py`` says what runs where)."""
-    from trinity.runtime.local_stage import ray_reasons
-
     reasons = ray_reasons(config)
     if not reasons:
         return []
@@ -153,8 +155,7 @@ def _model_problems(config: Config, model_from_previous: bool) -> List[str]:
     explores = config.mode in ("both", "colocate", "explore", "bench")
     if explores and is_set(rollout, "model_path") and not external:
         paths.append(("explorer.rollout_model.model_path", rollout.model_path))
-    registries = algorithm_module()
-    algorithm_cls = registries.ALGORITHM_TYPE.get(config.algorithm.algorithm_type)
+    algorithm_cls = ALGORITHM_TYPE.get(config.algorithm.algorithm_type)
     uses_critic = getattr(algorithm_cls, "use_critic", False) and config.mode != "explore"
     if uses_critic and (not model_from_previous or is_set(model, "critic_model_path")):
         paths.append(("model.critic_model_path", model.critic_model_path))
@@ -282,9 +283,6 @@ def _storages(config: Config, kinds: Tuple[str, ...]) -> List[Tuple[str, Storage
 def _data_problems(config: Config) -> List[str]:
     """Each file dataset the stage reads loads with the row checks of its reader, has the
     columns its workflow reads, and can fill a step."""
-    from trinity.buffer.file_reader import load_rows
-    from trinity.buffer.row_checks import row_schema
-
     problems, rows = [], {}
     kinds = ("tasksets", "eval_tasksets", "experience_buffer", "auxiliary_buffers")
     for path, storage in _storages(config, kinds):
@@ -367,9 +365,7 @@ def _row_count_problems(config: Config, rows: Dict[str, int]) -> List[str]:
 
 
 def _paired(config: Config) -> bool:
-    from trinity.algorithm.algorithm import PairExperienceModel
-
-    algorithm_cls = algorithm_module().ALGORITHM_TYPE.get(config.algorithm.algorithm_type)
+    algorithm_cls = ALGORITHM_TYPE.get(config.algorithm.algorithm_type)
     return getattr(algorithm_cls, "schema", None) is PairExperienceModel
 
 

@@ -12,8 +12,8 @@ import os
 import random
 from typing import Any, Dict, Iterable, List, Tuple
 
-from trinity.common.models.tiny import TINY_PRESETS, build_tiny_model
 from trinity.demo import read_marker
+from trinity.demo.tiny import TINY_PRESETS, build_tiny_model
 
 _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 

@@ -95,7 +95,7 @@ def show_row(exp: Experience, model_path: Optional[str], console: Any) -> None:
     """One stored experience as ``trinity debug`` prints it (tokens need the run's tokenizer)."""
     from transformers import AutoTokenizer
 
-    from trinity.explorer.debug import show_experience
+    from trinity.cli.debug import show_experience
 
     # the run's own model folder only (never a hub lookup); gone: the stored texts instead
     here = model_path and os.path.isdir(model_path)

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
+from trinity.buffer.file_reader import load_rows
+from trinity.buffer.operators import OPERATORS
+from trinity.buffer.operators.data_juicer import service_url
 from trinity.buffer.pipelines import operator_kwargs, shared_args
 from trinity.common.config.config import Config
-from trinity.common.config.preflight_components import bind_problems, is_builtin
+from trinity.preflight.components import bind_problems, is_builtin
 
 PIPELINES = {"task_pipeline": "task", "experience_pipeline": "experience"}
 
@@ -42,8 +45,6 @@ def operator_problems(config: Config, construct: bool) -> List[str]:
 def _operator_problems(
     op: Any, path: str, kind: str, construct: bool, shared: Dict[str, Any]
 ) -> List[str]:
-    from trinity.buffer.operators import OPERATORS
-
     try:
         cls = OPERATORS.get(op.name)
     except KeyError as exc:
@@ -63,8 +64,6 @@ def _operator_problems(
 
 
 def _target_field_problems(config: Config, fields: List[str]) -> List[str]:
-    from trinity.buffer.file_reader import load_rows
-
     problems = []
     for index, storage in enumerate(config.buffer.explorer_input.tasksets):
         if storage.storage_type != "file" or not storage.path:
@@ -85,8 +84,6 @@ def _target_field_problems(config: Config, fields: List[str]) -> List[str]:
 
 def _service_problems(service: Any) -> List[str]:
     """``service.data_juicer`` names one server: a running one, or one started here."""
-    from trinity.buffer.operators.data_juicer import service_url
-
     if service is None:
         return []
     key = "service.data_juicer"

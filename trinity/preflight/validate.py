@@ -9,27 +9,29 @@ import logging
 import os
 from typing import Any, List, Tuple
 
+from trinity.algorithm import SAMPLE_STRATEGY, needs_groups
+from trinity.buffer.priority import build_priority_fn
+from trinity.buffer.selector import TASK_SELECTORS
 from trinity.common.config.base import explicit_inert_values, is_set
-from trinity.common.config.config import Config
+from trinity.common.config.config import Config, external_models
 from trinity.common.config.decoupled_checks import decoupled_problems
 from trinity.common.config.gpus import gpu_problems
 from trinity.common.config.lora_checks import lora_problems
 from trinity.common.config.nodes import node_problems
-from trinity.common.config.ranks import rank_problems
 from trinity.common.config.schema_buffer import StorageConfig
-from trinity.common.config.support import (
+from trinity.common.config.sync_checks import sync_problems
+from trinity.preflight.ranks import rank_problems
+from trinity.preflight.support import (
     ABOVE,
     AT_MOST_ONE,
     MINIMUMS,
     SAMPLING,
     STORAGE_PATHS,
     SUPPORTED,
-    algorithm_module,
     show,
     uses_teacher,
     values_at,
 )
-from trinity.common.config.sync_checks import sync_problems
 from trinity.utils.database import database_url
 
 logger = logging.getLogger("trinity.config")
@@ -74,6 +76,7 @@ def check_consistency(config: Config) -> List[str]:
     problems += _check_batches(config)
     problems += _check_datasets(config)
     problems += _check_buffer_path(config)
+    problems += buffer_component_problems(config)
     problems += decoupled_problems(config)
     problems += rank_problems(config)
     problems += node_problems(config)
@@ -183,23 +186,6 @@ def _check_openai_api(config: Config) -> List[str]:
     return []
 
 
-def external_models(config: Config) -> List[Tuple[str, str, Any, Any]]:
-    """(YAML path of its ``external_model``, of its ``engine_type``, inference config,
-    ``external_model``) of the rollout model and of every auxiliary model."""
-    found = [
-        (
-            "model.external_model",
-            "explorer.rollout_model.engine_type",
-            config.explorer.rollout_model,
-            config.model.external_model,
-        )
-    ]
-    for index, aux in enumerate(config.explorer.auxiliary_models):
-        prefix = f"explorer.auxiliary_models[{index}]"
-        found.append((f"{prefix}.external_model", f"{prefix}.engine_type", aux, aux.external_model))
-    return found
-
-
 def _check_external(config: Config) -> List[str]:
     """External (API) models: one switch, never trained, no token-exact history."""
     problems = []
@@ -240,27 +226,12 @@ def _check_external(config: Config) -> List[str]:
     return problems
 
 
-def needs_groups(config: Config) -> bool:
-    """Whether the algorithm's advantage fn compares the rollouts of one task (it declares
-    ``needs_groups``), so batches must hold whole groups of ``repeat_times`` experiences."""
-    registries, algorithm = algorithm_module(), config.algorithm
-    if algorithm.advantage_fn is None or algorithm.algorithm_type not in registries.ALGORITHM_TYPE:
-        return False
-    if not getattr(registries.ALGORITHM_TYPE.get(algorithm.algorithm_type), "use_advantage", True):
-        return False  # the advantage fn is never built
-    try:
-        advantage_fn = registries.ADVANTAGE_FN.get(algorithm.advantage_fn)
-    except KeyError:  # reported by derive.py
-        return False
-    return bool(getattr(advantage_fn, "needs_groups", False))
-
-
 def _buffer_rows(config: Config) -> Tuple[int, str]:
     """Experiences a train step takes from the experience buffer, and a note when that is
     fewer than ``train_batch_size`` (a sample strategy that mixes in auxiliary data)."""
     algorithm, batch = config.algorithm, config.buffer.train_batch_size
     try:
-        strategy = algorithm_module().SAMPLE_STRATEGY.get(algorithm.sample_strategy or "default")
+        strategy = SAMPLE_STRATEGY.get(algorithm.sample_strategy or "default")
         rows_of = getattr(strategy, "buffer_rows", None)
         rows = rows_of(batch, dict(algorithm.sample_strategy_args)) if rows_of else batch
     except (KeyError, TypeError, ValueError):  # a bad name or argument is reported elsewhere
@@ -323,6 +294,29 @@ def _check_buffer_path(config: Config) -> List[str]:
     except ValueError as exc:
         return [f"{key}: {exc}"]
     return []
+
+
+def buffer_component_problems(config: Config) -> List[str]:
+    """Each storage's task selector is registered, and its replay priority function builds
+    with its arguments (plugins are imported before the config is checked)."""
+    problems = []
+    for path, storage in storages_of(config):
+        selector = storage.task_selector.selector_type
+        try:
+            TASK_SELECTORS.get(selector)
+        except KeyError as exc:
+            hint = "a plugin registers more (docs/extending.md)"
+            problems.append(f"{path}.task_selector.selector_type: {exc.args[0]}; {hint}")
+        replay = storage.replay_buffer
+        try:
+            build_priority_fn(replay.priority_fn, dict(replay.priority_fn_args))
+        except KeyError as exc:
+            message = f"priority_fn = {replay.priority_fn}: {exc.args[0]}"
+            problems.append(f"{path}.replay_buffer: {message}")
+        except (TypeError, ValueError) as exc:
+            message = f"priority_fn_args of '{replay.priority_fn}': {exc}"
+            problems.append(f"{path}.replay_buffer: {message}")
+    return problems
 
 
 def storages_of(config: Config) -> List[Tuple[str, StorageConfig]]:

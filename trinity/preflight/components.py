@@ -13,10 +13,14 @@ import difflib
 import inspect
 from typing import Any, Collection, Dict, Iterator, List, Tuple
 
+from trinity.algorithm import ALGORITHM_TYPE, needs_reference
+from trinity.algorithm.kl_fn.controller import build_kl_controller
 from trinity.common.config.base import is_set
 from trinity.common.config.config import Config
 from trinity.common.config.schema_buffer import StorageConfig
-from trinity.common.config.support import COMPONENT_REGISTRIES, algorithm_module
+from trinity.common.rewards import REWARD_FUNCTIONS
+from trinity.common.workflows import WORKFLOWS
+from trinity.preflight.support import COMPONENT_REGISTRIES
 
 # What the trainer passes every sample strategy besides sample_strategy_args
 # (trinity/trainer/trainer.py: Trainer.attach_reader).
@@ -102,8 +106,6 @@ def origin_of(config: Config, path: str, storage: StorageConfig, key: str) -> st
 
 def resolve_workflow(config: Config, path: str, storage: StorageConfig) -> Tuple[Any, List[str]]:
     """(workflow class or None, problems) of a taskset."""
-    from trinity.common.workflows import WORKFLOWS
-
     key = origin_of(config, path, storage, "default_workflow_type")
     name = storage.default_workflow_type
     if not name:
@@ -115,8 +117,6 @@ def resolve_workflow(config: Config, path: str, storage: StorageConfig) -> Tuple
 
 
 def _taskset_problems(config: Config) -> List[str]:
-    from trinity.common.rewards import REWARD_FUNCTIONS
-
     problems = []
     for path, storage, is_eval in _tasksets(config):
         workflow, found = resolve_workflow(config, path, storage)
@@ -167,19 +167,19 @@ def _workflow_args_problems(
 
 
 def _algorithm_problems(config: Config, construct: bool) -> List[str]:
-    registries, algorithm = algorithm_module(), config.algorithm
-    if algorithm.algorithm_type not in registries.ALGORITHM_TYPE:
+    algorithm = config.algorithm
+    if algorithm.algorithm_type not in ALGORITHM_TYPE:
         return []  # reported by the support check
-    algorithm_cls = registries.ALGORITHM_TYPE.get(algorithm.algorithm_type)
+    algorithm_cls = ALGORITHM_TYPE.get(algorithm.algorithm_type)
     problems = []
-    for key, registry_name in COMPONENT_REGISTRIES.items():
+    for key, registry in COMPONENT_REGISTRIES.items():
         name = getattr(algorithm, key)
         if name is None or (
             key == "advantage_fn" and not getattr(algorithm_cls, "use_advantage", True)
         ):
             continue  # not built by the trainer
         try:
-            cls = getattr(registries, registry_name).get(name)
+            cls = registry.get(name)
         except KeyError:
             continue  # reported by derive.py
         path, args = f"algorithm.{key}_args", dict(getattr(algorithm, f"{key}_args"))
@@ -207,8 +207,6 @@ def _kl_ctrl_problems(kl_ctrl: Any, path: str) -> List[str]:
             problems.append(f"{path}.{key}: unknown key{hint} (keys: {', '.join(KL_CTRL_KEYS)})")
     if problems:
         return problems
-    from trinity.algorithm.kl_fn.controller import build_kl_controller
-
     try:
         build_kl_controller(kl_ctrl, 0.001)
     except (TypeError, ValueError) as exc:
@@ -236,8 +234,6 @@ def _construct(config: Config, key: str, cls: Any, args: Dict[str, Any], path: s
 
 def _reference_problems(config: Config, algorithm_cls: Any) -> List[str]:
     """A KL fn or loss that reads reference logprobs needs an algorithm that loads one."""
-    from trinity.algorithm import needs_reference
-
     algorithm = config.algorithm
     try:
         needs_reference(

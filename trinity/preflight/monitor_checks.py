@@ -8,7 +8,9 @@ import urllib.error
 import urllib.request
 from typing import Any, List
 
-from trinity.common.config.preflight_components import bind_problems
+from trinity.monitor import MONITORS
+from trinity.monitor.mlflow import DEFAULT_URI
+from trinity.preflight.components import bind_problems
 
 # monitor_type -> (the package it imports, the extra that installs it)
 EXTRAS = {"wandb": ("wandb", "wandb"), "mlflow": ("mlflow", "mlflow")}
@@ -19,8 +21,6 @@ HEALTH_TIMEOUT_S = 5.0
 
 
 def monitor_problems(config: Any) -> List[str]:
-    from trinity.monitor import MONITORS
-
     monitor = config.monitor
     kind, args = monitor.monitor_type, monitor.monitor_args or {}
     if kind in EXTRAS and importlib.util.find_spec(EXTRAS[kind][0]) is None:
@@ -33,8 +33,6 @@ def monitor_problems(config: Any) -> List[str]:
         MONITORS.get(kind), args, "monitor.monitor_args", f"monitor '{kind}'", SINK_PARAMETERS
     )
     if kind == "mlflow" and not problems:
-        from trinity.monitor.mlflow import DEFAULT_URI
-
         problems += _mlflow_server_problems(str(args.get("uri", DEFAULT_URI)))
     return problems
 

@@ -1,23 +1,19 @@
-"""KV-cached decoding for the rollout engine: prefill once per distinct prompt, then step.
+"""Shared-prefix ("cascade") attention: each distinct prompt's keys and values kept once.
 
 A GRPO request asks for ``n`` samples of one prompt, so most of a batch's keys and values
-belong to prompts that several rows share. Two decoders do the same job:
+belong to prompts that several rows share. ``SharedPrefixDecoder`` keeps each distinct
+prompt's keys/values once and each row's own ones apart. A step attends to the two parts
+separately and merges the two unnormalised softmaxes at their common max, which is exactly
+attention over the concatenation ("cascade" attention). At batch sizes like 128, decode
+attention on a CPU is bound by reading the cache, so reading a prompt once instead of ``n``
+times is the saving; it also skips ``transformers``' per-step mask building.
 
-- ``SharedPrefixDecoder`` (the engine's choice on CPU, where the model allows it) keeps
-  each distinct prompt's keys/values once and each row's generated ones apart. A decode
-  step attends to the two parts separately and merges the two unnormalised softmaxes at
-  their common max, which is exactly attention over the concatenation ("cascade" attention).
-  At batch sizes like 128, decode attention on a CPU is bound by reading the cache, so
-  reading a prompt once instead of ``n`` times is the saving; it also skips
-  ``transformers``' per-step mask building.
-- ``ExpandedDecoder`` copies each prompt's cache rows ``n`` times and runs the model's
-  own attention with a padding mask. It serves models the first cannot (sliding-window
-  layers, logit soft-capping, attention implementations that bypass the interface) and
-  GPUs, where small decode steps are bound by kernel launches, not by memory.
-
-Both grow their per-row cache in place (``GrowingLayer``) and can drop finished rows.
-``SharedPrefixDecoder.extend`` feeds many tokens per row in one differentiable pass: the
-trainer scores GRPO groups with it (``trinity/trainer/shared_prefix.py``).
+Two callers, which is why this sits below both (``trinity.ops``): the rollout engine decodes
+with it (``trinity/engine/decoding.py``, where the other decoder is), and the trainer scores
+GRPO groups with ``SharedPrefixDecoder.extend``, which feeds many tokens per row in one
+differentiable pass (``trinity/trainer/shared_prefix.py``). ``GrowingLayer`` grows a per-row
+cache in place; ``cache_kwargs`` / ``output_cache`` pass and read a KV cache under the name the
+installed ``transformers`` uses.
 """
 
 from __future__ import annotations
@@ -53,10 +49,16 @@ def output_cache(output: Any) -> Any:
     return output.get("cache", output.get("past_key_values"))
 
 
-__all__ = ["ExpandedDecoder", "SharedPrefixDecoder", "make_decoder", "supports_shared_prefix"]
+__all__ = [
+    "GrowingLayer",
+    "SharedPrefixDecoder",
+    "cache_kwargs",
+    "output_cache",
+    "supports_shared_prefix",
+]
 
 ATTENTION = "trinity_shared_prefix"  # the name registered in transformers' AttentionInterface
-_FIRST_CAPACITY = 64  # room for 64 new tokens first: most responses are short, buffers double
+FIRST_CAPACITY = 64  # room for 64 new tokens first: most responses are short, buffers double
 _NO_MASK = torch.ones((1, 1, 1, 1), dtype=torch.bool)  # see SharedPrefixDecoder._forward
 
 
@@ -296,7 +298,7 @@ class SharedPrefixDecoder:
         if model.config._attn_implementation != ATTENTION:
             model.set_attn_implementation(ATTENTION)
         self.model = model
-        self.cache = _PrefixCache(model.config, mask.bool(), source, min(steps, _FIRST_CAPACITY))
+        self.cache = _PrefixCache(model.config, mask.bool(), source, min(steps, FIRST_CAPACITY))
         out = model(
             input_ids=ids,
             position_ids=(mask.cumsum(dim=-1) - 1).clamp(min=0),
@@ -353,56 +355,3 @@ class SharedPrefixDecoder:
             use_cache=True,
             shared_prefix_cache=self.cache,
         ).logits
-
-
-class ExpandedDecoder:
-    """Decode with each prompt's cache copied to its rows and the model's own attention."""
-
-    def __init__(self, model: PreTrainedModel, ids, mask, source, steps: int) -> None:
-        self.model = model
-        width = ids.shape[1]
-        self.cache = DynamicCache(config=model.config)
-        self.cache.layers = [
-            GrowingLayer(width + min(steps, _FIRST_CAPACITY))
-            if type(layer) is DynamicLayer
-            else layer
-            for layer in self.cache.layers
-        ]
-        out = model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=(mask.cumsum(dim=-1) - 1).clamp(min=0),
-            **cache_kwargs(self.model, self.cache),
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        self.cache.batch_select_indices(source)
-        self.logits = out.logits[:, -1, :][source]
-        self.attention = torch.ones(
-            (len(source), width + steps), dtype=mask.dtype, device=mask.device
-        )
-        self.attention[:, :width] = mask[source]
-        self.columns = width
-        self.position = mask.sum(dim=-1)[source]
-
-    def select(self, keep: torch.Tensor) -> None:
-        self.cache.batch_select_indices(keep)
-        self.attention, self.position = self.attention[keep], self.position[keep]
-
-    def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        self.columns += 1
-        logits = self.model(
-            input_ids=tokens[:, None],
-            attention_mask=self.attention[:, : self.columns],
-            position_ids=self.position[:, None],
-            **cache_kwargs(self.model, self.cache),
-            use_cache=True,
-        ).logits[:, -1, :]
-        self.position = self.position + 1
-        return logits
-
-
-def make_decoder(model: PreTrainedModel, ids, mask, source, steps: int, shared: bool):
-    """Prefill ``ids`` (P, W) and return a decoder for rows ``source`` (B,)."""
-    cls = SharedPrefixDecoder if shared else ExpandedDecoder
-    return cls(model, ids, mask, source, steps)

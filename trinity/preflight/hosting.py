@@ -1,0 +1,48 @@
+"""Where a stage runs: in the launcher's process (``runtime/local_stage.py``) or on Ray.
+
+A function of the config alone, so it sits with the checks: they refuse what needs one
+process but would need Ray (``mode: colocate``, GPU roles), and the launcher reads the same
+answer to choose how it runs each stage.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, List
+
+from trinity.common.config.decoupled_checks import reads_explorer_store
+from trinity.common.config.gpus import gpu_shares
+from trinity.engine import ENGINES
+
+
+def ray_reasons(config: Any) -> List[str]:
+    """Why this stage runs on Ray (none: ``runtime/local_stage.py`` runs it)."""
+    rollout, explorer = config.explorer.rollout_model, config.explorer
+    gpus = gpu_shares(config).total
+    reasons = {
+        "cluster.in_process is false": not config.cluster.in_process,
+        "RAY_ADDRESS names a cluster": bool(os.environ.get("RAY_ADDRESS")),
+        "cluster.node_num > 1": config.cluster.node_num > 1,
+        # one GPU is shared in this process; more are each role's own, in a Ray actor
+        f"{gpus} GPUs (cluster.node_num x gpu_per_node), each role on its own": gpus > 1
+        and config.mode != "colocate",
+        "trainer.cpu_ranks > 1": config.trainer.cpu_ranks > 1,
+        "monitor.enable_ray_timeline": config.monitor.enable_ray_timeline,
+        "log.group_by_node": config.log.group_by_node,
+        # a decoupled trainer follows the explorer's store from another process
+        "the trainer reads a separate explore run's store": reads_explorer_store(config),
+    }
+    if config.mode != "train":
+        reasons["explorer.env_vars (set per runner process)"] = bool(explorer.env_vars)
+        reasons["synchronizer.sync_method nccl"] = config.synchronizer.sync_method == "nccl"
+        # A registered engine runs in a LocalEngine here; vllm (GPU engines on Ray) is not one.
+        for served in (rollout, *explorer.auxiliary_models):
+            reasons[f"engine_type {served.engine_type}"] = served.engine_type not in ENGINES
+    return [why for why, applies in reasons.items() if applies]
+
+
+def runs_in_process(config: Any) -> bool:
+    """Whether the stage runs in the launcher's process (``runtime/local_stage.py``)."""
+    return config.mode in ("train", "both", "colocate", "explore", "bench") and not ray_reasons(
+        config
+    )
