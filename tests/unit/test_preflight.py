@@ -5,6 +5,7 @@ The whole-CLI behaviour (exit code 2, one message) is the corpus in
 ``tests/reliability/test_bad_configs.py``; these tests pin the rules' edges.
 """
 
+import json
 import os
 import shutil
 import textwrap
@@ -15,9 +16,10 @@ from pydantic import ValidationError
 from trinity.common.config import ConfigError, OptimizerConfig, load_config
 from trinity.preflight.before_start import (
     _merge_stage_labels,
+    chat_template_of,
     check_before_start,
-    has_chat_template,
     model_folder_problems,
+    template_render_problem,
     writable_problems,
 )
 from trinity.preflight.components import bind_problems
@@ -154,7 +156,7 @@ def model_copy(tmp_path, micro_model):
 
 def test_a_complete_model_folder_passes(model_copy):
     assert model_folder_problems("model.model_path", str(model_copy)) == []
-    assert has_chat_template(str(model_copy))
+    assert chat_template_of(str(model_copy)).startswith("{%- if tools %}")
 
 
 def test_missing_tokenizer_and_weights_are_both_named(model_copy):
@@ -166,9 +168,36 @@ def test_missing_tokenizer_and_weights_are_both_named(model_copy):
 
 def test_chat_template_in_tokenizer_config(tmp_path):
     (tmp_path / "tokenizer_config.json").write_text('{"chat_template": "{{ messages }}"}')
-    assert has_chat_template(str(tmp_path))
+    assert chat_template_of(str(tmp_path)) == "{{ messages }}"
+    named = [{"name": "tool_use", "template": "t"}, {"name": "default", "template": "d"}]
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": named}))
+    assert chat_template_of(str(tmp_path)) == "d"
     (tmp_path / "tokenizer_config.json").write_text('{"eos_token": "</s>"}')
-    assert not has_chat_template(str(tmp_path))
+    assert chat_template_of(str(tmp_path)) is None
+
+
+def test_a_chat_template_that_cannot_render_a_conversation_is_refused(tmp_path, micro_model):
+    """Checked before start by rendering system, user, assistant, user turns: a template
+    that refuses a system turn (as some do) fails here rather than in the first task."""
+    strict = (
+        "{% for m in messages %}{% if m.role == 'system' %}"
+        "{{ raise_exception('System role not supported') }}{% endif %}{{ m.content }}{% endfor %}"
+    )
+    assert template_render_problem(strict) == "TemplateError: System role not supported"
+    assert template_render_problem("{% for m in messages %}{{ m.content }}") is not None  # syntax
+    assert template_render_problem("{% for m in messages %}{{ m.content }}{% endfor %}") is None
+
+
+def test_check_before_start_renders_the_chat_template(tmp_path, micro_model, arithmetic_data):
+    strict = "{{ raise_exception('System role not supported') }}"
+    config = good(tmp_path, micro_model, arithmetic_data["rl"])
+    config.model.custom_chat_template = strict
+    with pytest.raises(ConfigError) as info:
+        check_before_start(config)
+    assert info.value.problems == [
+        "model.custom_chat_template fails to render a conversation: TemplateError: System role "
+        "not supported"
+    ]
 
 
 def test_writable_targets(tmp_path):

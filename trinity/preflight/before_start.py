@@ -14,7 +14,7 @@ from __future__ import annotations
 import glob
 import json
 import os
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from trinity.algorithm import ALGORITHM_TYPE
 from trinity.algorithm.algorithm import PairExperienceModel
@@ -225,23 +225,67 @@ def _external_problems(config: Config) -> List[str]:
     return problems
 
 
-def has_chat_template(model_dir: str) -> bool:
-    """Whether the tokenizer in ``model_dir`` ships a chat template."""
-    for name in ("chat_template.jinja", "chat_template.json"):
-        if os.path.isfile(os.path.join(model_dir, name)):
-            return True
+def chat_template_of(model_dir: str) -> Optional[str]:
+    """The chat template the tokenizer in ``model_dir`` ships (the default one of several),
+    or None."""
+    jinja = os.path.join(model_dir, "chat_template.jinja")
+    if os.path.isfile(jinja):
+        with open(jinja, encoding="utf-8") as f:
+            return f.read()
+    for name, key in (
+        ("chat_template.json", "chat_template"),
+        ("tokenizer_config.json", "chat_template"),
+    ):
+        try:
+            with open(os.path.join(model_dir, name), encoding="utf-8") as f:
+                template = json.load(f).get(key)
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(template, list):  # named templates: the default one
+            template = next(
+                (t.get("template") for t in template if t.get("name") == "default"), None
+            )
+        if template:
+            return template
+    return None
+
+
+# A conversation every chat template must render: the turns workflows and SFT data send.
+_PROBE_CHAT = [
+    {"role": "system", "content": "s"},
+    {"role": "user", "content": "u"},
+    {"role": "assistant", "content": "a"},
+    {"role": "user", "content": "u"},
+]
+
+
+def template_render_problem(template: str) -> Optional[str]:
+    """Why ``template`` cannot render a system/user/assistant/user conversation with a
+    generation prompt (None when it can), rendered as transformers renders it."""
+    from jinja2 import TemplateError
+    from transformers.utils.chat_template_utils import render_jinja_template
+
     try:
-        with open(os.path.join(model_dir, "tokenizer_config.json"), encoding="utf-8") as f:
-            return bool(json.load(f).get("chat_template"))
-    except (OSError, ValueError, AttributeError):
-        return False
+        render_jinja_template(
+            conversations=[_PROBE_CHAT], chat_template=template, add_generation_prompt=True
+        )
+    except TemplateError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def _chat_template_problems(config: Config) -> List[str]:
     """Built-in workflows chat with the model; SFT/DPO data is rendered with a template."""
     model = config.model
-    if model.custom_chat_template is not None or has_chat_template(model.model_path):
-        return []
+    template = model.custom_chat_template or chat_template_of(model.model_path)
+    if template is not None:
+        problem = template_render_problem(template)
+        where = (
+            "model.custom_chat_template"
+            if model.custom_chat_template
+            else (f"model.model_path = {model.model_path}: its chat template")
+        )
+        return [] if problem is None else [f"{where} fails to render a conversation: {problem}"]
     users = []
     if config.mode in ("both", "colocate", "explore", "bench"):
         for path, storage in _storages(config, ("tasksets", "eval_tasksets")):
