@@ -10,12 +10,17 @@
   success rate on held-out games / questions, sampled at temperature 1; ``--plot`` draws it.
   Without ``--preset``, ``--n-sft``, ``--sft-epochs``, ``--steps`` they run what the example
   ships (its ``prepare_*`` defaults and YAML).
+- ``smollm2`` (and ``smollm2_lora``, ``smollm2_sft``, ``smollm2_dpo``): the real model of
+  ``examples/smollm2`` (needs the ``smollm2`` extra), GRPO as shipped with held-out greedy
+  accuracy; SFT on chat ``messages``, held-out answer NLL; DPO, held-out margin.
 
 Usage::
 
     python bench/learning_checks.py --sft-checkpoint CKPT/hf --data ./quickstart --out out.json
     python bench/learning_checks.py --only guess_number --out docs/results/guess_number.json \
         --plot docs/results/guess_number.png
+    python bench/learning_checks.py --only smollm2 --out docs/results/smollm2.json \
+        --plot docs/results/smollm2.png
 
 Writes one JSON file with every curve and prints one line per check. It measures;
 it asserts nothing.
@@ -40,6 +45,7 @@ from trinity.common.experience import ExperienceBatch
 from trinity.demo.calculator import prepare_calculator
 from trinity.demo.guess_number import prepare_guess_number
 from trinity.demo.synthetic import read_jsonl, write_jsonl
+from trinity.demo.word_problems import prepare_smollm2
 from trinity.monitor import read_metrics
 from trinity.runtime.launcher import run
 from trinity.trainer.policy_step import response_logprobs
@@ -123,19 +129,30 @@ def heldout_nll(model_path: str, rows: List[Dict]) -> float:
     return float(-_sequence_logprobs(model_path, data).mean())
 
 
-def train_only(algorithm: str, ckpt: str, data_dir: str, fmt: str, steps: int) -> str:
+def train_only(
+    algorithm: str,
+    ckpt: str,
+    data_dir: str,
+    fmt: str,
+    steps: int,
+    config: str = "",
+    lr: float = 0.0,
+    batch: int = 64,
+) -> str:
+    """Train ``ckpt`` with ``algorithm`` on the rows at ``data_dir``; the final HF folder.
+    ``config`` (default: the quickstart's RL stage) supplies everything else."""
     overrides = [
         f"name={algorithm}",
         "mode=train",
         f"algorithm.algorithm_type={algorithm}",
-        "algorithm.optimizer.lr=1e-5" if algorithm == "dpo" else "algorithm.optimizer.lr=1e-4",
+        f"algorithm.optimizer.lr={lr or (1e-5 if algorithm == 'dpo' else 1e-4)}",
         f"model.model_path={ckpt}",
-        "buffer.train_batch_size=64",
+        f"buffer.train_batch_size={batch}",
         f"buffer.total_steps={steps}",
         f"buffer.trainer_input.experience_buffer={{name: {algorithm}_data, storage_type: file,"
         f" path: {data_dir}, format: {fmt}}}",
     ]
-    (result,) = run(_rl_config(), overrides, [])
+    (result,) = run(config or _rl_config(), overrides, [])
     return result.final_hf
 
 
@@ -242,8 +259,8 @@ def plot_multi_turn(name: str, result: Dict[str, Any], path: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for key, label, style in (
-        ("heldout_success", "held-out (eval, T=1)", "o-"),
-        ("train_success", "training rollouts (T=1)", "-"),
+        ("heldout_success", f"held-out (eval, {'greedy' if name == 'smollm2' else 'T=1'})", "o-"),
+        ("train_success", "training rollouts", "-"),
     ):
         steps, values = zip(*result[key], strict=True)
         ax.plot(steps, values, style, label=label, alpha=1.0 if "o" in style else 0.5)
@@ -251,13 +268,82 @@ def plot_multi_turn(name: str, result: Dict[str, Any], path: str) -> None:
         chance = result["random_policy_success"]
         ax.axhline(chance, color="grey", lw=0.8, ls="--", label="random guess in the interval")
     ax.set_xlabel("GRPO step (after the SFT warm-up)")
-    ax.set_ylabel("success rate")
+    ax.set_ylabel("accuracy" if name == "smollm2" else "success rate")
     ax.set_ylim(0, 1.05)
     ax.set_title(f"{name}, {result['settings']['preset']} model on CPU")
     ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+SMOLLM2 = os.path.join(ROOT, "examples", "smollm2", "grpo.yaml")
+SMOLLM2_CHECKS = ("smollm2", "smollm2_lora", "smollm2_sft", "smollm2_dpo")
+
+
+def smollm2_checks(args: argparse.Namespace, checks: List[str]) -> Dict[str, Dict]:
+    """The real model (examples/smollm2): GRPO as shipped (and with a LoRA adapter), held-out
+    greedy accuracy; SFT on chat messages, held-out answer NLL; DPO, held-out margin."""
+    root = os.path.join(os.environ["TRINITY_CHECKPOINT_ROOT_DIR"], "smollm2")
+    paths = prepare_smollm2(root)
+    os.environ["TRINITY_SMOLLM2_DIR"] = root
+    test = read_jsonl(os.path.join(paths["rl_path"], "test.jsonl"))
+    model, results = paths["model_path"], {}
+    for check in checks:
+        start = time.monotonic()
+        if check in ("smollm2", "smollm2_lora"):
+            lora = [*LORA_OVERRIDES, f"algorithm.optimizer.lr={args.lora_lr}"]
+            results[check] = smollm2_grpo(root, args, lora if check == "smollm2_lora" else [])
+        elif check == "smollm2_sft":
+            final = train_only(
+                "sft",
+                model,
+                paths["sft_path"],
+                "{messages_key: messages}",
+                args.steps or 20,
+                SMOLLM2,
+                lr=1e-5,
+                batch=32,
+            )
+            results[check] = {
+                "before": heldout_nll(model, test),
+                "after": heldout_nll(final, test),
+                "metric": "held-out answer NLL (nats per answer), chat template applied",
+            }
+        elif check == "smollm2_dpo":
+            heldout = make_pairs(test, seed=1)
+            fmt = "{prompt_key: prompt, chosen_key: chosen, rejected_key: rejected}"
+            final = train_only(
+                "dpo", model, paths["dpo_path"], fmt, args.steps or 20, SMOLLM2, lr=1e-6, batch=32
+            )
+            results[check] = {
+                "before": margin(model, heldout),
+                "after": margin(final, heldout),
+                "metric": "mean log p(chosen) - log p(rejected), held-out pairs",
+            }
+        results[check]["wall_seconds"] = round(time.monotonic() - start, 1)
+    return results
+
+
+def smollm2_grpo(root: str, args: argparse.Namespace, extra: List[str]) -> Dict[str, Any]:
+    """examples/smollm2/grpo.yaml (``--steps`` and ``--override`` change it); curves."""
+    name = "word_problems_grpo" + ("_lora" if extra else "")
+    overrides = [f"checkpoint_root_dir={root}", f"name={name}", *extra, *args.override]
+    if args.steps:
+        interval = max(1, args.steps // 4)
+        overrides += [f"buffer.total_steps={args.steps}", f"explorer.eval_interval={interval}"]
+    (result,) = run(SMOLLM2, overrides, [])
+    explorer = read_metrics(os.path.join(result.job_dir, "monitor", "explorer.jsonl"))
+    heldout = curve(explorer, "eval/word_problems_test/accuracy/mean")
+    return {
+        "metric": "held-out accuracy, greedy (200 word problems no training question shares "
+        "an operand pair with)",
+        "before": heldout[0][1],
+        "after": heldout[-1][1],
+        "heldout_success": heldout,
+        "train_success": curve(explorer, "rollout/accuracy/mean"),
+        "settings": {"preset": "SmolLM2-135M-Instruct", "overrides": overrides},
+    }
 
 
 def main() -> None:
@@ -275,7 +361,9 @@ def main() -> None:
     parser.add_argument("--preset", help="multi-turn: the model's size")
     parser.add_argument("--n-sft", type=int, help="multi-turn: SFT dialogues")
     parser.add_argument("--sft-epochs", type=int, help="multi-turn: SFT epochs")
-    parser.add_argument("--override", nargs="*", default=[], help="multi-turn: config overrides")
+    parser.add_argument(
+        "--override", nargs="*", default=[], help="multi-turn and smollm2: config overrides"
+    )
     args = parser.parse_args()
     quickstart = [c for c in args.only if c in QUICKSTART_CHECKS]
     if quickstart and not (args.sft_checkpoint and args.data):
@@ -290,6 +378,11 @@ def main() -> None:
         results[name] = multi_turn_check(name, args)
         if args.plot:
             plot_multi_turn(name, results[name], args.plot)
+    smollm2 = [c for c in args.only if c in SMOLLM2_CHECKS]
+    if smollm2:
+        results.update(smollm2_checks(args, smollm2))
+        if args.plot and "smollm2" in results:
+            plot_multi_turn("smollm2", results["smollm2"], args.plot)
     if quickstart:
         results.update(quickstart_checks(args, quickstart))
     for check, result in results.items():
