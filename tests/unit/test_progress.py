@@ -83,3 +83,29 @@ def test_on_a_terminal_a_live_display_that_shows_the_wait(tmp_path):
     assert "for explore step 4" in rendered.getvalue()
     printer.end_stage()
     assert printer.live is None
+
+
+def test_in_a_log_one_wait_is_printed_once_not_at_every_change(tmp_path, monkeypatch):
+    """A wait keeps its start while its text changes (the tasks left, the oldest): it is
+    printed when it has lasted SHOW_WAIT_AFTER_S, again every REPEAT_WAIT_S, and a new wait
+    (a new start) is printed on its own."""
+    import trinity.runtime.progress as progress
+
+    out = io.StringIO()
+    printer = ProgressPrinter(Console(file=out, width=200, force_terminal=False))
+    printer.begin_stage(stage_config(tmp_path), steps=4, start=0)
+    now = [1000.0]
+    monkeypatch.setattr(progress.time, "time", lambda: now[0])
+    began = 990.0
+    for left in (64, 50, 31, 12):  # one evaluation, finishing tasks over 4 s
+        printer.poll(({"explorer": (f"{left} task(s) of eval to finish", began)}, []))
+        now[0] += 1.0
+    now[0] = began + progress.REPEAT_WAIT_S + 11  # half a minute later, still waiting
+    printer.poll(({"explorer": ("3 task(s) of eval to finish", began)}, []))
+    printer.poll(({"explorer": ("64 task(s) of eval to finish", now[0] - 6)}, []))  # the next
+    lines = [line.strip() for line in out.getvalue().splitlines() if "waiting" in line]
+    assert lines == [
+        "explorer waiting 10s for 64 task(s) of eval to finish",
+        "explorer waiting 41s for 3 task(s) of eval to finish",
+        "explorer waiting 6s for 64 task(s) of eval to finish",
+    ]

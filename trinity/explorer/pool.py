@@ -137,9 +137,9 @@ class RunnerPool:
         wait_after_min: float = 0.0,
     ) -> List[TaskResult]:
         todo, per_runner = deque(tasks), self._tasks_per_runner(tasks)
-        # One wait per run, said the same way until it ends: the console prints a wait again
-        # only when its text changes (or after a while), not at every task that finishes.
-        wait = (f"{len(tasks)} task(s) of {label}", time.time()) if tasks else None
+        # One wait per run, dated from its start: the console prints a wait once when it
+        # begins and then every so often, not at every task that finishes.
+        began = time.time()
         free = [runner for runner in self.runners for _ in range(per_runner)]
         pending: Dict[Any, tuple] = {}  # future -> (task, runner, started: monotonic)
         lost: Dict[int, int] = {}  # id(task) -> attempts lost to timeouts and dead runners
@@ -172,7 +172,7 @@ class RunnerPool:
                         cutoff.finish(task)
             if cutoff is not None and cutoff.expired() and (todo or pending):
                 results += self._leave_behind(label, todo, pending)
-            self._report(pending, wait)
+            self._report(pending, label, began)
         if self.report is not None:
             self.report.done()
         return results
@@ -225,13 +225,17 @@ class RunnerPool:
             return None
         return TaskResult(task=task, error=why, attempts=attempts)
 
-    def _report(self, pending: Dict[Any, tuple], wait: Optional[Tuple[str, float]]) -> None:
+    def _report(self, pending: Dict[Any, tuple], label: str, began: float) -> None:
         """Say what the run waits for once a task has run ``REPORT_AFTER_S``."""
-        if self.report is None or not pending or wait is None:
+        if self.report is None or not pending:
             return
-        oldest = min(started for _, _, started in pending.values())
-        if time.monotonic() - oldest > self.REPORT_AFTER_S:
-            self.report.wait(f"{wait[0]} to finish", since=wait[1])
+        task, _, started = min(pending.values(), key=lambda item: item[2])
+        if time.monotonic() - started > self.REPORT_AFTER_S:
+            self.report.wait(
+                f"{len(pending)} task(s) of {label} to finish; the oldest, {task.task_id}, may "
+                f"run {self.timeout.describe(task)}",
+                since=began,
+            )
 
     def _restart(
         self, runner: Any, pending: Dict[Any, tuple], todo: deque, free: List, per_runner: int

@@ -58,7 +58,7 @@ class ProgressPrinter:
         self.offsets: Dict[str, int] = {}  # bytes of each metrics file already shown
         self.job_dir = ""
         self.events_seen = 0  # events of the status board already printed
-        self.waits_shown: Dict[str, Tuple[str, float]] = {}  # role -> (what, when printed)
+        self.waits_shown: Dict[str, Tuple[float, float]] = {}  # role -> (since, when printed)
         self.progress: Optional[StageProgress] = None
         self.live: Optional[Live] = None
         self.last_line = (0, 0.0)  # (step, monotonic time) of the last progress line
@@ -123,11 +123,13 @@ class ProgressPrinter:
             self.progress.waiting = min(lasting, key=lambda item: item[1]) if lasting else None
             return
         for role, (what, since) in waits.items():
+            # One wait is one start time: its text may change as it goes (tasks left), but it
+            # is printed when it begins and then every REPEAT_WAIT_S, not at every change.
             shown = self.waits_shown.get(role)
-            due = shown is None or shown[0] != what or now - shown[1] >= REPEAT_WAIT_S
+            due = shown is None or shown[0] != since or now - shown[1] >= REPEAT_WAIT_S
             if now - since >= SHOW_WAIT_AFTER_S and due:
                 self.console.print(f"  {role:<8} waiting {now - since:.0f}s for {what}")
-                self.waits_shown[role] = (what, now)
+                self.waits_shown[role] = (since, now)
         for role in set(self.waits_shown) - set(waits):
             del self.waits_shown[role]
 
