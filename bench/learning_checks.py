@@ -267,7 +267,7 @@ def plot_multi_turn(name: str, result: Dict[str, Any], path: str) -> None:
     if "random_policy_success" in result:
         chance = result["random_policy_success"]
         ax.axhline(chance, color="grey", lw=0.8, ls="--", label="random guess in the interval")
-    ax.set_xlabel("GRPO step (after the SFT warm-up)")
+    ax.set_xlabel("GRPO step" + ("" if name == "smollm2" else " (after the SFT warm-up)"))
     ax.set_ylabel("accuracy" if name == "smollm2" else "success rate")
     ax.set_ylim(0, 1.05)
     ax.set_title(f"{name}, {result['settings']['preset']} model on CPU")
