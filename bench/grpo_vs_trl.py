@@ -7,6 +7,12 @@ alone through ``trinity run``), and train GRPO on the quickstart's arithmetic ta
     python bench/grpo_vs_trl.py --preset tiny --steps 150 --eval-interval 25 \\
         --out docs/results/grpo_vs_trl_tiny.json
 
+``--preset smollm2`` compares them on the real model instead: SmolLM2-135M-Instruct as the
+instruct model comes (no warm-up), ``examples/smollm2/grpo.yaml``'s word problems, settings
+and ``math_verify_reward``, both in bf16 autocast over fp32 weights (``Workload``)::
+
+    python bench/grpo_vs_trl.py --preset smollm2 --steps 100 --eval-interval 25 --target 0.3
+
 How: Trinity runs the quickstart GRPO config (``trinity run`` in a process of its own, as a
 user runs it; ``sync_offset`` from ``--sync-offset``, default 0 as in the quickstart); TRL
 runs in this process afterwards, never at the same time. Each step both see the same 16 training
@@ -45,6 +51,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from trinity.preflight.derive import finalize
@@ -56,7 +63,32 @@ except ImportError:
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "examples", "quickstart", "arithmetic.yaml")
-METRIC = "eval/arithmetic_test/accuracy/mean"
+SMOLLM2_CONFIG = os.path.join(ROOT, "examples", "smollm2", "grpo.yaml")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What both systems train: the config the settings come from, the held-out metric, the
+    reward (a registered name both score with) and the compute dtype on CPU."""
+
+    config: str
+    metric: str
+    reward: str
+    bf16: bool
+
+
+# The tiny presets: the quickstart (its SFT stage makes the start); smollm2: the real model
+# of examples/smollm2 as shipped (bf16, no warm-up).
+QUICKSTART = Workload(CONFIG, "eval/arithmetic_test/accuracy/mean", "math_reward", False)
+SMOLLM2 = Workload(
+    SMOLLM2_CONFIG, "eval/word_problems_test/accuracy/mean", "math_verify_reward", True
+)
+
+
+def workload(preset: str) -> Workload:
+    return SMOLLM2 if preset == "smollm2" else QUICKSTART
+
+
 CURVE_FIELDS = ["step", "samples_seen", "wall_s_excluding_eval", "accuracy"]
 CAVEATS = [
     "with --sync-offset 1 Trinity explores step s+1 with weights one update old (clipped "
@@ -131,8 +163,10 @@ def quickstart_part(workdir: str, name: str, end: str) -> str:
     return path
 
 
-def config_head(workdir: str) -> str:
-    """The quickstart config without its stages: the GRPO settings alone."""
+def config_head(workdir: str, preset: str = "tiny") -> str:
+    """The GRPO settings alone: the quickstart config without its stages, or smollm2's."""
+    if workload(preset) is SMOLLM2:
+        return SMOLLM2_CONFIG
     return quickstart_part(workdir, "grpo.yaml", "\nstages:")
 
 
@@ -232,15 +266,18 @@ def shared_params(config_path: str, overrides: List[str], args: argparse.Namespa
     params.update(temperature=buf.explorer_input.taskset.rollout_args.temperature)
     params.update(max_response_tokens=cfg.model.max_response_tokens)
     params.update(max_prompt_tokens=cfg.model.max_prompt_tokens, sync_offset=args.sync_offset)
-    params.update(seed=args.seed)
+    params.update(seed=args.seed, reward=workload(args.preset).reward)
+    params.update(bf16=workload(args.preset).bf16)
     params.update(loss="token-mean over each step's completions, one optimizer step per step")
     params.update(eval="greedy, at step 0, every eval_interval steps and after the last step")
     return params
 
 
-def trinity_timeline(explorer: List[Dict], trainer: List[Dict], run_start: float) -> Dict:
+def trinity_timeline(
+    explorer: List[Dict], trainer: List[Dict], run_start: float, metric: str
+) -> Dict:
     """Loop seconds without eval, startup seconds and the accuracy curve, from the records."""
-    evals = sorted((r for r in explorer if METRIC in r), key=lambda r: r["time"])
+    evals = sorted((r for r in explorer if metric in r), key=lambda r: r["time"])
     spans = [(r["time"] - r.get("time/eval", 0.0), r["time"]) for r in evals]
     trained = [r for r in trainer if "time/train_step" in r]
     steps = max(r["step"] for r in trained)
@@ -256,7 +293,7 @@ def trinity_timeline(explorer: List[Dict], trainer: List[Dict], run_start: float
         return max(0.0, t - t0 - inside)
 
     pairs = zip(spans, evals, strict=True)
-    curve = [[r["step"], 0, without_eval(s), r[METRIC]] for (s, _), r in pairs]
+    curve = [[r["step"], 0, without_eval(s), r[metric]] for (s, _), r in pairs]
     timing = dict(startup_s=t0 - run_start, loop_s=without_eval(end))
     return dict(steps=steps, **timing, eval_s=sum(e - s for s, e in spans), curve=curve)
 
@@ -266,9 +303,10 @@ def run_trinity(args: argparse.Namespace, checkpoint: str, rl_path: str, params:
 
     overrides = grpo_overrides(args, checkpoint, rl_path)
     run_start = time.time()
-    job_dir, peak, wall = launch(config_head(args.workdir), overrides)
+    job_dir, peak, wall = launch(config_head(args.workdir, args.preset), overrides)
     logs = [os.path.join(job_dir, "monitor", f"{r}.jsonl") for r in ("explorer", "trainer")]
-    timeline = trinity_timeline(*[read_metrics(path) for path in logs], run_start)
+    metric = workload(args.preset).metric
+    timeline = trinity_timeline(*[read_metrics(path) for path in logs], run_start, metric)
     for point in timeline["curve"]:
         point[1] = point[0] * params["samples_per_step"]
     settings = {"sync_offset": args.sync_offset, "job_dir": job_dir}
@@ -351,7 +389,9 @@ def plot(report: Dict, path: str) -> None:
 
 def parse(argv: Optional[List[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="tiny", help="tiny model preset (tiny, 25m, ...)")
+    parser.add_argument(
+        "--preset", default="tiny", help="tiny model preset (tiny, 25m, ...) or smollm2"
+    )
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--eval-interval", type=int, default=25)
     parser.add_argument("--target", type=float, default=0.6, help="accuracy for time-to-target")
@@ -382,7 +422,11 @@ def parse(argv: Optional[List[str]]) -> argparse.Namespace:
 def prepare(args: argparse.Namespace) -> Tuple[str, str]:
     """The SFT checkpoint and the RL data folder (given, or built with ``prepare_quickstart``)."""
     from trinity.demo.synthetic import prepare_quickstart
+    from trinity.demo.word_problems import prepare_smollm2
 
+    if args.preset == "smollm2":  # the instruct model as it is: no warm-up
+        paths = prepare_smollm2(os.path.join(args.workdir, "smollm2"))
+        return paths["model_path"], paths["rl_path"]
     if args.data:
         return os.path.abspath(args.sft_checkpoint), os.path.join(args.data, "data", "rl")
     kwargs = {"digits": args.digits} if args.digits else {}
@@ -397,7 +441,7 @@ def main(argv: Optional[List[str]] = None) -> Dict:
     checkpoint, rl_path = prepare(args)
     rl_path = os.path.abspath(rl_path)
     overrides = grpo_overrides(args, checkpoint, rl_path)
-    params = shared_params(config_head(args.workdir), overrides, args)
+    params = shared_params(config_head(args.workdir, args.preset), overrides, args)
     runners = {"trinity": run_trinity, "trl": run_trl}
     systems = {name: runners[name](args, checkpoint, rl_path, params) for name in args.systems}
     systems = {name: finish(system, params) for name, system in systems.items()}

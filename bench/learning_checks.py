@@ -299,7 +299,7 @@ def smollm2_checks(args: argparse.Namespace, checks: List[str]) -> Dict[str, Dic
                 "sft",
                 model,
                 paths["sft_path"],
-                "{messages_key: messages}",
+                "{prompt_type: messages, messages_key: messages}",
                 args.steps or 20,
                 SMOLLM2,
                 lr=1e-5,

@@ -9,14 +9,16 @@ import time
 from typing import Any, Dict, List
 
 
-def greedy_accuracy(model: Any, tokenizer: Any, rows: List[Dict], max_tokens: int) -> float:
-    """Held-out accuracy: greedy answers to every question, scored by ``math_reward``."""
+def greedy_accuracy(
+    model: Any, tokenizer: Any, rows: List[Dict], max_tokens: int, reward: str
+) -> float:
+    """Held-out accuracy: greedy answers to every question, scored by ``reward``."""
     import torch
     from transformers import GenerationConfig
 
-    from trinity.common.rewards.math import MathReward
+    from trinity.common.rewards import REWARD_FUNCTIONS
 
-    score, was_training = MathReward(), model.training
+    score, was_training = REWARD_FUNCTIONS.get(reward)(), model.training
     ids = dict(pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
     gen = GenerationConfig(do_sample=False, max_new_tokens=max_tokens, **ids)
     messages = [[{"role": "user", "content": r["question"]}] for r in rows]
@@ -34,13 +36,18 @@ def greedy_accuracy(model: Any, tokenizer: Any, rows: List[Dict], max_tokens: in
     return correct / len(rows)
 
 
-def math_reward(completions: List[Any], answer: List[str], **_: Any) -> List[float]:
-    """TRL reward function: the project's ``math_reward`` on each completion's text."""
-    from trinity.common.rewards.math import MathReward
+def reward_fn(name: str) -> Any:
+    """A TRL reward function: the project's registered reward ``name`` on each completion."""
+    from trinity.common.rewards import REWARD_FUNCTIONS
 
-    score = MathReward()
-    texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-    return [score(text, truth=truth)["accuracy"] for text, truth in zip(texts, answer, strict=True)]
+    score = REWARD_FUNCTIONS.get(name)()
+
+    def reward(completions: List[Any], answer: List[str], **_: Any) -> List[float]:
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        return [score(t, truth=truth)["accuracy"] for t, truth in zip(texts, answer, strict=True)]
+
+    reward.__name__ = name  # TRL names its reward metrics after the function
+    return reward
 
 
 def heldout_callback(tokenizer: Any, rows: List[Dict], params: Dict) -> Any:
@@ -56,7 +63,7 @@ def heldout_callback(tokenizer: Any, rows: List[Dict], params: Dict) -> Any:
 
         def evaluate(self, model: Any, step: int, x: float) -> None:
             start = time.monotonic()
-            accuracy = greedy_accuracy(model, tokenizer, rows, max_tokens)
+            accuracy = greedy_accuracy(model, tokenizer, rows, max_tokens, params["reward"])
             self.curve.append([step, step * params["samples_per_step"], x, accuracy])
             spent = time.monotonic() - start
             self.eval_s += spent
@@ -100,7 +107,9 @@ def trl_config(params: Dict, output_dir: str) -> Any:
     kw.update(learning_rate=params["lr"], lr_scheduler_type="constant", warmup_steps=0)
     kw.update(weight_decay=params["weight_decay"], adam_epsilon=params["adam_eps"])
     kw.update(adam_beta1=params["betas"][0], adam_beta2=params["betas"][1])
-    kw.update(max_grad_norm=params["grad_clip"], use_cpu=True, bf16=False, seed=params["seed"])
+    # bf16: autocast over fp32 weights, as Trinity's trainer (mixed_precision.param_dtype bf16)
+    kw.update(max_grad_norm=params["grad_clip"], use_cpu=True, bf16=params["bf16"])
+    kw.update(seed=params["seed"])
     # TRL turns activation checkpointing on by default; the quickstart turns it off for us.
     kw.update(activation_checkpointing=False, report_to="none", save_strategy="no")
     return GRPOConfig(**kw, disable_tqdm=True)
@@ -131,7 +140,7 @@ def train(checkpoint: str, rl_path: str, params: Dict, optimizer_config: Any, wo
     callback = heldout_callback(tokenizer, test, params)
     trainer = GRPOTrainer(
         model=model,
-        reward_funcs=math_reward,
+        reward_funcs=reward_fn(params["reward"]),
         args=trl_config(params, os.path.join(workdir, "trl")),
         train_dataset=dataset,
         processing_class=tokenizer,
