@@ -45,7 +45,7 @@ from trinity.common.experience import ExperienceBatch
 from trinity.demo.calculator import prepare_calculator
 from trinity.demo.guess_number import prepare_guess_number
 from trinity.demo.synthetic import read_jsonl, write_jsonl
-from trinity.demo.word_problems import prepare_smollm2
+from trinity.demo.word_problems import preference_pair, prepare_smollm2
 from trinity.monitor import read_metrics
 from trinity.runtime.launcher import run
 from trinity.trainer.policy_step import response_logprobs
@@ -310,11 +310,11 @@ def smollm2_checks(args: argparse.Namespace, checks: List[str]) -> Dict[str, Dic
                 "after": heldout_nll(final, test),
                 "metric": "held-out answer NLL (nats per answer), chat template applied",
             }
-        elif check == "smollm2_dpo":
-            heldout = make_pairs(test, seed=1)
+        elif check == "smollm2_dpo":  # held-out questions, paired as the training data is
+            heldout = [preference_pair((r["question"], int(r["answer"]))) for r in test]
             fmt = "{prompt_key: prompt, chosen_key: chosen, rejected_key: rejected}"
             final = train_only(
-                "dpo", model, paths["dpo_path"], fmt, args.steps or 20, SMOLLM2, lr=1e-6, batch=32
+                "dpo", model, paths["dpo_path"], fmt, args.steps or 20, SMOLLM2, lr=1e-5, batch=32
             )
             results[check] = {
                 "before": margin(model, heldout),

@@ -71,7 +71,7 @@ def make_word_problems(
     write_jsonl(os.path.join(rl, "test.jsonl"), (_task(p) for p in test))
     sft_dir, dpo_dir = os.path.join(out_dir, "sft"), os.path.join(out_dir, "dpo")
     write_jsonl(os.path.join(sft_dir, "train.jsonl"), (_messages(p) for p in sft))
-    write_jsonl(os.path.join(dpo_dir, "train.jsonl"), (_pair(p) for p in sft))
+    write_jsonl(os.path.join(dpo_dir, "train.jsonl"), (preference_pair(p) for p in sft))
     return {"rl_path": rl, "sft_path": sft_dir, "dpo_path": dpo_dir}
 
 
@@ -85,7 +85,7 @@ def _messages(problem: Tuple[str, int]) -> Dict[str, List[Dict[str, str]]]:
     return {"messages": turns}
 
 
-def _pair(problem: Tuple[str, int]) -> Dict[str, str]:
+def preference_pair(problem: Tuple[str, int]) -> Dict[str, str]:
     """The right answer against the model's commonest mistake: the result off by ten (a
     carry dropped or added)."""
     question, answer = problem
