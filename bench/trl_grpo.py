@@ -135,6 +135,8 @@ def train(checkpoint: str, rl_path: str, params: Dict, optimizer_config: Any, wo
     torch.set_num_threads(os.cpu_count() or 1)
     start = time.monotonic()
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    # generation continues the prompts' ends: pad on the left (SmolLM2's tokenizer pads right)
+    tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
     optimizer = build_optimizer(model.parameters(), optimizer_config)
     callback = heldout_callback(tokenizer, test, params)
