@@ -81,7 +81,7 @@ def timed_run(config: str, side: str, label: str, args: argparse.Namespace) -> D
     job_dir, _, wall = launch(config, overrides)
     explorer = read_metrics(os.path.join(job_dir, "monitor", "explorer.jsonl"))
     trainer = read_metrics(os.path.join(job_dir, "monitor", "trainer.jsonl"))
-    timeline = trinity_timeline(explorer, trainer, run_start)
+    timeline = trinity_timeline(explorer, trainer, run_start, METRIC)
     curve: List = [(r["step"], r[METRIC]) for r in explorer if METRIC in r]
     eval_seconds = sum(r.get("time/eval", 0.0) for r in explorer)
     steps = [r for r in explorer if "rollout/model_version" in r]
