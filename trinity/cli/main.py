@@ -21,10 +21,17 @@ def run(
         None, "--plugin-dir", help="Folder of plugin modules to import (repeatable)."
     ),
     overrides: Optional[List[str]] = typer.Argument(
-        None, help="Dotted overrides, e.g. buffer.batch_size=8"
+        None,
+        help="Dotted overrides, e.g. buffer.batch_size=8. One reaches every stage, also "
+        "replacing a value a stage sets (a line says so); stages.N.key=value sets stage N only.",
     ),
 ) -> None:
-    """Run the experiment a config describes (all its stages)."""
+    """Run the experiment a config describes (all its stages).
+
+    To shorten a run, staged or not: buffer.total_steps=2 (every stage), or
+    stages.0.buffer.total_steps=2 (the first stage only). mode=explore or mode=train runs
+    one half of each stage; a stage with nothing of that half is skipped, with a line.
+    """
     from trinity.common.config import ConfigError
     from trinity.runtime.launcher import RunFailed
     from trinity.runtime.launcher import run as run_experiment

@@ -12,10 +12,13 @@ from omegaconf.errors import OmegaConfBaseException
 
 from trinity.common.config.base import ConfigError, validate_model
 from trinity.common.config.config import Config
+from trinity.common.config.overrides import apply_overrides
 
 
 def load_config(path: str, overrides: Sequence[str] = ()) -> Config:
     """Load a YAML config, apply ``a.b.c=value`` overrides, resolve interpolation, validate.
+
+    Overrides reach the stages as ``trinity.common.config.overrides`` describes.
 
     ``${oc.env:VAR,default}`` and ``${other.key}`` are resolved by OmegaConf. Nothing is
     derived and the filesystem is not touched beyond reading ``path``; call
@@ -29,8 +32,7 @@ def load_config(path: str, overrides: Sequence[str] = ()) -> Config:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(raw, DictConfig):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
-    for item in overrides:
-        _apply_override(raw, item)
+    apply_overrides(raw, overrides)
     try:
         data = OmegaConf.to_container(raw, resolve=True)
     except OmegaConfBaseException as exc:
@@ -38,21 +40,6 @@ def load_config(path: str, overrides: Sequence[str] = ()) -> Config:
         reason = str(exc).splitlines()[0]
         raise ConfigError(f"{key}: cannot resolve interpolation: {reason}") from None
     return validate_model(Config, data)
-
-
-def _apply_override(raw: DictConfig, item: str) -> None:
-    """Apply one ``a.b.c=value`` override; the value is parsed as YAML (numbers, lists, null)."""
-    key, sep, _ = item.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(f"override '{item}' must look like section.key=value")
-    key = key.strip()
-    try:
-        # from_dotlist parses the value the same way the YAML file is parsed.
-        value = OmegaConf.select(OmegaConf.from_dotlist([item]), key)
-        OmegaConf.update(raw, key, value, merge=True)
-    except (OmegaConfBaseException, yaml.YAMLError, ValueError, TypeError) as exc:
-        reason = str(exc).splitlines()[0]
-        raise ConfigError(f"override '{item}': cannot parse it: {reason}") from None
 
 
 def apply_run_name(config: Config) -> Config:
