@@ -61,7 +61,7 @@ def prepare_quickstart(
     ),
 ) -> None:
     """Build a demo's model and synthetic data (offline, seeded): arithmetic by default."""
-    from trinity.demo import DEMOS, prepare_demo
+    from trinity.demo import DEMOS, prepare_demo, run_commands
     from trinity.demo.gguf import GGUFImportError
 
     if task not in DEMOS:
@@ -72,6 +72,9 @@ def prepare_quickstart(
         _fail(str(exc))
     for key, path in built.items():
         typer.echo(f"{key}: {path}")
+    typer.echo("Run an example on it (from the repository's root folder):")
+    for command in run_commands(task, out):
+        typer.echo(f"  {command}")
 
 
 @app.command("import-gguf")

@@ -6,8 +6,10 @@ imports nothing else of ``trinity``: the built-in workflows (``trinity.common.wo
 play its environments, so it sits below them.
 
 ``DEMOS`` names, for each demo, the ``prepare(root) -> {"model_path", "sft_path",
-"rl_path"}`` function that builds a tiny model and the demo's data under ``root``;
-``trinity prepare-quickstart --task NAME --out ROOT`` calls it (``prepare_demo``).
+"rl_path"}`` function that builds a tiny model and the demo's data under ``root``, the
+example configs that run on it and the variable they read its folder from;
+``trinity prepare-quickstart --task NAME --out ROOT`` calls it (``prepare_demo``) and
+prints how to run the examples on ``ROOT`` (``run_commands``).
 
 - ``arithmetic``: single-turn addition (``trinity.demo.synthetic.prepare_quickstart``),
   ``examples/quickstart/arithmetic.yaml``.
@@ -25,9 +27,10 @@ tasks as JSON lines (train and a held-out test split) and, if the model needs a 
 rows in a format the SFT reader takes (``messages`` for dialogues); a ``prepare_*`` function
 building all of it next to a tiny model; a workflow in ``trinity/common/workflows/`` that
 plays one task and returns experiences (multi-turn: one per episode, with
-``trinity.common.workflows.multiturn.merge_turns``); an example config under ``examples/``; then
-name the ``prepare_*`` function in ``DEMOS``. Keep the module's imports light: workflows
-import the environment in every rollout process.
+``trinity.common.workflows.multiturn.merge_turns``); an example config under ``examples/``
+(its header says what it needs, as the others do); then name the ``prepare_*`` function, the
+example and its variable in ``DEMOS``. Keep the module's imports light: workflows import the
+environment in every rollout process.
 """
 
 from __future__ import annotations
@@ -35,14 +38,44 @@ from __future__ import annotations
 import importlib
 import json
 import os
-from typing import Any, Dict, Optional
+import shlex
+from typing import Any, Dict, List, NamedTuple, Optional
 
-# name -> "module:function"; imported on use, so listing demos loads no model code.
-DEMOS: Dict[str, str] = {
-    "arithmetic": "trinity.demo.synthetic:prepare_quickstart",
-    "guess_number": "trinity.demo.guess_number:prepare_guess_number",
-    "calculator": "trinity.demo.calculator:prepare_calculator",
-    "smollm2": "trinity.demo.word_problems:prepare_smollm2",
+
+class Demo(NamedTuple):
+    """One demo: how it is built and which example configs run on what it builds."""
+
+    prepare: str  # "module:function", imported on use: listing demos loads no model code
+    variable: str  # the environment variable the examples read the --out folder from
+    examples: List[str]  # `trinity run --config` arguments of the examples reading that folder
+
+
+DEMOS: Dict[str, Demo] = {
+    "arithmetic": Demo(
+        "trinity.demo.synthetic:prepare_quickstart",
+        "TRINITY_QUICKSTART_DIR",
+        [
+            "examples/quickstart/arithmetic.yaml",
+            "examples/judge/judge.yaml",
+            "examples/decoupled/arithmetic_grpo.yaml mode=train",
+            "examples/decoupled/arithmetic_grpo.yaml mode=explore",
+        ],
+    ),
+    "guess_number": Demo(
+        "trinity.demo.guess_number:prepare_guess_number",
+        "TRINITY_GUESS_NUMBER_DIR",
+        ["examples/guess_number/guess_number.yaml"],
+    ),
+    "calculator": Demo(
+        "trinity.demo.calculator:prepare_calculator",
+        "TRINITY_CALCULATOR_DIR",
+        ["examples/calculator_agent/calculator_agent.yaml --plugin-dir examples/calculator_agent"],
+    ),
+    "smollm2": Demo(
+        "trinity.demo.word_problems:prepare_smollm2",
+        "TRINITY_SMOLLM2_DIR",
+        ["examples/smollm2/grpo.yaml"],
+    ),
 }
 
 
@@ -50,8 +83,15 @@ def prepare_demo(name: str, root: str) -> Dict[str, str]:
     """Build demo ``name``'s tiny model and data under ``root``; return their paths."""
     if name not in DEMOS:
         raise KeyError(f"unknown demo '{name}'; choose one of {', '.join(sorted(DEMOS))}")
-    module, function = DEMOS[name].split(":")
+    module, function = DEMOS[name].prepare.split(":")
     return getattr(importlib.import_module(module), function)(root)
+
+
+def run_commands(name: str, root: str) -> List[str]:
+    """The shell commands that run demo ``name``'s examples on the folder ``root``."""
+    demo = DEMOS[name]
+    folder = shlex.quote(os.path.abspath(root))
+    return [f"{demo.variable}={folder} trinity run --config {args}" for args in demo.examples]
 
 
 def read_marker(path: str) -> Optional[Dict[str, Any]]:
@@ -62,4 +102,4 @@ def read_marker(path: str) -> Optional[Dict[str, Any]]:
         return json.load(f)
 
 
-__all__ = ["DEMOS", "prepare_demo", "read_marker"]
+__all__ = ["DEMOS", "Demo", "prepare_demo", "read_marker", "run_commands"]
