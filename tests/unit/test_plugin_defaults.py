@@ -111,3 +111,26 @@ def test_unknown_task_selector_is_a_config_error_naming_the_key():
     (problem,) = buffer_component_problems(config)
     assert problem.startswith("buffer.explorer_input.tasksets[0].task_selector.selector_type: ")
     assert "did you mean 'shuffle'?" in problem
+
+
+def test_components_a_plugin_type_leaves_out_take_the_global_defaults(algorithm_registry):
+    from trinity.preflight.derive import derive
+
+    @algorithm_registry.register_module("only_loss")
+    class OnlyLoss(AlgorithmType):
+        @classmethod
+        def default_config(cls) -> Dict:
+            return {"policy_loss_fn": "ppo"}  # no sample_strategy, advantage_fn, KL, entropy
+
+    config, _ = derive(validate_model(Config, {"algorithm": {"algorithm_type": "only_loss"}}))
+    base = AlgorithmType.default_config()
+    for key in ("sample_strategy", "advantage_fn", "kl_loss_fn", "entropy_loss_fn"):
+        assert getattr(config.algorithm, key) == base[key]
+    assert config.algorithm.repeat_times == base["repeat_times"]
+
+
+def test_sft_names_no_advantage_function():
+    from trinity.preflight.derive import derive
+
+    config, _ = derive(validate_model(Config, {"algorithm": {"algorithm_type": "sft"}}))
+    assert config.algorithm.advantage_fn is None and config.algorithm.sample_strategy == "default"

@@ -10,7 +10,7 @@ import logging
 import os
 from typing import List, Tuple
 
-from trinity.algorithm import ALGORITHM_TYPE
+from trinity.algorithm import ALGORITHM_TYPE, AlgorithmType
 from trinity.common.config import gpus
 from trinity.common.config.base import ConfigError, assign, set_default
 from trinity.common.config.config import Config, external_models
@@ -114,10 +114,14 @@ def _derive_from_machine(config: Config) -> None:
 
 
 def _derive_algorithm(config: Config) -> List[str]:
-    """The algorithm type's defaults fill unset keys; each ``*_args`` merges over defaults."""
+    """The algorithm type's defaults fill unset keys, the base ``AlgorithmType``'s the keys a
+    plugin's ``default_config`` leaves out; each ``*_args`` merges over its defaults."""
     algorithm = config.algorithm
     problems = []
-    defaults = ALGORITHM_TYPE.get(algorithm.algorithm_type).default_config()
+    algorithm_cls = ALGORITHM_TYPE.get(algorithm.algorithm_type)
+    defaults = {**AlgorithmType.default_config(), **algorithm_cls.default_config()}
+    if not algorithm_cls.use_advantage and "advantage_fn" not in algorithm_cls.default_config():
+        del defaults["advantage_fn"]  # never built (SFT): naming one would only mislead
     for key, value in defaults.items():
         if key not in AlgorithmConfig.model_fields:
             problems.append(
