@@ -218,6 +218,15 @@ def test_unwritable_folder(tmp_path):
     assert found == [f"k = v: cannot write in {locked} (permission denied)"]
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_a_folder_that_refuses_new_folders_even_to_root(tmp_path):
+    # os.access says yes to root everywhere; /proc refuses mkdir all the same
+    found = writable_problems("checkpoint_root_dir", "/proc/nope", "/proc/nope/p/n", True)
+    assert found and found[0].startswith("checkpoint_root_dir = /proc/nope: cannot create folders")
+    assert os.listdir(tmp_path) == [] and writable_problems("k", "v", str(tmp_path), True) == []
+    assert os.listdir(tmp_path) == []  # the probe folder is gone again
+
+
 def test_problems_of_several_stages_are_merged_and_labelled():
     found = [("p1", "a"), ("p1", "b"), ("p2", "b")]
     assert _merge_stage_labels(found, several=True) == ["stages 'a', 'b': p1", "stage 'b': p2"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import tempfile
 from typing import Dict, List, Optional, Tuple
 
 from trinity.algorithm import ALGORITHM_TYPE
@@ -455,4 +456,8 @@ def writable_problems(key: str, value: str, target: str, is_folder: bool) -> Lis
         probe = os.path.dirname(target)
     if not os.access(probe, os.W_OK | os.X_OK):
         return [f"{key} = {value}: cannot write in {probe} (permission denied)"]
+    try:  # root passes os.access everywhere; /proc or a read-only mount still refuse
+        os.rmdir(tempfile.mkdtemp(prefix=".trinity-write-check-", dir=probe))
+    except OSError as exc:
+        return [f"{key} = {value}: cannot create folders in {probe} ({exc.strerror})"]
     return []
