@@ -151,19 +151,16 @@ def _runs(pattern: str, annotation: Any, inert: Optional[str]) -> str:
 
 
 def _limits(pattern: str, annotation: Any) -> List[str]:
-    tp, _ = _strip(annotation)
-    notes = []
+    """The allowed values and the bounds the checks enforce, as sentences."""
+    tp, notes = _strip(annotation)[0], []
     if typing.get_origin(tp) is typing.Literal:
         notes.append(f"One of {_shown(_args(tp))}.")
-    if pattern in MINIMUMS:
-        notes.append(f">= {MINIMUMS[pattern]}.")
-    if pattern in ABOVE:
-        notes.append(f"> {ABOVE[pattern]}.")
-    if pattern in AT_MOST_ONE:
-        notes.append("<= 1.")
+    bounds = [f">= {MINIMUMS[pattern]}"] if pattern in MINIMUMS else []
+    bounds += [f"> {ABOVE[pattern]}"] if pattern in ABOVE else []
+    bounds += ["<= 1"] if pattern in AT_MOST_ONE else []
     if pattern in SAMPLED:
-        notes.append(f"Allowed: {SAMPLING[pattern.rsplit('.', 1)[1]][1]}.")
-    return notes
+        bounds.append(SAMPLING[pattern.rsplit(".", 1)[1]][1])
+    return notes + ([f"Must be {' and '.join(bounds)}."] if bounds else [])
 
 
 def rows(
@@ -199,6 +196,12 @@ def _code(text: str) -> str:
     return f"`{text}`" if text else ""
 
 
+def _key(path: str) -> str:
+    """A key as HTML code that may wrap after its dots (a long path in a narrow column)."""
+    escaped = path.replace("<", "&lt;").replace(">", "&gt;").replace(".", ".<wbr>")
+    return f"<code>{escaped}</code>"
+
+
 def anchor(path: str) -> str:
     """The id of a section's heading, without dots or brackets: ``buffer.explorer_input.
     tasksets[i]`` -> ``buffer-explorer_input-tasksets``."""
@@ -223,9 +226,9 @@ def reference_markdown() -> str:
         out.append("| Key | Type | Default | Description | Runs here |")
         out.append("| --- | --- | --- | --- | --- |")
         for row in members:
-            key = _code(row.path)
+            key = _key(row.path)
             if row.section is not None or row.target != row.path:
-                key = f"[{key}](#{anchor(row.target)})"
+                key = f'<a href="#{anchor(row.target)}">{key}</a>'
             cells = [key, _cell(row.type), _code(row.default), _cell(row.doc), _cell(row.runs)]
             out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
