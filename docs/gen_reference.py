@@ -115,11 +115,7 @@ def _default(field: FieldInfo) -> str:
     if field.default is PydanticUndefined and field.default_factory is None:
         return "required"
     value = field.default_factory() if field.default_factory else field.default
-    return "" if isinstance(value, BaseModel) else show(value)
-
-
-def _values(config: Config, allowed: Any) -> Tuple[Any, ...]:
-    return allowed(config) if callable(allowed) else allowed
+    return "" if isinstance(value, BaseModel) else '""' if value == "" else show(value)
 
 
 def _shown(values: Any) -> str:
@@ -137,7 +133,7 @@ def _runs(pattern: str, annotation: Any, inert: Optional[str]) -> str:
     if callable(allowed):  # depends on the config: show the values each mode runs
         by_mode: dict = {}
         for mode in SUPPORTED["mode"]:
-            values = _values(Config.model_validate({"mode": mode}), allowed)
+            values = allowed(Config.model_validate({"mode": mode}))
             by_mode.setdefault(values, []).append(mode)
         if len(by_mode) == 1:
             return f"{_shown(next(iter(by_mode)))}; any other value: {NOT_YET}"
@@ -217,7 +213,7 @@ def reference_markdown() -> str:
             sections[row.target] = (row.section, [])
     out = []
     for path, (model, members) in sections.items():
-        level = "##" if "." not in path and "[" not in path else "###"
+        level = "##" if "." not in path else "###"
         title = f"`{path}`" if path else "Top-level keys"
         out.append(f"\n{level} {title} {{#{anchor(path)}}}\n")
         summary = (model.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")

@@ -48,7 +48,8 @@ def _kept() -> List[Tuple[str, str, str]]:
     for row in _REFERENCE["rows"]():
         if row.path.startswith(f"{TRAINER_CONFIG}.") and row.section is None:
             path = row.path.removeprefix(f"{TRAINER_CONFIG}.")
-            used = "used" if row.runs == "yes" else row.runs
+            used = _REFERENCE["_cell"](row.runs.replace("yes, except ", "used; "))
+            used = "used" if row.runs == "yes" else used
             kept.append((f"`{path}`", f"`{row.default}`" if row.default else "", used))
     return kept
 
