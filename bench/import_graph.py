@@ -1,4 +1,5 @@
-"""The shape of the package's own import graph, counted with ``ast`` (DESIGN.md decision 15)::
+"""The shape of the package's own import graph, counted with ``ast``
+(docs/design-notes.md, "Code layout")::
 
     python bench/import_graph.py [--root trinity] [--json OUT]
 

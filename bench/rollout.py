@@ -6,7 +6,7 @@ no top-k/top-p, and both are forced to produce exactly ``--tokens`` new tokens
 (``min_tokens = max_tokens`` for the engine, ``min_new_tokens = max_new_tokens`` for
 ``generate``), so they do the same amount of useful work. ``generate`` runs the whole
 batch at once with left padding and ``num_return_sequences``; the engine prefills each
-prompt once and shares that cache among its samples (DESIGN.md §2.4). Both use the same
+prompt once and shares that cache among its samples (docs/performance.md). Both use the same
 torch thread count. The two systems alternate within each repeat, so machine noise
 falls on both. It measures; it asserts nothing.
 

@@ -1,7 +1,8 @@
 """Trinity-RFT: reinforcement fine-tuning of LLMs.
 
-Packages, each importing only the ones listed after it (DESIGN.md decision 15; the layers
-contract in ``pyproject.toml``, checked by ``lint-imports``): ``cli`` (the command line),
+Packages, each importing only the ones listed after it (docs/design-notes.md, "Code
+layout"; the layers contract in ``pyproject.toml``, checked by ``lint-imports``): ``cli``
+(the command line),
 ``studio`` (the config page), ``runtime`` (Ray wiring, the one-process stage, the
 ``trinity run`` driver), ``preflight`` (derived values and every check before start),
 ``trainer`` and ``explorer``, ``algorithm`` (advantage/loss/KL/entropy/sampling components),

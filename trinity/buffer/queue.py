@@ -3,8 +3,8 @@
 The explorer writes each explore step once, whole (``put(exps, step)``), even when the step
 produced nothing: that closes the step. A reader asks for up to ``n`` experiences of the steps
 it may read (``max_step``) and waits only while one of those steps is still being explored, so
-it never waits for experiences that will not come (DESIGN.md decision 10). Group algorithms
-read whole groups only.
+it never waits for experiences that will not come (docs/design-notes.md, "Step accounting and
+failures"). Group algorithms read whole groups only.
 
 With a store, every put is written durably before readers can see it, and every get records
 which train step consumed the rows; ``rewind_to`` puts back what train steps after a

@@ -218,8 +218,8 @@ def convert_verl(
         None, "--out", help="Where to write the Trinity YAML; unset: print it."
     ),
 ) -> None:
-    """Write the Trinity config equivalent to a veRL command line or YAML (align-with-verl.md),
-    listing every veRL key it could not map."""
+    """Write the Trinity config equivalent to a veRL command line or YAML, listing every veRL
+    key it could not map (the mapping: docs/reference/verl.md)."""
     import os
 
     from trinity.common.config.convert_verl import convert, read_command, read_yaml, to_yaml

@@ -1,4 +1,4 @@
-"""Name -> class registries: the one layer of indirection (DESIGN.md §2.7).
+"""Name -> class registries: the one layer of indirection (docs/design-notes.md, "Principles").
 
 Register with the decorator, look up by the registered name or by a dotted
 ``module.Class`` path (so a config can name a class that was never registered).

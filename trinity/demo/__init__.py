@@ -1,4 +1,5 @@
-"""Demo tasks and environments that run offline: synthetic data from a seed (DESIGN.md §6).
+"""Demo tasks and environments that run offline: synthetic data from a seed
+(docs/design-notes.md, "Principles").
 
 ``tiny`` builds the tiny model family (a character-level tokenizer and a small Llama) and
 ``synthetic`` the seeded arithmetic and countdown data and the quickstart bundle. This package

@@ -1,4 +1,5 @@
-"""Synthetic, verifiable tasks generated from a seed (DESIGN.md §3).
+"""Synthetic, verifiable tasks generated from a seed (docs/design-notes.md, "Principles":
+offline by construction).
 
 Everything is written as ordinary JSON-lines files (``train.jsonl`` / ``test.jsonl``), so
 ``datasets.load_dataset("json", data_files=...)`` and the ``file`` storage read them like

@@ -1,4 +1,5 @@
-"""A tiny, locally built model family for offline demos and tests (DESIGN.md §3).
+"""A tiny, locally built model family for offline demos and tests (docs/design-notes.md,
+"Principles": offline by construction).
 
 ``build_tiny_model`` writes an ordinary Hugging Face folder: a character-level tokenizer
 (one token per printable ASCII character, plus ChatML special tokens) and a randomly

@@ -1,4 +1,4 @@
-"""Rollout engines and what sits in front of them (DESIGN.md §6: ``engine/``).
+"""Rollout engines and what sits in front of them (docs/design-notes.md, "Code layout").
 
 - ``conversation``: token-exact multi-turn prompts (each turn continues the previous turn's
   sampled tokens), used wherever conversations reach an engine.

@@ -1,5 +1,5 @@
-"""``ENGINES``: each ``engine_type`` name and the engine class it stands for (DESIGN.md
-decision 14).
+"""``ENGINES``: each ``engine_type`` name and the engine class it stands for
+(docs/design-notes.md, "Engines behind one registry, layers enforced").
 
 Both hosts build an engine from here: the Ray ``EngineActor`` (``runtime/actors.py``) and the
 in-process ``LocalEngine`` (``engine/local.py``), so an engine registered by a plugin runs

@@ -1,4 +1,5 @@
-"""Compute shared by the rollout engine and the trainer, below both (DESIGN.md §6: ``ops/``).
+"""Compute shared by the rollout engine and the trainer, below both (docs/design-notes.md,
+"Code layout").
 
 - ``attention``: shared-prefix ("cascade") attention over a KV cache that keeps each
   distinct prompt once; the engine decodes with it, the trainer scores GRPO groups with it.

@@ -1,5 +1,5 @@
 """What a run's config means and whether it can run, checked before anything starts
-(DESIGN.md decisions 6, 11 and 16).
+(docs/design-notes.md, "Principles" and "Checks before start").
 
 These checks read the registries and code of every package below them (algorithm defaults,
 engine names, buffer readers and components, monitors, the checkpoint layout), so they sit

@@ -1,4 +1,4 @@
-"""The one place components become Ray actors (DESIGN.md §2.2).
+"""The one place components become Ray actors (docs/design-notes.md, "Principles").
 
 Each actor sets up its process first (plugins, a log file under ``<job_dir>/log/``, torch
 threads), then builds the plain component it hosts.

@@ -77,11 +77,12 @@ def planned_steps(config: Any) -> int:
 def init_ray(namespace: str) -> None:
     """Join ``RAY_ADDRESS`` if set, else start a local Ray (no ``ray start`` needed).
 
-    A local Ray listens on loopback only (DESIGN.md decision 13): Ray's single-node switch
-    makes every Ray process take 127.0.0.1 as the node address, which its servers bind to.
-    It must be set before ``ray`` is imported, and child processes inherit it. Without
-    ``RAY_ADDRESS`` the run never joins a cluster ``ray start`` left on this machine (Ray's
-    own default would): joining one is asked for explicitly (``RAY_ADDRESS=auto`` does).
+    A local Ray listens on loopback only (docs/design-notes.md, "Principles"): Ray's
+    single-node switch makes every Ray process take 127.0.0.1 as the node address, which its
+    servers bind to. It must be set before ``ray`` is imported, and child processes inherit
+    it. Without ``RAY_ADDRESS`` the run never joins a cluster ``ray start`` left on this
+    machine (Ray's own default would): joining one is asked for explicitly
+    (``RAY_ADDRESS=auto`` does).
     """
     address = os.environ.get("RAY_ADDRESS") or None
     if address is None:

@@ -1,4 +1,4 @@
-"""Hands weights from the trainer to the explorer (DESIGN.md §2.5).
+"""Hands weights from the trainer to the explorer (docs/concepts/index.md, "Synchronizer").
 
 ``memory``: the trainer puts its state dict in the Ray object store and publishes the ref.
 ``checkpoint``: the trainer publishes the path of a saved checkpoint; when no trainer runs

@@ -6,7 +6,7 @@ from typing import Optional
 
 
 def serve(host: str, port: int, config_path: Optional[str] = None) -> None:
-    """Serve the studio until interrupted (uvicorn; DESIGN decision 13: 127.0.0.1 by default)."""
+    """Serve the studio until interrupted (uvicorn; 127.0.0.1 by default: loopback unless asked)."""
     import uvicorn
 
     from trinity.studio.app import create_app

@@ -1,4 +1,5 @@
-"""What the run is waiting for, and what went wrong, for the console (DESIGN.md decision 10).
+"""What the run is waiting for, and what went wrong, for the console (docs/design-notes.md,
+"Step accounting and failures").
 
 Roles report through a ``Reporter``; the launcher polls the ``RunStatus`` board (a Ray actor in
 a real run) once a second and prints new events at once and waits that last more than a few

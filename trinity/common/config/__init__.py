@@ -7,7 +7,8 @@ Typical use (what the launcher does)::
         stage = finalize(stage)               # trinity.preflight.derive
         save_resolved_config(stage, os.path.join(stage.checkpoint_job_dir, "config.yaml"))
 
-Modules: ``schema_*.py`` declare the sections of the configuration guide, ``verl.py`` the
+Modules: ``schema_*.py`` declare the config's sections (docs/reference/configuration.md is
+generated from them), ``verl.py`` the
 veRL keys of ``trainer.trainer_config``, ``loader.py`` reads and writes YAML; the checks that
 need only the config itself sit beside them (``gpus``, ``nodes``, ``lora_checks``,
 ``sync_checks``, ``decoupled_checks``). What reads the registries of the packages above this

@@ -36,7 +36,7 @@ class StageConfig(ConfigModel):
 
 
 class Config(ConfigModel):
-    """A whole run. Attribute names are the YAML keys of the configuration guide."""
+    """A whole run. Attribute names are the YAML keys (docs/reference/configuration.md)."""
 
     project: Name = Field("Trinity-RFT", description="Project name.")
     name: Name = Field("rft", description="Experiment name.")

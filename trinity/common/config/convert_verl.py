@@ -1,6 +1,6 @@
 """``trinity convert-verl``: a veRL command line or YAML -> the equivalent Trinity YAML.
 
-The mapping is the one ``align-with-verl.md`` tabulates: ``TABLE`` maps a veRL key to the
+The mapping (docs/reference/verl.md, generated from this module): ``TABLE`` maps a veRL key to the
 Trinity key that holds the same setting; the rows that need arithmetic or a choice (the
 advantage estimator, KL switches, data files, batch sizes, the logger, resume) are the
 functions in ``SPECIAL``. Any other veRL key that ``trainer.trainer_config`` declares (the
@@ -24,7 +24,7 @@ from trinity.common.config.verl import VerlOptimConfig, VerlTrainerConfig
 _ACTOR = "actor_rollout_ref.actor"
 _ROLLOUT = "actor_rollout_ref.rollout"
 
-# veRL key -> Trinity key (align-with-verl.md's tables, one row each)
+# veRL key -> Trinity key, one row each (docs/reference/verl.md lists them)
 TABLE: Dict[str, str] = {
     "algorithm.gamma": "algorithm.advantage_fn_args.gamma",
     "algorithm.lam": "algorithm.advantage_fn_args.lam",
@@ -194,7 +194,7 @@ def _unique_names(sets: List[Dict[str, Any]]) -> None:
 
 
 def _batches(c: Conversion) -> None:
-    """align-with-verl.md: batch_size = ppo_mini_batch_size, train_batch_size = that x n,
+    """veRL's schedule: batch_size = ppo_mini_batch_size, train_batch_size = that x n,
     sync_interval = data.train_batch_size / ppo_mini_batch_size; fixed sync, offset 0."""
     mini = c.get(f"{_ACTOR}.ppo_mini_batch_size")
     n = c.get(f"{_ROLLOUT}.n", 1)

@@ -1,6 +1,6 @@
 """How a stage's GPUs divide between its roles, and what of it this build can run.
 
-As ``align-with-verl.md`` ("GPU Resource Allocation") says: the cluster has
+As in veRL (docs/guides/gpu.md, "GPUs on one node"): the cluster has
 ``cluster.node_num`` x ``cluster.gpu_per_node`` GPUs; each model the explorer serves takes
 ``engine_num`` x ``tensor_parallel_size`` of them (the rollout model, then each auxiliary
 model; an external model's engines are an API's and take none), and the trainer the rest.

@@ -66,11 +66,9 @@ class AlgorithmConfig(ConfigModel):
     """
 
     algorithm_type: str = Field(
-        "grpo", description="Registered algorithm (guide: ppo, grpo, opmd, dpo, sft, mix)."
+        "grpo", description="Registered algorithm name (grpo, ppo, rloo, dpo, sft, mix, ...)."
     )
-    repeat_times: int = Field(
-        1, description="Rollouts per task; unset: the algorithm's default (guide default 1)."
-    )
+    repeat_times: int = Field(1, description="Rollouts per task; unset: the algorithm's default.")
     optimizer: OptimizerConfig = Field(
         default_factory=OptimizerConfig, description="Actor optimizer."
     )

@@ -152,7 +152,7 @@ class ExplorerInput(ConfigModel):
     @model_validator(mode="before")
     @classmethod
     def _single_taskset(cls, data: Any) -> Any:
-        # The guide writes `taskset:` (one mapping), align-with-verl writes `tasksets:` (a list).
+        # `taskset:` (one mapping) is shorthand for `tasksets:` (a list), which convert-verl writes.
         if not isinstance(data, dict) or "taskset" not in data:
             return data
         data = dict(data)

@@ -21,7 +21,7 @@ class InferenceModelConfig(ConfigModel):
     engine_type: Optional[str] = Field(
         None,
         description="Inference engine, by its name in trinity.engine.ENGINES: transformers "
-        "(unset: transformers here; the guide's default vllm is not supported yet), external "
+        "(unset: transformers here; vllm is not supported yet), external "
         "(an OpenAI-compatible API, no engine started), or one a plugin registers.",
     )
     external_model: ExternalModelConfig = Field(
@@ -151,8 +151,7 @@ class SynchronizerConfig(ConfigModel):
 
     sync_method: Optional[Literal["nccl", "checkpoint", "memory"]] = Field(
         None,
-        description="Weight transport; unset: memory in mode both, checkpoint otherwise "
-        "(guide default nccl).",
+        description="Weight transport; unset: memory in mode both, checkpoint otherwise.",
     )
     sync_interval: int = Field(1, description="Steps between weight syncs.")
     sync_offset: int = Field(0, description="Steps the explorer runs ahead of the trainer.")

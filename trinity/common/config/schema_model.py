@@ -118,7 +118,7 @@ class ClusterConfig(ConfigModel):
         "node, the rollout engines on the others (needs RAY_ADDRESS).",
     )
     gpu_per_node: Optional[int] = Field(
-        None, description="GPUs per node; unset: detected on this machine (guide default 8)."
+        None, description="GPUs per node; unset: the GPUs detected on this machine."
     )
     in_process: bool = Field(
         True,

@@ -15,7 +15,7 @@ class TrainerConfig(ConfigModel):
 
     name: Name = Field("trainer", description="Ray actor name of the trainer.")
     trainer_type: Literal["verl"] = Field(
-        "verl", description="Backend; verl (the guide's only value) runs the native trainer."
+        "verl", description="Backend; verl, the only value, runs the native trainer."
     )
     trainer_strategy: Literal["fsdp", "fsdp2", "megatron"] = Field(
         "fsdp",
@@ -57,5 +57,5 @@ class TrainerConfig(ConfigModel):
         None, description="Older checkpoints are deleted; null keeps all."
     )
     trainer_config: VerlTrainerConfig = Field(
-        default_factory=VerlTrainerConfig, description="veRL keys (see the guide's veRL section)."
+        default_factory=VerlTrainerConfig, description="veRL keys (docs/reference/verl.md)."
     )

@@ -1,6 +1,6 @@
 """``trainer.trainer_config``: the veRL keys users bring, typed, and what the native trainer uses.
 
-The tree follows the guide's "veRL Trainer Configuration" block. Keys the native PyTorch
+The tree follows veRL's own config tree (docs/reference/verl.md). Keys the native PyTorch
 trainer honours are plain fields; keys it cannot honour are declared with ``inert`` so they
 load and are reported in a warning; keys that moved elsewhere in Trinity are listed in
 ``MOVED_KEYS`` so setting them is an error that names the new place.

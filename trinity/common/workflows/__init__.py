@@ -1,4 +1,4 @@
-"""Workflows: how a task is run against the model (spec/developer-guide.txt, "Workflows").
+"""Workflows: how a task is run against the model (docs/reference/plugin-api.md, "Workflows").
 
 To add one: subclass ``Workflow``, implement ``run() -> List[Experience]`` (and optionally
 ``resettable``/``reset``), decorate it with ``@WORKFLOWS.register_module("my_workflow")``, and

@@ -1,4 +1,4 @@
-"""Task and Workflow: the plugin API for RL environments (spec/developer-guide.txt).
+"""Task and Workflow: the plugin API for RL environments (docs/reference/plugin-api.md).
 
 A ``Task`` is one row of a taskset plus the dataset-level settings that shape how it
 runs; a ``Workflow`` turns one task into experiences using the ``ModelWrapper``.

@@ -1,0 +1,237 @@
+"""The configuration reference, generated from the schema when the site is built.
+
+mkdocs-gen-files runs this file and appends the tables to ``reference/configuration.md``
+(its hand-written introduction). ``reference_markdown()`` returns the tables alone, for tests.
+Each row comes from a pydantic field (type, default, description), from
+``trinity/preflight/support.py`` (the values this build runs, ranges) and from ``inert``
+(accepted, no effect).
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, List, Optional, Tuple
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # document the checkout this file is in
+    sys.path.insert(0, str(ROOT))
+
+from pydantic import BaseModel  # noqa: E402
+from pydantic.fields import FieldInfo  # noqa: E402
+from pydantic_core import PydanticUndefined  # noqa: E402
+
+from trinity.common.config import Config  # noqa: E402
+from trinity.preflight.support import (  # noqa: E402
+    ABOVE,
+    AT_MOST_ONE,
+    MINIMUMS,
+    SAMPLING,
+    STORAGE_PATHS,
+    SUPPORTED,
+    show,
+)
+
+PAGE = "reference/configuration.md"
+NOT_YET = "not supported yet"
+SAMPLED = {f"model.{key}" for key in SAMPLING} | {
+    f"{storage}.rollout_args.{key}" for storage in STORAGE_PATHS[:2] for key in SAMPLING
+}
+
+
+@dataclass
+class Row:
+    """One key: ``path`` as users write it (``[i]``, ``<name>``), ``pattern`` as support.py
+    writes it (``*``), and the table's cells."""
+
+    path: str
+    pattern: str
+    type: str
+    default: str
+    doc: str
+    runs: str
+    parent: str  # the path of the section the key belongs to ("" for the top level)
+    section: Optional[type] = None  # a section key's model class...
+    target: str = ""  # ...and the path its own keys hang from
+
+
+def _args(tp: Any) -> Tuple[Any, ...]:
+    return typing.get_args(tp)
+
+
+def _strip(tp: Any) -> Tuple[Any, bool]:
+    """``Annotated[X, ...]`` and ``Optional[X]`` -> X, and whether null is allowed."""
+    if typing.get_origin(tp) is typing.Annotated:
+        tp = _args(tp)[0]
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        rest = [a for a in _args(tp) if a is not type(None)]
+        if len(rest) == 1:
+            return _strip(rest[0])[0], True
+    return tp, False
+
+
+def _is_model(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)
+
+
+def type_name(annotation: Any) -> str:
+    """A field's type in words: ``int``, ``list of str``, ``section``, ``float or null``."""
+    tp, nullable = _strip(annotation)
+    origin, args = typing.get_origin(tp), _args(tp)
+    if _is_model(tp):
+        name = "section"
+    elif origin is typing.Literal:
+        name = " or ".join(sorted({type(a).__name__ for a in args}))
+    elif origin is list:
+        inner = type_name(args[0]) if args else "any"
+        name = f"list of {'sections' if inner == 'section' else inner}"
+    elif origin is tuple:
+        name = f"list of {len(args)} {type_name(args[0])}s"
+    elif origin is dict:
+        inner = type_name(args[1]) if len(args) == 2 else "any"
+        name = f"mapping of {'sections' if inner == 'section' else inner}"
+    else:
+        name = "any" if tp is Any else getattr(tp, "__name__", str(tp))
+    return f"{name} or null" if nullable else name
+
+
+def _children(annotation: Any) -> Tuple[Optional[type], str, str]:
+    """(model class, path suffix, pattern suffix) of a section, a list or a mapping of them."""
+    tp, _ = _strip(annotation)
+    origin, args = typing.get_origin(tp), _args(tp)
+    if _is_model(tp):
+        return tp, "", ""
+    if origin is list and args and _is_model(_strip(args[0])[0]):
+        return _strip(args[0])[0], "[i]", ".*"
+    if origin is dict and len(args) == 2 and _is_model(_strip(args[1])[0]):
+        return _strip(args[1])[0], ".<name>", ".*"
+    return None, "", ""
+
+
+def _default(field: FieldInfo) -> str:
+    if field.default is PydanticUndefined and field.default_factory is None:
+        return "required"
+    value = field.default_factory() if field.default_factory else field.default
+    return "" if isinstance(value, BaseModel) else '""' if value == "" else show(value)
+
+
+def _shown(values: Any) -> str:
+    return ", ".join("unset" if v is None else f"`{show(v)}`" for v in values)
+
+
+def _runs(pattern: str, annotation: Any, inert: Optional[str]) -> str:
+    """What this build does with the key: yes, no effect (why), or which values run."""
+    if inert:
+        return f"no effect here: {inert}"
+    pattern = pattern.removeprefix("stages.*.")  # a stage is checked as a whole config
+    if pattern not in SUPPORTED:
+        return "yes"
+    allowed = SUPPORTED[pattern]
+    if callable(allowed):  # depends on the config: show the values each mode runs
+        by_mode: dict = {}
+        for mode in SUPPORTED["mode"]:
+            values = allowed(Config.model_validate({"mode": mode}))
+            by_mode.setdefault(values, []).append(mode)
+        if len(by_mode) == 1:
+            return f"{_shown(next(iter(by_mode)))}; any other value: {NOT_YET}"
+        parts = [f"in mode {', '.join(modes)}: {_shown(v)}" for v, modes in by_mode.items()]
+        return f"{'; '.join(parts)}; any other value: {NOT_YET}"
+    tp, _ = _strip(annotation)
+    if typing.get_origin(tp) is typing.Literal:
+        refused = [v for v in _args(tp) if v not in allowed]
+        return f"yes, except {_shown(refused)}: {NOT_YET}" if refused else "yes"
+    return f"only {_shown(allowed)}; any other value: {NOT_YET}"
+
+
+def _limits(pattern: str, annotation: Any) -> List[str]:
+    """The allowed values and the bounds the checks enforce, as sentences."""
+    tp, notes = _strip(annotation)[0], []
+    if typing.get_origin(tp) is typing.Literal:
+        notes.append(f"One of {_shown(_args(tp))}.")
+    bounds = [f">= {MINIMUMS[pattern]}"] if pattern in MINIMUMS else []
+    bounds += [f"> {ABOVE[pattern]}"] if pattern in ABOVE else []
+    bounds += ["<= 1"] if pattern in AT_MOST_ONE else []
+    if pattern in SAMPLED:
+        bounds.append(SAMPLING[pattern.rsplit(".", 1)[1]][1])
+    return notes + ([f"Must be {' and '.join(bounds)}."] if bounds else [])
+
+
+def rows(
+    model: type = Config, path: str = "", pattern: str = "", inert: Optional[str] = None
+) -> Iterator[Row]:
+    """Every key below ``model``, depth first; sections inside ``stages`` are not expanded
+    (a stage's sections take the top-level sections' keys)."""
+    for name, field in model.model_fields.items():
+        key, pat = f"{path}.{name}" if path else name, f"{pattern}.{name}" if pattern else name
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        why = inert or extra.get("inert")
+        child, path_suffix, pattern_suffix = _children(field.annotation)
+        doc = " ".join([field.description or "", *_limits(pat, field.annotation)]).strip()
+        runs, target = _runs(pat, field.annotation, why), key + path_suffix
+        if child is not None and pattern.startswith("stages"):
+            doc += f" Same keys as the top-level `{name}` section."
+            child, target = None, name
+        cells = (type_name(field.annotation), _default(field), doc, runs)
+        yield Row(key, pat, *cells, parent=path, section=child, target=target)
+        if child is not None:
+            yield from rows(child, target, pat + pattern_suffix, why)
+
+
+def _cell(text: str) -> str:
+    """Text for a table cell: pipes and angle brackets escaped outside code spans."""
+    parts = text.replace("``", "`").split("`")
+    for i in range(0, len(parts), 2):
+        parts[i] = parts[i].replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+    return "`".join(parts)
+
+
+def _code(text: str) -> str:
+    return f"`{text}`" if text else ""
+
+
+def _key(path: str) -> str:
+    """A key as HTML code that may wrap after its dots (a long path in a narrow column)."""
+    escaped = path.replace("<", "&lt;").replace(">", "&gt;").replace(".", ".<wbr>")
+    return f"<code>{escaped}</code>"
+
+
+def anchor(path: str) -> str:
+    """The id of a section's heading, without dots or brackets: ``buffer.explorer_input.
+    tasksets[i]`` -> ``buffer-explorer_input-tasksets``."""
+    return path.replace("[i]", "").replace(".<name>", "").replace(".", "-") or "top-level"
+
+
+def reference_markdown() -> str:
+    """The tables: one per section, a row per key of the section."""
+    sections: dict = {"": (Config, [])}
+    for row in rows():
+        sections[row.parent][1].append(row)
+        if row.section is not None:
+            sections[row.target] = (row.section, [])
+    out = []
+    for path, (model, members) in sections.items():
+        level = "##" if "." not in path else "###"
+        title = f"`{path}`" if path else "Top-level keys"
+        out.append(f"\n{level} {title} {{#{anchor(path)}}}\n")
+        summary = (model.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+        if path and summary:
+            out.append(_cell(summary) + "\n")
+        out.append("| Key | Type | Default | Description | Runs here |")
+        out.append("| --- | --- | --- | --- | --- |")
+        for row in members:
+            key = _key(row.path)
+            if row.section is not None or row.target != row.path:
+                key = f'<a href="#{anchor(row.target)}">{key}</a>'
+            cells = [key, _cell(row.type), _code(row.default), _cell(row.doc), _cell(row.runs)]
+            out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+if __name__ in ("__main__", "<run_path>"):
+    import mkdocs_gen_files
+
+    with mkdocs_gen_files.open(PAGE, "a") as page:
+        page.write("\n" + reference_markdown())
