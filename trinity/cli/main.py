@@ -108,6 +108,7 @@ def debug(
     and print every experience: tokens, action mask, logprobs, reward, info."""
     from rich.console import Console
 
+    from trinity.cli.debug import choose_stage
     from trinity.cli.debug import debug as run_debug
     from trinity.common.config import ConfigError, apply_run_name, load_config
     from trinity.preflight.before_start import check_before_start
@@ -115,12 +116,11 @@ def debug(
 
     try:
         load_plugins(list(plugin_dir or []))
-        stages = check_before_start(apply_run_name(load_config(config, list(overrides or []))))
-        exploring = [s for s in stages if s.buffer.explorer_input.tasksets]
-        chosen = [s for s in stages if s.name.endswith(f"_{stage}") or s.name == stage]
-        if not (chosen if stage else exploring):
-            raise ConfigError(f"--stage {stage}: no such stage" if stage else "no stage explores")
-        failed = run_debug((chosen or exploring)[0], tasks, taskset, Console(highlight=False))
+        root = apply_run_name(load_config(config, list(overrides or [])))
+        # the stage is chosen first: a wrong --stage is reported before any data is read
+        index = choose_stage([s.stage_name for s in root.stages], root.stage_configs(), stage)
+        chosen = check_before_start(root)[index]
+        failed = run_debug(chosen, tasks, taskset, Console(highlight=False))
     except (ConfigError, PluginError, ValueError) as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(code=2) from None

@@ -186,8 +186,14 @@ def _unknown_key_message(root: type, loc: tuple, path: str) -> str:
         return message
     if key in parent.MOVED_KEYS:
         return f"{message}; set '{parent.MOVED_KEYS[key]}' instead"
-    close = difflib.get_close_matches(key, list(parent.model_fields), n=1, cutoff=0.6)
-    return f"{message}; did you mean '{close[0]}'?" if close else message
+    return message + did_you_mean(key, list(parent.model_fields))
+
+
+def did_you_mean(name: str, choices: typing.Iterable[Any]) -> str:
+    """``"; did you mean 'x'?"`` for the choice closest to ``name``, or ``""`` when none is
+    close: the one suggestion every misspelled key, name or option gets."""
+    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 def _annotation_at(root: type, loc: tuple) -> Any:
