@@ -25,15 +25,16 @@ def exp(group, reward, version=0):
     )
 
 
-def make_run(job_dir, model_path="/gone/model"):
+def make_run(job_dir, model_path="/gone/model", store_path=None, config_names=("config.yaml",)):
     os.makedirs(job_dir)
     config = {
         "model": {"model_path": model_path},
-        "buffer": {"trainer_input": {"experience_buffer": {"name": "exps", "path": None}}},
+        "buffer": {"trainer_input": {"experience_buffer": {"name": "exps", "path": store_path}}},
     }
-    with open(os.path.join(job_dir, "config.yaml"), "w") as f:
-        yaml.safe_dump(config, f)
-    store = SQLExperienceStore(os.path.join(job_dir, "buffer", "exps.db"), "exps")
+    for name in config_names:
+        with open(os.path.join(job_dir, name), "w") as f:
+            yaml.safe_dump(config, f)
+    store = SQLExperienceStore(store_path or os.path.join(job_dir, "buffer", "exps.db"), "exps")
     ids = store.add([exp("train-1-a-0", 1.0), exp("train-1-a-0", 0.0)], step=1)
     store.add([exp("train-2-a-1", 0.5, 1), exp("train-2-b-0", -1.0, 1)], step=2)
     store.mark_consumed(ids, by_step=1)
@@ -95,3 +96,14 @@ def test_nothing_is_created_where_there_is_no_buffer(tmp_path):
     assert "no experience buffer database at" in result.output
     assert not os.path.exists(tmp_path / "empty" / "buffer")
     assert view(tmp_path / "nowhere").exit_code == 2
+
+
+def test_a_decoupled_run_folder_is_read_from_its_train_and_explore_configs(tmp_path):
+    """Each side of a decoupled run saves <mode>_config.yaml; the store they share may be
+    anywhere (a database URL, or a file outside the job dir)."""
+    for side in ("train", "explore"):
+        store = str(tmp_path / "shared" / f"{side}.db")
+        make_run(tmp_path / side, store_path=store, config_names=[f"{side}_config.yaml"])
+        result = view(tmp_path / side)
+        assert result.exit_code == 0, result.output
+        assert "4 of 4 matching row(s)" in result.output and f"{side}.db" in result.output

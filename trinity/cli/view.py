@@ -1,7 +1,8 @@
 """``trinity view``: what a run's experience buffer holds, read-only.
 
-The buffer is found from the run's resolved ``config.yaml`` (the experience buffer's ``path``
-and ``name``, as the run used them), else from ``<job_dir>/buffer/*.db`` (table: the file's
+The buffer is found from the run's resolved ``config.yaml`` (``train_config.yaml`` or
+``explore_config.yaml`` for a decoupled run: the experience buffer's ``path`` and ``name``,
+as the run used them), else from ``<job_dir>/buffer/*.db`` (table: the file's
 name). Rows are listed with their explore step, task (group id), reward, model version and the
 train step that read them, filtered by step, task and reward; one row can be shown whole.
 Nothing is created or written: a missing database or table is an error that says where it looked.
@@ -21,7 +22,10 @@ from trinity.buffer.store import SQLExperienceStore
 from trinity.common.experience import Experience
 from trinity.utils.database import database_url, masked_url
 
-CONFIG_NAMES = ("config.yaml", "config_explore.yaml", "config_train.yaml")
+# The run's resolved config: ``config.yaml``, or for each side of a decoupled run (and a
+# bench of a run) ``<mode>_config.yaml`` (``decoupled_checks.resolved_config_name``); the
+# trainer's first, since it records which train step read each row.
+CONFIG_NAMES = ("config.yaml", "train_config.yaml", "explore_config.yaml", "bench_config.yaml")
 
 
 @dataclass
@@ -48,7 +52,9 @@ def locate(job_dir: str) -> Tuple[str, str, Optional[str]]:
             return database_url(where), table, (config.get("model") or {}).get("model_path")
     found = sorted(glob.glob(os.path.join(glob.escape(job_dir), "buffer", "*.db")))
     if not found:
-        raise FileNotFoundError(f"{job_dir}: no config.yaml and no buffer/*.db: not a run folder")
+        raise FileNotFoundError(
+            f"{job_dir}: no {', '.join(CONFIG_NAMES)} and no buffer/*.db: not a run folder"
+        )
     return database_url(found[0]), os.path.splitext(os.path.basename(found[0]))[0], None
 
 
