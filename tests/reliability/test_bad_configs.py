@@ -630,7 +630,7 @@ CASES: List[Bad] = [
     ),
     Bad(
         "monitor-not-built",
-        ["monitor.monitor_type = neptune", "not supported", "tensorboard, wandb, mlflow"],
+        ["monitor.monitor_type: unknown monitor_type 'neptune'", "tensorboard, wandb, mlflow"],
         set={"monitor.monitor_type": "neptune"},
     ),
     Bad(

@@ -174,8 +174,18 @@ def _describe_error(root: type, err: dict, prefix: str) -> str:
         return _unknown_key_message(root, loc, path)
     if err["type"] == "value_error":
         return f"{path or '<root>'}: {err['msg'].removeprefix('Value error, ')}"
-    expected = _type_name(_annotation_at(root, loc))
+    annotation = _annotation_at(root, loc)
+    expected = _type_name(annotation)
+    if err["type"] == "literal_error":  # a misspelled choice gets the nearest one, as keys do
+        hint = did_you_mean(err.get("input"), _choices(annotation))
+        return f"{path}: expected {expected}, got {err.get('input')!r}{hint}"
     return f"{path}: expected {expected}, got {err.get('input')!r} ({err['msg']})"
+
+
+def _choices(tp: Any) -> Tuple[Any, ...]:
+    """The values of a ``Literal`` (also inside ``Optional``), else none."""
+    tp = _unwrap(tp)
+    return typing.get_args(tp) if typing.get_origin(tp) is typing.Literal else ()
 
 
 def _unknown_key_message(root: type, loc: tuple, path: str) -> str:
