@@ -129,8 +129,9 @@ def show_result(result: TaskResult, tokenizer: Any, console: Console) -> None:
 
 
 def show_experience(i: int, exp: Experience, tokenizer: Any, console: Console) -> None:
-    """Prompt and response as tokens; response tokens the action mask trains on in green,
-    the others (tool results, user turns) dimmed; then the numbers."""
+    """Experience ``i`` (its index in a task's result, or its row id in a buffer): prompt and
+    response as tokens; response tokens the action mask trains on in green, the others (tool
+    results, user turns) dimmed; then the numbers."""
     tokens = [int(t) for t in exp.tokens]
     response = tokens[exp.prompt_length :]
     mask = _as_list(exp.action_mask) or [1] * len(response)

@@ -133,7 +133,9 @@ def view(
         ..., help="A run's folder (<checkpoint_root_dir>/<project>/<name>)."
     ),
     step: Optional[int] = typer.Option(None, "--step", help="Only this explore step."),
-    task: Optional[str] = typer.Option(None, "--task", help="Only tasks whose id starts so."),
+    task: Optional[str] = typer.Option(
+        None, "--task", help="Only this task: its whole id, as the task column shows it."
+    ),
     min_reward: Optional[float] = typer.Option(None, "--min-reward", help="Reward at least."),
     max_reward: Optional[float] = typer.Option(None, "--max-reward", help="Reward at most."),
     limit: int = typer.Option(20, "--limit", help="Rows listed at most."),
@@ -141,18 +143,18 @@ def view(
 ) -> None:
     """List the experiences a run's buffer holds (explore step, task, reward, who read them),
     or show one whole."""
-    from rich.console import Console
     from rich.table import Table
 
     from trinity.buffer.store import StoreError
     from trinity.cli.view import Filters, list_rows, locate, one, open_store, show_row
+    from trinity.utils.console import output_console
 
-    console = Console(highlight=False)
+    console = output_console(highlight=False)  # a pipe gets whole rows, not 80 columns
     try:
         url, table, model_path = locate(run_dir)
         store = open_store(url, table)
         if show is not None:
-            show_row(one(store, show), model_path, console)
+            show_row(show, one(store, show), model_path, console)
             return
         filters = Filters(step, task, min_reward, max_reward, limit)
         total, rows = list_rows(store, filters)

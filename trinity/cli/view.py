@@ -31,7 +31,7 @@ CONFIG_NAMES = ("config.yaml", "train_config.yaml", "explore_config.yaml", "benc
 @dataclass
 class Filters:
     step: Optional[int] = None  # explore step
-    task: Optional[str] = None  # group id (the task id), or a prefix of it
+    task: Optional[str] = None  # group id: the task id, whole (train-3 is not train-30-...)
     min_reward: Optional[float] = None
     max_reward: Optional[float] = None
     limit: int = 20
@@ -78,7 +78,7 @@ def list_rows(store: SQLExperienceStore, filters: Filters) -> Tuple[int, List[An
     if filters.step is not None:
         where.append(t.c.step == filters.step)
     if filters.task is not None:
-        where.append(t.c.group_id.startswith(filters.task, autoescape=True))
+        where.append(t.c.group_id == filters.task)
     if filters.min_reward is not None:
         where.append(t.c.reward >= filters.min_reward)
     if filters.max_reward is not None:
@@ -97,8 +97,9 @@ def one(store: SQLExperienceStore, row_id: int) -> Experience:
     return found[row_id]
 
 
-def show_row(exp: Experience, model_path: Optional[str], console: Any) -> None:
-    """One stored experience as ``trinity debug`` prints it (tokens need the run's tokenizer)."""
+def show_row(row_id: int, exp: Experience, model_path: Optional[str], console: Any) -> None:
+    """Row ``row_id`` as ``trinity debug`` prints an experience, headed with the row's id (the
+    one ``--show`` took); tokens need the run's tokenizer."""
     from transformers import AutoTokenizer
 
     from trinity.cli.debug import show_experience
@@ -107,7 +108,8 @@ def show_row(exp: Experience, model_path: Optional[str], console: Any) -> None:
     here = model_path and os.path.isdir(model_path)
     tokenizer = AutoTokenizer.from_pretrained(model_path) if here else None
     if tokenizer is None:
+        console.print(f"[bold]experience {row_id}[/bold] (task {exp.group_id})")
         console.print(f"prompt: {exp.prompt_text!r}\nresponse: {exp.response_text!r}")
         console.print(f"reward: {exp.reward}  info: {exp.info}")
         return
-    show_experience(0, exp, tokenizer, console)
+    show_experience(row_id, exp, tokenizer, console)
