@@ -253,7 +253,7 @@ def studio(
 ) -> None:
     """Open a local web page that builds a config from the config schema: every field with
     its default and doc, checked as you type like `trinity run`, loaded from and saved to YAML."""
-    from trinity.studio import serve
+    from trinity.studio import port_problem, serve
     from trinity.utils.plugin_loader import PluginError, load_plugins
 
     try:
@@ -261,8 +261,10 @@ def studio(
     except PluginError as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(code=2) from None
-    typer.echo(f"Trinity-RFT studio: http://{host}:{port}/  (Ctrl+C to stop)")
-    serve(host, port, config)
+    problem = port_problem(host, port)
+    if problem is not None:  # said here, not as uvicorn's bind traceback
+        _fail(problem)
+    serve(host, port, config, announce=typer.echo)
 
 
 def main() -> None:
