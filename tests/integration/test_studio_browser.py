@@ -89,6 +89,8 @@ def test_build_a_grpo_config_from_scratch_save_and_load(
     wait = WebDriverWait(browser, 60)
     browser.get(studio_url)
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, 'details[data-section="model"]'))
+    # the first paint shows the defaults' check, which came with the form: no "checking..."
+    assert "model.model_path is required" in _problems(browser)
     _type(browser, "checkpoint_root_dir", str(tmp_path / "checkpoints"))
     _open(browser, "model")
     _type(browser, "model.model_path", micro_model)

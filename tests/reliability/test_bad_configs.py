@@ -435,7 +435,9 @@ CASES: List[Bad] = [
     ),
     Bad(
         "algorithm-typo",
-        ["algorithm.algorithm_type = grop", "not supported"],
+        # a name documented nowhere is unknown, not a planned feature ("not supported yet")
+        ["algorithm.algorithm_type: unknown algorithm_type 'grop'", "did you mean 'grpo'?"],
+        absent=["not supported"],
         set={"algorithm.algorithm_type": "grop"},
     ),
     Bad(
@@ -630,7 +632,7 @@ CASES: List[Bad] = [
     ),
     Bad(
         "monitor-not-built",
-        ["monitor.monitor_type = neptune", "not supported", "tensorboard, wandb, mlflow"],
+        ["monitor.monitor_type: unknown monitor_type 'neptune'", "tensorboard, wandb, mlflow"],
         set={"monitor.monitor_type": "neptune"},
     ),
     Bad(

@@ -201,6 +201,23 @@ def test_wrong_types_name_path_expected_type_and_value(tmp_path):
     )
 
 
+def test_a_misspelled_choice_gets_the_closest_one(tmp_path):
+    text = """
+    mode: explor
+    buffer:
+      trainer_input:
+        experience_buffer: {storage_type: sqll}
+    """
+    with pytest.raises(ConfigError) as excinfo:
+        load_text(tmp_path, text)
+    assert sorted(problems_of(excinfo)) == [
+        "buffer.trainer_input.experience_buffer.storage_type: expected one of 'file', 'queue', "
+        "'sql', got 'sqll'; did you mean 'sql'?",
+        "mode: expected one of 'both', 'train', 'explore', 'bench', 'colocate', 'serve', got "
+        "'explor'; did you mean 'explore'?",
+    ]
+
+
 def test_taskset_single_form_becomes_list(tmp_path):
     config = load_text(tmp_path, "buffer:\n  explorer_input:\n    taskset: {name: t, path: /d}\n")
     inputs = config.buffer.explorer_input

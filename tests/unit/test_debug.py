@@ -98,3 +98,56 @@ def test_a_workflow_on_the_openai_client_runs_against_an_in_process_server(
     assert result.exit_code == 0, result.output
     assert "task debug-arith_train-0 (OpenAIExampleWorkflow" in result.output
     assert result.output.count(" trained on") == 8  # recorded replies: 2 tasks x 4 samples
+
+
+STAGES = """
+stages:
+  - stage_name: sft
+    mode: train
+    algorithm: {algorithm_type: sft}
+    buffer:
+      train_batch_size: 4
+      trainer_input:
+        experience_buffer:
+          name: sft_data
+          path: SFT
+          format: {prompt_key: prompt, response_key: response}
+  - stage_name: grpo
+"""
+
+
+def staged_config(tmp_path, data) -> str:
+    """grpo_small.yaml run as the quickstart is: a train-only sft stage, then grpo."""
+    with open(CONFIG, encoding="utf-8") as f:
+        text = f.read()
+    path = tmp_path / "staged.yaml"
+    path.write_text(text + STAGES.replace("SFT", data["sft"]))
+    return str(path)
+
+
+def test_the_first_stage_that_explores_is_debugged_not_a_train_only_one(
+    tmp_path, micro_model, arithmetic_data
+):
+    """The sft stage inherits the global taskset but never explores (mode train)."""
+    config = staged_config(tmp_path, arithmetic_data)
+    result = CliRunner().invoke(
+        app,
+        ["debug", "--config", config, "--tasks", "1", f"checkpoint_root_dir={tmp_path}"]
+        + [f"model.model_path={micro_model}"]
+        + [f"buffer.explorer_input.taskset.path={arithmetic_data['rl']}"]
+        + [f"buffer.explorer_input.eval_tasksets.0.path={arithmetic_data['rl']}"],
+    )
+    assert result.exit_code == 0, result.output
+    assert "4 experience(s)" in result.output  # grpo's repeat_times, not sft's 1
+
+
+def test_an_unknown_stage_lists_the_stages_with_the_closest(tmp_path, arithmetic_data):
+    config = staged_config(tmp_path, arithmetic_data)
+    for wanted, expected in [
+        ("grpp", "--stage grpp: no such stage; did you mean 'grpo'? (stages: sft, grpo)"),
+        ("nope", "--stage nope: no such stage (stages: sft, grpo)"),
+        ("sft", "--stage sft: stage 'sft' has mode train and does not explore"),
+    ]:
+        result = CliRunner().invoke(app, ["debug", "--config", config, "--stage", wanted])
+        assert result.exit_code == 2, result.output
+        assert expected in " ".join(result.output.split()), result.output

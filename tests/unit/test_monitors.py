@@ -175,14 +175,59 @@ def test_an_mlflow_uri_without_a_server_is_reported(tmp_path):
     (problem,) = monitor_problems(config_of("mlflow", uri=f"http://127.0.0.1:{port}"))
     assert problem.startswith(f"monitor.monitor_args.uri = http://127.0.0.1:{port}: no MLflow")
     assert "mlflow server" in problem
-    # a local store is opened by MLflow itself: nothing to probe
-    assert monitor_problems(config_of("mlflow", uri=f"file://{tmp_path}/mlruns")) == []
+    # a database store is opened by MLflow itself: nothing to probe
+    assert monitor_problems(config_of("mlflow", uri=f"sqlite:///{tmp_path}/mlflow.db")) == []
+
+
+@pytest.mark.parametrize("store", ["file://{}/mlruns", "{}/mlruns"])
+def test_an_mlflow_file_store_is_refused_where_mlflow_refuses_it(tmp_path, monkeypatch, store):
+    """MLflow 3 refuses its filesystem store unless MLFLOW_ALLOW_FILE_STORE is true; every
+    role would die on it after Ray started."""
+    from mlflow import environment_variables
+
+    if not hasattr(environment_variables, "MLFLOW_ALLOW_FILE_STORE"):
+        pytest.skip("this MLflow still opens file stores")
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    uri = store.format(tmp_path)
+    (problem,) = monitor_problems(config_of("mlflow", uri=uri))
+    assert problem.startswith(f"monitor.monitor_args.uri = {uri}: MLflow 3.")
+    assert f"sqlite:///{tmp_path}/mlflow.db" in problem and "MLFLOW_ALLOW_FILE_STORE" in problem
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    assert monitor_problems(config_of("mlflow", uri=uri)) == []
+
+
+@pytest.fixture
+def no_wandb_login(tmp_path, monkeypatch):
+    """No W&B key anywhere: environment, settings file or netrc."""
+    pytest.importorskip("wandb")
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb_config"))
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    return tmp_path / "netrc"
+
+
+def test_wandb_without_an_api_key_is_refused_before_start(no_wandb_login, monkeypatch):
+    (problem,) = monitor_problems(config_of("wandb", base_url="http://wandb.local:8080"))
+    assert problem.startswith("monitor.monitor_type = wandb: no W&B API key for http://wandb")
+    assert "WANDB_API_KEY" in problem and "WANDB_MODE=offline" in problem
+    key = "k" * 40
+    no_wandb_login.write_text(f"machine wandb.local:8080\n  login user\n  password {key}\n")
+    assert monitor_problems(config_of("wandb", base_url="http://wandb.local:8080")) == []
+    assert len(monitor_problems(config_of("wandb", base_url="http://other.local"))) == 1
+    assert monitor_problems(config_of("wandb", api_key=key)) == []
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert monitor_problems(config_of("wandb")) == []
+    monkeypatch.delenv("WANDB_MODE")
+    monkeypatch.setenv("WANDB_API_KEY", key)
+    assert monitor_problems(config_of("wandb")) == []
 
 
 @pytest.mark.parametrize("name", ["grpo_example.yaml", "ppo_example.yaml"])
-def test_the_verl_examples_pass_the_monitor_check(name):
-    """align-with-verl.md's examples log to wandb, as written."""
+def test_the_verl_examples_pass_the_monitor_check(name, monkeypatch):
+    """align-with-verl.md's examples log to wandb, as written (offline: no key here)."""
     pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
     from trinity.common.config import load_config
 
     config = load_config(os.path.join(os.path.dirname(__file__), "configs", name))

@@ -279,3 +279,47 @@ def test_a_stage_after_a_training_stage_does_not_read_the_model_path(tmp_path, a
         "stages 'warm', 'sft': model.model_path = /nonexistent/model: no such folder (models "
         "are read from local folders; nothing is downloaded)"
     ]
+
+
+DEAD_SERVER = "postgresql+psycopg://u:secret@127.0.0.1:1/db"  # nothing listens on port 1
+
+
+@pytest.mark.parametrize("mode", ["explore", "train", "both"])
+def test_an_unreachable_buffer_database_is_reported_in_every_mode_that_opens_it(
+    tmp_path, micro_model, arithmetic_data, mode
+):
+    """A train run reads the store a separate explore run writes: its trainer would die on
+    the connection after Ray started, so the check covers it as it covers the explorer."""
+    buffer = (
+        "  total_steps: 2\n"
+        "  trainer_input:\n"
+        f"    experience_buffer: {{name: exp, storage_type: queue, path: '{DEAD_SERVER}'}}\n"
+    )
+    config = good(tmp_path, micro_model, arithmetic_data["rl"], buffer + f"mode: {mode}\n")
+    with pytest.raises(ConfigError) as info:
+        check_before_start(config)
+    expected = (
+        "buffer.trainer_input.experience_buffer.path: cannot connect to database "
+        "postgresql+psycopg://u:***@127.0.0.1:1/db"
+    )
+    assert any(p.startswith(expected) for p in info.value.problems), info.value.problems
+    assert "secret" not in str(info.value)
+
+
+def test_a_train_run_counting_steps_from_a_sql_taskset_checks_its_server(
+    tmp_path, micro_model, arithmetic_data
+):
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    buffer = (
+        "  trainer_input:\n"
+        f"    experience_buffer: {{name: exp, storage_type: sql, path: '{store}'}}\n"
+    )
+    config = good(tmp_path, micro_model, arithmetic_data["rl"], buffer + "mode: train\n")
+    taskset = config.buffer.explorer_input.tasksets[0]
+    taskset.storage_type, taskset.path = "sql", DEAD_SERVER
+    with pytest.raises(ConfigError) as info:
+        check_before_start(config)
+    assert any(
+        p.startswith("buffer.explorer_input.tasksets[0].path: cannot connect to database")
+        for p in info.value.problems
+    ), info.value.problems

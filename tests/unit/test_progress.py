@@ -109,3 +109,29 @@ def test_in_a_log_one_wait_is_printed_once_not_at_every_change(tmp_path, monkeyp
         "explorer waiting 41s for 3 task(s) of eval to finish",
         "explorer waiting 6s for 64 task(s) of eval to finish",
     ]
+
+
+def test_a_bench_stage_counts_checkpoints_not_their_train_steps(tmp_path):
+    """Bench evaluates 3 checkpoints (steps 0, 150, 350): 2 done reads 2/3, not 350/3."""
+    out = io.StringIO()
+    printer = ProgressPrinter(Console(file=out, width=200), every_steps=1, every_s=1e9)
+    printer.begin_stage(stage_config(tmp_path, mode="bench"), steps=3, start=0)
+    append(tmp_path, "bench", *({"step": s, "bench/t/accuracy/mean": 0.5} for s in (0, 150)))
+    printer.poll()
+    assert printer.progress.step == 2
+    line = printer.progress.line()
+    assert "| checkpoint 2/3 " in line and "| bench (step 150): t accuracy 0.500" in line
+
+
+def test_off_a_terminal_the_bench_table_is_not_cut_to_80_columns(capsys):
+    """The default console: a pipe or log gets every column whole."""
+    tasksets = [f"a_long_taskset_name_{i}" for i in range(4)]
+    record = {"step": 350, **{f"bench/{t}/accuracy/mean": 0.5 for t in tasksets}}
+    result = SimpleNamespace(
+        name="exp", job_dir="/nowhere", final_hf=None, evals={}, bench=[record]
+    )
+    ProgressPrinter().summary([result])
+    out = capsys.readouterr().out
+    for taskset in tasksets:
+        assert f"{taskset} accuracy" in out
+    assert max(len(line) for line in out.splitlines()) > 80

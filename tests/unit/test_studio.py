@@ -162,3 +162,50 @@ def test_check_lists_problems_and_derived_values_like_trinity_run(
 
     path = checks.save(_grpo(micro_model, arithmetic_data["rl"], "8"), str(tmp_path / "g.yaml"))
     assert load_config(path).buffer.batch_size == 8
+
+
+def test_the_form_comes_with_the_opening_configs_values_and_check(
+    micro_model, arithmetic_data, tmp_path
+):
+    """The page's first paint shows the check's result: it comes with the form, computed
+    once before the server listens (the first check imports torch and transformers)."""
+    from fastapi.testclient import TestClient
+
+    from trinity.studio.app import create_app
+
+    raw = _grpo(micro_model, arithmetic_data["rl"], "8")
+    raw["checkpoint_root_dir"] = str(tmp_path / "ck")
+    path = checks.save(raw, str(tmp_path / "g.yaml"))
+    opening = TestClient(create_app(path)).get("/api/form").json()["opening"]
+    assert opening["values"] == checks.load(path) and opening["load_problems"] == []
+    assert opening["check"]["problems"] == []
+    assert dict(opening["check"]["derived"]["main"])["buffer.train_batch_size"] == 32
+
+    missing = str(tmp_path / "missing.yaml")
+    opening = TestClient(create_app(missing)).get("/api/form").json()["opening"]
+    assert opening["load_problems"] == [f"config file not found: {missing}"]
+    assert opening["values"] == {} and opening["check"]["problems"]  # the defaults' problems
+    defaults = TestClient(create_app()).get("/api/form").json()
+    assert defaults["path"] == "" and defaults["opening"]["values"] == {}
+
+
+def test_a_busy_port_is_named_before_anything_starts(monkeypatch):
+    import socket
+
+    from typer.testing import CliRunner
+
+    import trinity.studio
+    from trinity.cli.main import app
+
+    def served(*args, **kwargs):
+        raise AssertionError("the studio started on a busy port")
+
+    monkeypatch.setattr(trinity.studio, "serve", served)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = CliRunner().invoke(app, ["studio", "--port", str(port)])
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.output.split())
+    assert f"error: port {port} is in use on 127.0.0.1; pass --port with a free port" in message

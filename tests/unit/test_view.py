@@ -25,15 +25,16 @@ def exp(group, reward, version=0):
     )
 
 
-def make_run(job_dir, model_path="/gone/model"):
+def make_run(job_dir, model_path="/gone/model", store_path=None, config_names=("config.yaml",)):
     os.makedirs(job_dir)
     config = {
         "model": {"model_path": model_path},
-        "buffer": {"trainer_input": {"experience_buffer": {"name": "exps", "path": None}}},
+        "buffer": {"trainer_input": {"experience_buffer": {"name": "exps", "path": store_path}}},
     }
-    with open(os.path.join(job_dir, "config.yaml"), "w") as f:
-        yaml.safe_dump(config, f)
-    store = SQLExperienceStore(os.path.join(job_dir, "buffer", "exps.db"), "exps")
+    for name in config_names:
+        with open(os.path.join(job_dir, name), "w") as f:
+            yaml.safe_dump(config, f)
+    store = SQLExperienceStore(store_path or os.path.join(job_dir, "buffer", "exps.db"), "exps")
     ids = store.add([exp("train-1-a-0", 1.0), exp("train-1-a-0", 0.0)], step=1)
     store.add([exp("train-2-a-1", 0.5, 1), exp("train-2-b-0", -1.0, 1)], step=2)
     store.mark_consumed(ids, by_step=1)
@@ -62,7 +63,7 @@ def test_rows_are_listed_with_step_task_reward_and_reader(tmp_path):
 def test_filters_by_step_task_and_reward(tmp_path):
     make_run(tmp_path / "run")
     assert "2 of 2 matching" in view(tmp_path / "run", "--step", 2).output
-    assert "1 of 1 matching" in view(tmp_path / "run", "--task", "train-2-b").output
+    assert "1 of 1 matching" in view(tmp_path / "run", "--task", "train-2-b-0").output
     out = view(tmp_path / "run", "--min-reward", 0.0, "--max-reward", 0.5).output
     assert "2 of 2 matching" in out and "train-2-b-0" not in out
     assert "1 of 4 matching" in view(tmp_path / "run", "--limit", 1).output
@@ -95,3 +96,51 @@ def test_nothing_is_created_where_there_is_no_buffer(tmp_path):
     assert "no experience buffer database at" in result.output
     assert not os.path.exists(tmp_path / "empty" / "buffer")
     assert view(tmp_path / "nowhere").exit_code == 2
+
+
+def test_a_decoupled_run_folder_is_read_from_its_train_and_explore_configs(tmp_path):
+    """Each side of a decoupled run saves <mode>_config.yaml; the store they share may be
+    anywhere (a database URL, or a file outside the job dir)."""
+    for side in ("train", "explore"):
+        store = str(tmp_path / "shared" / f"{side}.db")
+        make_run(tmp_path / side, store_path=store, config_names=[f"{side}_config.yaml"])
+        result = view(tmp_path / side)
+        assert result.exit_code == 0, result.output
+        assert "4 of 4 matching row(s)" in result.output and f"{side}.db" in result.output
+
+
+def test_a_task_is_matched_by_its_whole_id(tmp_path):
+    """--task train-3 is task train-3, not train-30-... too."""
+    os.makedirs(tmp_path / "run")
+    store = SQLExperienceStore(str(tmp_path / "run" / "buffer" / "exps.db"), "exps")
+    store.add([exp("train-3", 1.0), exp("train-30-a-0", 0.0), exp("train-3-a-1", 0.5)], step=3)
+    store.close()
+    assert "1 of 1 matching" in view(tmp_path / "run", "--task", "train-3").output
+    assert "0 of 0 matching" in view(tmp_path / "run", "--task", "train-").output
+
+
+def test_a_shown_row_is_headed_with_its_own_id(tmp_path, micro_model):
+    make_run(tmp_path / "run", micro_model)
+    assert "experience 3 (" in view(tmp_path / "run", "--show", 3).output
+    make_run(tmp_path / "gone")  # no tokenizer: the stored texts, headed the same
+    assert "experience 4 (task train-2-b-0)" in view(tmp_path / "gone", "--show", 4).output
+
+
+def test_off_a_terminal_rows_are_never_cut_to_80_columns(tmp_path):
+    os.makedirs(tmp_path / "run")
+    store = SQLExperienceStore(str(tmp_path / "run" / "buffer" / "exps.db"), "exps")
+    task = "train-350-a_taskset_with_a_long_descriptive_name-12345"
+    store.add([exp(task, 0.123456789)], step=350)
+    store.close()
+    result = view(tmp_path / "run")
+    assert task in result.output and "0.123456789" in result.output
+
+
+def test_on_a_terminal_the_console_keeps_the_terminals_width(monkeypatch):
+    import io
+
+    from trinity.utils.console import UNLIMITED_WIDTH, output_console
+
+    monkeypatch.setenv("COLUMNS", "123")  # rich reads the terminal's width from COLUMNS first
+    assert output_console(file=io.StringIO(), force_terminal=True).width == 123
+    assert output_console(file=io.StringIO()).width == UNLIMITED_WIDTH

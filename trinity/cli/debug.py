@@ -15,8 +15,42 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from trinity.common.config.base import did_you_mean
+from trinity.common.config.gpus import EXPLORING_MODES
 from trinity.common.experience import Experience
 from trinity.explorer.runner import TaskResult
+
+
+def choose_stage(labels: List[str], stages: List[Any], wanted: Optional[str]) -> int:
+    """Index of the stage to debug: the one named ``wanted`` (``stages[i]`` is named
+    ``labels[i]``; no labels: a config without ``stages``), else the first whose mode runs an
+    explorer.
+
+    The mode decides, not the tasksets: a train-only stage (e.g. ``sft``) inherits the
+    global ``buffer.explorer_input`` yet never explores it.
+    """
+    explores = [s.mode in EXPLORING_MODES for s in stages]
+    if wanted is None:
+        if not any(explores):
+            modes = ", ".join(EXPLORING_MODES)
+            raise ValueError(f"no stage explores (none has mode {modes}): nothing to debug")
+        return explores.index(True)
+    if not labels:
+        raise ValueError(f"--stage {wanted}: the config has no stages; leave --stage unset")
+    if wanted not in labels:
+        raise ValueError(
+            f"--stage {wanted}: no such stage{did_you_mean(wanted, labels)} "
+            f"(stages: {', '.join(labels)})"
+        )
+    index = labels.index(wanted)
+    if not explores[index]:
+        exploring = [label for label, e in zip(labels, explores, strict=True) if e]
+        choose = f"choose one that does: {', '.join(exploring)}" if exploring else "none does"
+        raise ValueError(
+            f"--stage {wanted}: stage '{wanted}' has mode {stages[index].mode} and does not "
+            f"explore, so there is nothing to debug; {choose}"
+        )
+    return index
 
 
 def pick_tasks(config: Any, count: int, taskset: Optional[str]) -> List[Any]:
@@ -95,8 +129,9 @@ def show_result(result: TaskResult, tokenizer: Any, console: Console) -> None:
 
 
 def show_experience(i: int, exp: Experience, tokenizer: Any, console: Console) -> None:
-    """Prompt and response as tokens; response tokens the action mask trains on in green,
-    the others (tool results, user turns) dimmed; then the numbers."""
+    """Experience ``i`` (its index in a task's result, or its row id in a buffer): prompt and
+    response as tokens; response tokens the action mask trains on in green, the others (tool
+    results, user turns) dimmed; then the numbers."""
     tokens = [int(t) for t in exp.tokens]
     response = tokens[exp.prompt_length :]
     mask = _as_list(exp.action_mask) or [1] * len(response)

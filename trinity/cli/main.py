@@ -118,6 +118,7 @@ def debug(
     and print every experience: tokens, action mask, logprobs, reward, info."""
     from rich.console import Console
 
+    from trinity.cli.debug import choose_stage
     from trinity.cli.debug import debug as run_debug
     from trinity.common.config import ConfigError, apply_run_name, load_config
     from trinity.preflight.before_start import check_before_start
@@ -125,12 +126,11 @@ def debug(
 
     try:
         load_plugins(list(plugin_dir or []))
-        stages = check_before_start(apply_run_name(load_config(config, list(overrides or []))))
-        exploring = [s for s in stages if s.buffer.explorer_input.tasksets]
-        chosen = [s for s in stages if s.name.endswith(f"_{stage}") or s.name == stage]
-        if not (chosen if stage else exploring):
-            raise ConfigError(f"--stage {stage}: no such stage" if stage else "no stage explores")
-        failed = run_debug((chosen or exploring)[0], tasks, taskset, Console(highlight=False))
+        root = apply_run_name(load_config(config, list(overrides or [])))
+        # the stage is chosen first: a wrong --stage is reported before any data is read
+        index = choose_stage([s.stage_name for s in root.stages], root.stage_configs(), stage)
+        chosen = check_before_start(root)[index]
+        failed = run_debug(chosen, tasks, taskset, Console(highlight=False))
     except (ConfigError, PluginError, ValueError) as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(code=2) from None
@@ -143,7 +143,9 @@ def view(
         ..., help="A run's folder (<checkpoint_root_dir>/<project>/<name>)."
     ),
     step: Optional[int] = typer.Option(None, "--step", help="Only this explore step."),
-    task: Optional[str] = typer.Option(None, "--task", help="Only tasks whose id starts so."),
+    task: Optional[str] = typer.Option(
+        None, "--task", help="Only this task: its whole id, as the task column shows it."
+    ),
     min_reward: Optional[float] = typer.Option(None, "--min-reward", help="Reward at least."),
     max_reward: Optional[float] = typer.Option(None, "--max-reward", help="Reward at most."),
     limit: int = typer.Option(20, "--limit", help="Rows listed at most."),
@@ -151,18 +153,18 @@ def view(
 ) -> None:
     """List the experiences a run's buffer holds (explore step, task, reward, who read them),
     or show one whole."""
-    from rich.console import Console
     from rich.table import Table
 
     from trinity.buffer.store import StoreError
     from trinity.cli.view import Filters, list_rows, locate, one, open_store, show_row
+    from trinity.utils.console import output_console
 
-    console = Console(highlight=False)
+    console = output_console(highlight=False)  # a pipe gets whole rows, not 80 columns
     try:
         url, table, model_path = locate(run_dir)
         store = open_store(url, table)
         if show is not None:
-            show_row(one(store, show), model_path, console)
+            show_row(show, one(store, show), model_path, console)
             return
         filters = Filters(step, task, min_reward, max_reward, limit)
         total, rows = list_rows(store, filters)
@@ -261,7 +263,7 @@ def studio(
 ) -> None:
     """Open a local web page that builds a config from the config schema: every field with
     its default and doc, checked as you type like `trinity run`, loaded from and saved to YAML."""
-    from trinity.studio import serve
+    from trinity.studio import port_problem, serve
     from trinity.utils.plugin_loader import PluginError, load_plugins
 
     try:
@@ -269,8 +271,10 @@ def studio(
     except PluginError as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(code=2) from None
-    typer.echo(f"Trinity-RFT studio: http://{host}:{port}/  (Ctrl+C to stop)")
-    serve(host, port, config)
+    problem = port_problem(host, port)
+    if problem is not None:  # said here, not as uvicorn's bind traceback
+        _fail(problem)
+    serve(host, port, config, announce=typer.echo)
 
 
 def main() -> None:

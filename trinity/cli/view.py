@@ -1,7 +1,8 @@
 """``trinity view``: what a run's experience buffer holds, read-only.
 
-The buffer is found from the run's resolved ``config.yaml`` (the experience buffer's ``path``
-and ``name``, as the run used them), else from ``<job_dir>/buffer/*.db`` (table: the file's
+The buffer is found from the run's resolved ``config.yaml`` (``train_config.yaml`` or
+``explore_config.yaml`` for a decoupled run: the experience buffer's ``path`` and ``name``,
+as the run used them), else from ``<job_dir>/buffer/*.db`` (table: the file's
 name). Rows are listed with their explore step, task (group id), reward, model version and the
 train step that read them, filtered by step, task and reward; one row can be shown whole.
 Nothing is created or written: a missing database or table is an error that says where it looked.
@@ -21,13 +22,16 @@ from trinity.buffer.store import SQLExperienceStore
 from trinity.common.experience import Experience
 from trinity.utils.database import database_url, masked_url
 
-CONFIG_NAMES = ("config.yaml", "config_explore.yaml", "config_train.yaml")
+# The run's resolved config: ``config.yaml``, or for each side of a decoupled run (and a
+# bench of a run) ``<mode>_config.yaml`` (``decoupled_checks.resolved_config_name``); the
+# trainer's first, since it records which train step read each row.
+CONFIG_NAMES = ("config.yaml", "train_config.yaml", "explore_config.yaml", "bench_config.yaml")
 
 
 @dataclass
 class Filters:
     step: Optional[int] = None  # explore step
-    task: Optional[str] = None  # group id (the task id), or a prefix of it
+    task: Optional[str] = None  # group id: the task id, whole (train-3 is not train-30-...)
     min_reward: Optional[float] = None
     max_reward: Optional[float] = None
     limit: int = 20
@@ -48,7 +52,9 @@ def locate(job_dir: str) -> Tuple[str, str, Optional[str]]:
             return database_url(where), table, (config.get("model") or {}).get("model_path")
     found = sorted(glob.glob(os.path.join(glob.escape(job_dir), "buffer", "*.db")))
     if not found:
-        raise FileNotFoundError(f"{job_dir}: no config.yaml and no buffer/*.db: not a run folder")
+        raise FileNotFoundError(
+            f"{job_dir}: no {', '.join(CONFIG_NAMES)} and no buffer/*.db: not a run folder"
+        )
     return database_url(found[0]), os.path.splitext(os.path.basename(found[0]))[0], None
 
 
@@ -72,7 +78,7 @@ def list_rows(store: SQLExperienceStore, filters: Filters) -> Tuple[int, List[An
     if filters.step is not None:
         where.append(t.c.step == filters.step)
     if filters.task is not None:
-        where.append(t.c.group_id.startswith(filters.task, autoescape=True))
+        where.append(t.c.group_id == filters.task)
     if filters.min_reward is not None:
         where.append(t.c.reward >= filters.min_reward)
     if filters.max_reward is not None:
@@ -91,8 +97,9 @@ def one(store: SQLExperienceStore, row_id: int) -> Experience:
     return found[row_id]
 
 
-def show_row(exp: Experience, model_path: Optional[str], console: Any) -> None:
-    """One stored experience as ``trinity debug`` prints it (tokens need the run's tokenizer)."""
+def show_row(row_id: int, exp: Experience, model_path: Optional[str], console: Any) -> None:
+    """Row ``row_id`` as ``trinity debug`` prints an experience, headed with the row's id (the
+    one ``--show`` took); tokens need the run's tokenizer."""
     from transformers import AutoTokenizer
 
     from trinity.cli.debug import show_experience
@@ -101,7 +108,8 @@ def show_row(exp: Experience, model_path: Optional[str], console: Any) -> None:
     here = model_path and os.path.isdir(model_path)
     tokenizer = AutoTokenizer.from_pretrained(model_path) if here else None
     if tokenizer is None:
+        console.print(f"[bold]experience {row_id}[/bold] (task {exp.group_id})")
         console.print(f"prompt: {exp.prompt_text!r}\nresponse: {exp.response_text!r}")
         console.print(f"reward: {exp.reward}  info: {exp.info}")
         return
-    show_experience(0, exp, tokenizer, console)
+    show_experience(row_id, exp, tokenizer, console)

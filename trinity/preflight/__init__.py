@@ -9,7 +9,8 @@ that need the config alone.
 - ``derive``: ``finalize(config)`` (``derive`` without raising): every derived value, the
   support table, the consistency checks; what ``trinity run`` saves as ``config.yaml``.
 - ``support``: the tables ``validate`` checks (``SUPPORTED``: "not supported yet" in one
-  place; ``MINIMUMS``, ``ABOVE``, ``AT_MOST_ONE``, ``SAMPLING``).
+  place, for the names ``DOCUMENTED`` lists; other names are "unknown", with the closest;
+  ``MINIMUMS``, ``ABOVE``, ``AT_MOST_ONE``, ``SAMPLING``).
 - ``validate``: checks that need the whole config (and ``ranks``: ``trainer.cpu_ranks``).
 - ``before_start``: ``check_before_start(root)``, every stage finalized and then checked
   against the filesystem and the registries (model folders, data, components with

@@ -23,6 +23,7 @@ from trinity.buffer.file_reader import load_rows
 from trinity.buffer.row_checks import row_schema
 from trinity.common.config.base import ConfigError, is_set
 from trinity.common.config.config import Config, external_models
+from trinity.common.config.decoupled_checks import STORE_TYPES, reads_explorer_store
 from trinity.common.config.gpus import gpu_shares
 from trinity.common.config.lora_checks import lora_folder_problems, lora_handover_problems
 from trinity.common.config.schema_buffer import StorageConfig
@@ -416,24 +417,42 @@ def _paired(config: Config) -> bool:
 
 # ---- outputs -----------------------------------------------------------------------------
 def _output_problems(config: Config) -> List[str]:
-    """The job folder must be writable, and so must the experience buffer's SQLite file; a
+    """The job folder must be writable, and so must each SQLite file a role writes; a
     database server must answer (one connection, a few seconds at most)."""
     root = config.checkpoint_root_dir
     problems = writable_problems("checkpoint_root_dir", root, config.checkpoint_job_dir, True)
-    storage = config.buffer.trainer_input.experience_buffer
-    if config.mode in ("both", "colocate", "explore") and storage is not None and storage.path:
-        if storage.storage_type in ("queue", "sql"):
-            problems += _buffer_database_problems(storage.path)
+    for key, path, written in database_paths(config):
+        problems += _database_problems(key, path, written)
     return problems
 
 
-def _buffer_database_problems(path: str) -> List[str]:
-    key = "buffer.trainer_input.experience_buffer.path"
+def database_paths(config: Config) -> List[Tuple[str, str, bool]]:
+    """(YAML key, path, whether a role writes it) of each database the stage opens that
+    reading rows before start (``_data_problems``) does not reach: the experience buffer,
+    which the explorer writes and the trainer reads (a ``train`` run reads what a separate
+    explore run wrote), and the `sql` tasksets a ``train`` run counts its steps from
+    (``launcher.planned_steps``)."""
+    found: List[Tuple[str, str, bool]] = []
+    storage = config.buffer.trainer_input.experience_buffer
+    opened = config.mode in ("both", "colocate", "explore", "train")  # bench reads none
+    if opened and storage is not None and storage.path and storage.storage_type in STORE_TYPES:
+        found.append(("buffer.trainer_input.experience_buffer.path", storage.path, True))
+    if reads_explorer_store(config) and config.buffer.total_steps is None:
+        for index, taskset in enumerate(config.buffer.explorer_input.tasksets):
+            if taskset.storage_type == "sql" and taskset.path:
+                key = f"buffer.explorer_input.tasksets[{index}].path"
+                found.append((key, taskset.path, False))
+    return found
+
+
+def _database_problems(key: str, path: str, written: bool) -> List[str]:
     try:
         url = database_url(path)
     except ValueError:
         return []  # reported by the config checks
     file = sqlite_file(url)
+    if file is not None and not written:
+        return [] if os.path.isfile(file) else [f"{key} = {path}: no such SQLite file"]
     if file is not None:
         return writable_problems(key, path, file, False)
     problem = connection_problem(url, timeout=CONNECT_CHECK_S)

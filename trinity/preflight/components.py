@@ -9,13 +9,12 @@ their own argument checks (ranges, choices) run before Ray starts too.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from typing import Any, Collection, Dict, Iterator, List, Tuple
 
 from trinity.algorithm import ALGORITHM_TYPE, needs_reference
 from trinity.algorithm.kl_fn.controller import build_kl_controller
-from trinity.common.config.base import is_set
+from trinity.common.config.base import did_you_mean, is_set
 from trinity.common.config.config import Config
 from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.rewards import REWARD_FUNCTIONS
@@ -60,8 +59,7 @@ def bind_problems(
     for key in args:
         if key in named:
             continue
-        close = difflib.get_close_matches(str(key), choices, n=1, cutoff=0.6)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
+        hint = did_you_mean(key, choices)
         takes = ", ".join(choices) or "no arguments"
         problems.append(f"{path}.{key}: {owner} has no argument '{key}'{hint} (takes: {takes})")
     for name in named:
@@ -153,8 +151,7 @@ def _workflow_args_problems(
     problems = []
     for key in args:
         if key not in known:
-            close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
+            hint = did_you_mean(key, known)
             reads = ", ".join(known) or "none"
             problems.append(f"{path}.workflow_args.{key}: {name} reads no such key{hint} ({reads})")
     flag = ADVANTAGE_WORKFLOW_FLAGS.get(config.algorithm.advantage_fn or "")
@@ -202,8 +199,7 @@ def _kl_ctrl_problems(kl_ctrl: Any, path: str) -> List[str]:
     problems = []
     for key in kl_ctrl:
         if key not in KL_CTRL_KEYS:
-            close = difflib.get_close_matches(str(key), KL_CTRL_KEYS, n=1, cutoff=0.6)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
+            hint = did_you_mean(key, KL_CTRL_KEYS)
             problems.append(f"{path}.{key}: unknown key{hint} (keys: {', '.join(KL_CTRL_KEYS)})")
     if problems:
         return problems

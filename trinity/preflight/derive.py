@@ -52,8 +52,10 @@ def derive(config: Config) -> Tuple[Config, List[str]]:
     """
     config = config.model_copy(deep=True)
     unsupported = check_supported(config)
-    if unsupported:
+    if any("not supported yet" in problem for problem in unsupported):
         raise ConfigError(unsupported, "Configuration uses features that are not built yet")
+    if unsupported:  # only names that exist nowhere
+        raise ConfigError(unsupported)
     problems: List[str] = []
     _derive_run(config)
     _derive_external(config)

@@ -108,6 +108,17 @@ SUPPORTED: Dict[str, Allowed] = {
     "data_processor.task_pipeline.inputs": ([],),
 }
 
+# Name-valued keys (their values are registry names, not a fixed list in the schema) -> the
+# names spec/configuration-guide.md documents for them. A value outside ``SUPPORTED`` that the
+# guide documents is a feature this build lacks ("not supported yet"); one it does not
+# document names nothing ("unknown", with the closest supported name).
+DOCUMENTED: Dict[str, Tuple[str, ...]] = {
+    "algorithm.algorithm_type": ("ppo", "grpo", "opmd", "dpo", "sft", "mix"),
+    "explorer.rollout_model.engine_type": ("vllm", "tinker", "external"),
+    "explorer.auxiliary_models.*.engine_type": ("vllm", "tinker", "external"),
+    "monitor.monitor_type": ("wandb", "tensorboard", "mlflow"),
+}
+
 MINIMUMS: Dict[str, float] = {
     "cluster.node_num": 1,
     "cluster.gpu_per_node": 0,

@@ -12,7 +12,7 @@ from typing import Any, List, Tuple
 from trinity.algorithm import SAMPLE_STRATEGY, needs_groups
 from trinity.buffer.priority import build_priority_fn
 from trinity.buffer.selector import TASK_SELECTORS
-from trinity.common.config.base import explicit_inert_values, is_set
+from trinity.common.config.base import did_you_mean, explicit_inert_values, is_set
 from trinity.common.config.config import Config, external_models
 from trinity.common.config.decoupled_checks import decoupled_problems
 from trinity.common.config.gpus import gpu_problems
@@ -24,6 +24,7 @@ from trinity.preflight.ranks import rank_problems
 from trinity.preflight.support import (
     ABOVE,
     AT_MOST_ONE,
+    DOCUMENTED,
     MINIMUMS,
     SAMPLING,
     STORAGE_PATHS,
@@ -38,18 +39,26 @@ logger = logging.getLogger("trinity.config")
 
 
 def check_supported(config: Config) -> List[str]:
-    """One "<path> = <value> is not supported yet" line per value outside ``SUPPORTED``."""
+    """One line per value outside ``SUPPORTED``: "<path> = <value> is not supported yet" for
+    what the guide documents, "<path>: unknown <key> '<value>'" for a name it does not."""
     problems = []
     for pattern, allowed in SUPPORTED.items():
         values = allowed(config) if callable(allowed) else allowed
         for path, value in values_at(config, pattern):
             if value not in values:
-                choices = [show(v) for v in values if v is not None]
-                choices += ["unset"] if None in values else []
-                problems.append(
-                    f"{path} = {show(value)} is not supported yet (supported: {', '.join(choices)})"
-                )
+                problems.append(_outside(pattern, path, value, values))
     return problems
+
+
+def _outside(pattern: str, path: str, value: Any, values: Tuple[Any, ...]) -> str:
+    choices = [show(v) for v in values if v is not None]
+    choices += ["unset"] if None in values else []
+    documented = DOCUMENTED.get(pattern)
+    if documented is not None and value not in documented:
+        key = pattern.rsplit(".", 1)[-1]
+        hint = did_you_mean(value, [v for v in values if v is not None])
+        return f"{path}: unknown {key} '{show(value)}'{hint} (known: {', '.join(choices)})"
+    return f"{path} = {show(value)} is not supported yet (supported: {', '.join(choices)})"
 
 
 def check_consistency(config: Config) -> List[str]:

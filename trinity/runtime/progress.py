@@ -18,6 +18,7 @@ from rich.live import Live
 
 from trinity.monitor import read_metrics
 from trinity.runtime.stage_progress import StageProgress
+from trinity.utils.console import output_console
 
 # A wait is shown once it has lasted this long, then again every REPEAT_WAIT_S.
 SHOW_WAIT_AFTER_S = 5.0
@@ -52,8 +53,9 @@ class ProgressPrinter:
     def __init__(
         self, console: Optional[Console] = None, every_steps: int = 10, every_s: float = 30.0
     ) -> None:
-        # soft_wrap: a line longer than the console (a path, an event) is never broken in two
-        self.console = console or Console(highlight=False, soft_wrap=True)
+        # soft_wrap: a line longer than the console (a path, an event) is never broken in two;
+        # off a terminal, tables (bench mode's) are not cut to 80 columns either
+        self.console = console or output_console(highlight=False, soft_wrap=True)
         self.every_steps, self.every_s = every_steps, every_s
         self.offsets: Dict[str, int] = {}  # bytes of each metrics file already shown
         self.job_dir = ""

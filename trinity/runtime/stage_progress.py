@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Set, Tuple
 
 from rich.console import Group
 from rich.progress_bar import ProgressBar
@@ -32,13 +32,14 @@ class StageProgress:
     name: str
     total: int  # planned steps
     start: int = 0  # the step a resumed stage continues after
-    counts: str = "trainer"  # the role whose records count the steps
+    counts: str = "trainer"  # the role whose records count the steps ("bench": checkpoints)
     started: float = field(default_factory=time.monotonic)
     step: int = 0
     numbers: Dict[str, float] = field(default_factory=dict)  # label -> latest value
     evals: Dict[str, float] = field(default_factory=dict)  # "<taskset> accuracy" -> value
     eval_step: Optional[int] = None
     waiting: Optional[Tuple[str, float]] = None  # (what, since: unix time)
+    benched: Set[int] = field(default_factory=set)  # bench: the checkpoints' train steps done
 
     def __post_init__(self) -> None:
         self.step = max(self.step, self.start)
@@ -53,7 +54,12 @@ class StageProgress:
         }
         if found:
             self.evals, self.eval_step = found, record["step"]
-        if role == self.counts:
+        if role == self.counts == "bench":
+            # A bench record's step is its checkpoint's train step (350), not how many of
+            # the planned checkpoints are done: count those.
+            self.benched.add(int(record["step"]))
+            self.step = self.start + len(self.benched)
+        elif role == self.counts:
             self.step = max(self.step, int(record["step"]))
         if role == "explorer" and _number(record.get("rollout/reward/mean")):
             self.numbers["reward"] = record["rollout/reward/mean"]
@@ -73,10 +79,11 @@ class StageProgress:
     def _parts(self) -> Tuple[str, str, str]:
         elapsed, left = self.timing()
         eta = "ETA " + (clock(left) if left is not None else "?")
-        head = f"step {self.step}/{self.total}  {clock(elapsed)} elapsed, {eta}"
+        unit, kind = ("checkpoint", "bench") if self.counts == "bench" else ("step", "eval")
+        head = f"{unit} {self.step}/{self.total}  {clock(elapsed)} elapsed, {eta}"
         numbers = "  ".join(f"{k} {v:.4g}" for k, v in self.numbers.items())
         evals = "  ".join(f"{k} {v:.3f}" for k, v in sorted(self.evals.items()))
-        last = f"eval (step {self.eval_step}): {evals}" if self.evals else ""
+        last = f"{kind} (step {self.eval_step}): {evals}" if self.evals else ""
         return head, numbers, last
 
     def line(self) -> str:

@@ -1,7 +1,8 @@
 """The studio's web app: one page (static/) and a JSON API over ``form`` and ``checks``.
 
 Checks run in a worker thread (they read model folders and datasets); the page sends the
-whole raw value tree each time, so the server keeps no state between requests.
+whole raw value tree each time, so the server keeps no state between requests. The page's
+first paint needs one request: the form comes with the opening config's values and check.
 """
 
 from __future__ import annotations
@@ -37,8 +38,14 @@ def _form() -> Dict[str, Any]:
 
 
 def create_app(initial_path: Optional[str] = None) -> FastAPI:
-    """The studio app; ``initial_path`` is the YAML file the page opens with (if any)."""
+    """The studio app; ``initial_path`` is the YAML file the page opens with (if any).
+
+    The opening config is checked once here, before the server listens: the first check of
+    a model folder and dataset imports torch and transformers (seconds), which the first
+    page would otherwise wait for, showing "checking...".
+    """
     app = FastAPI(title="Trinity-RFT studio", docs_url=None, redoc_url=None, openapi_url=None)
+    checks.opening(initial_path)
 
     @app.get("/")
     def page() -> FileResponse:
@@ -50,7 +57,8 @@ def create_app(initial_path: Optional[str] = None) -> FastAPI:
 
     @app.get("/api/form")
     def form() -> Dict[str, Any]:
-        return {**_form(), "path": initial_path or ""}
+        # checked again on each page load: the file may have changed since the start
+        return {**_form(), "path": initial_path or "", "opening": checks.opening(initial_path)}
 
     @app.post("/api/check")
     async def check(body: Values) -> Dict[str, Any]:

@@ -4,7 +4,7 @@ would report before starting, and the values ``finalize`` derives."""
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 from omegaconf import OmegaConf
@@ -80,6 +80,20 @@ def to_yaml(data: Dict[str, Any]) -> str:
     if not data:
         return ""
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def opening(path: Optional[str]) -> Dict[str, Any]:
+    """What the page shows first, in one answer: the raw values of the YAML file at ``path``
+    (none: the defaults), why it could not be loaded (``load_problems``), and their ``check``.
+    """
+    values: Dict[str, Any] = {}
+    load_problems: List[str] = []
+    if path:
+        try:
+            values = load(path)
+        except ConfigError as exc:
+            load_problems = exc.problems
+    return {"values": values, "load_problems": load_problems, "check": check(values)}
 
 
 def load(path: str) -> Dict[str, Any]:

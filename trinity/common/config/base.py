@@ -174,8 +174,18 @@ def _describe_error(root: type, err: dict, prefix: str) -> str:
         return _unknown_key_message(root, loc, path)
     if err["type"] == "value_error":
         return f"{path or '<root>'}: {err['msg'].removeprefix('Value error, ')}"
-    expected = _type_name(_annotation_at(root, loc))
+    annotation = _annotation_at(root, loc)
+    expected = _type_name(annotation)
+    if err["type"] == "literal_error":  # a misspelled choice gets the nearest one, as keys do
+        hint = did_you_mean(err.get("input"), _choices(annotation))
+        return f"{path}: expected {expected}, got {err.get('input')!r}{hint}"
     return f"{path}: expected {expected}, got {err.get('input')!r} ({err['msg']})"
+
+
+def _choices(tp: Any) -> Tuple[Any, ...]:
+    """The values of a ``Literal`` (also inside ``Optional``), else none."""
+    tp = _unwrap(tp)
+    return typing.get_args(tp) if typing.get_origin(tp) is typing.Literal else ()
 
 
 def _unknown_key_message(root: type, loc: tuple, path: str) -> str:
@@ -186,8 +196,14 @@ def _unknown_key_message(root: type, loc: tuple, path: str) -> str:
         return message
     if key in parent.MOVED_KEYS:
         return f"{message}; set '{parent.MOVED_KEYS[key]}' instead"
-    close = difflib.get_close_matches(key, list(parent.model_fields), n=1, cutoff=0.6)
-    return f"{message}; did you mean '{close[0]}'?" if close else message
+    return message + did_you_mean(key, list(parent.model_fields))
+
+
+def did_you_mean(name: str, choices: typing.Iterable[Any]) -> str:
+    """``"; did you mean 'x'?"`` for the choice closest to ``name``, or ``""`` when none is
+    close: the one suggestion every misspelled key, name or option gets."""
+    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 def _annotation_at(root: type, loc: tuple) -> Any:

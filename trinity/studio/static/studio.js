@@ -161,6 +161,10 @@ async function runCheck() {
   $("problems").textContent = "checking...";
   const result = await api("api/check", {values});
   if (seq !== checkSeq) return;  // a newer check is on its way
+  showCheck(result);
+}
+
+function showCheck(result) {
   showProblems(result.problems);
   showDerived(result.derived);
   $("yaml").textContent = result.yaml;
@@ -204,6 +208,16 @@ async function loadFile() {
   runCheck();
 }
 
+// The first paint: the opening config and its check came with the form, in one request.
+function showOpening(path, opening) {
+  values = opening.values;
+  renderForm();
+  showCheck(opening.check);
+  if (!path) return;
+  $("status").textContent = opening.load_problems.length
+    ? `not loaded: ${opening.load_problems.join("; ")}` : `loaded ${path}`;
+}
+
 async function saveFile() {
   const path = $("file").value.trim();
   if (!path) { $("status").textContent = "give a file path to save to"; return; }
@@ -219,6 +233,6 @@ async function start() {
   $("load").addEventListener("click", loadFile);
   $("save").addEventListener("click", saveFile);
   $("file").value = form.path;
-  if (form.path) await loadFile(); else { renderForm(); runCheck(); }
+  showOpening(form.path, form.opening);
 }
 start();
