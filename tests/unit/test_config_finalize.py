@@ -24,8 +24,9 @@ def _component(name, args):
     return type(name, (), {"default_args": classmethod(lambda cls: dict(args))})
 
 
-def _algorithm(name, defaults):
-    return type(name, (), {"default_config": classmethod(lambda cls: dict(defaults))})
+def _algorithm(name, defaults, **flags):
+    attrs = {"default_config": classmethod(lambda cls: dict(defaults)), **flags}
+    return type(name, (), attrs)
 
 
 @pytest.fixture(autouse=True)
@@ -53,7 +54,7 @@ def fake_algorithms(monkeypatch):
         # emptied for the test (monkeypatch restores the built-ins), then filled below
         monkeypatch.setattr(getattr(algorithm, registry_name), "_modules", {})
     algorithm.ALGORITHM_TYPE.register_module("grpo", _algorithm("GRPO", grpo))
-    algorithm.ALGORITHM_TYPE.register_module("sft", _algorithm("SFT", sft))
+    algorithm.ALGORITHM_TYPE.register_module("sft", _algorithm("SFT", sft, use_advantage=False))
     for registry_name, entries in components.items():
         registry = getattr(algorithm, registry_name)
         for name, args in entries.items():

@@ -73,7 +73,7 @@ def test_an_override_below_a_stage_list_is_reported_as_missing_that_stage(tmp_pa
     with caplog.at_level(logging.WARNING, logger="trinity.config"):
         stages = load(tmp_path, "buffer.explorer_input.eval_tasksets.0.split=valid")
     assert stages["sft"].buffer.explorer_input.eval_tasksets[0].split == "valid"
-    assert stages["rl"].buffer.explorer_input.eval_tasksets[0].split == "train"  # its own list, default split
+    assert stages["rl"].buffer.explorer_input.eval_tasksets[0].split == "train"  # its own list
     [note] = [r.getMessage() for r in caplog.records]
     assert "does not reach stage 'rl'" in note and "buffer.explorer_input.eval_tasksets" in note
 

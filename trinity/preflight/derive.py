@@ -121,8 +121,9 @@ def _derive_algorithm(config: Config) -> List[str]:
     algorithm = config.algorithm
     problems = []
     algorithm_cls = ALGORITHM_TYPE.get(algorithm.algorithm_type)
-    defaults = {**AlgorithmType.default_config(), **algorithm_cls.default_config()}
-    if not algorithm_cls.use_advantage and "advantage_fn" not in algorithm_cls.default_config():
+    own = algorithm_cls.default_config()
+    defaults = {**AlgorithmType.default_config(), **own}
+    if not getattr(algorithm_cls, "use_advantage", True) and "advantage_fn" not in own:
         del defaults["advantage_fn"]  # never built (SFT): naming one would only mislead
     for key, value in defaults.items():
         if key not in AlgorithmConfig.model_fields:
