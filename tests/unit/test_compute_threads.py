@@ -71,7 +71,7 @@ def test_an_evaluation_is_one_engine_batch_not_a_training_batch():
                 concurrent_mode=mode, rollout_model=SimpleNamespace(engine_num=engines)
             ),
             buffer=SimpleNamespace(
-                batch_size=2, explorer_input=SimpleNamespace(eval_tasksets=evals)
+                batch_size=2, explorer_input=SimpleNamespace(eval_tasksets=evals, tasksets=[])
             ),
             algorithm=SimpleNamespace(repeat_times=4),
         )

@@ -187,10 +187,8 @@ def _read_chat_template(model: ModelConfig) -> List[str]:
 
 
 def _derive_buffer(config: Config) -> List[str]:
-    buffer, algorithm = config.buffer, config.algorithm
-    problems = []
-    set_default(buffer, "train_batch_size", buffer.batch_size * algorithm.repeat_times)
-    problems += _derive_total_steps(config)
+    buffer = config.buffer
+    problems = _derive_total_steps(config)
     trainer_input = buffer.trainer_input
     if trainer_input.experience_buffer is None and config.mode != "train":
         assign(
@@ -213,7 +211,17 @@ def _derive_buffer(config: Config) -> List[str]:
         _derive_taskset(config, storage, name, is_eval=False)
     for index, storage in enumerate(buffer.explorer_input.eval_tasksets):
         _derive_taskset(config, storage, f"eval_taskset_{index}", is_eval=True)
+    set_default(buffer, "train_batch_size", rollouts_per_step(config))
     return problems
+
+
+def rollouts_per_step(config: Config) -> int:
+    """Experiences one explore step makes: ``batch_size`` x the training taskset's
+    ``repeat_times`` (its own, else ``algorithm.repeat_times``); the largest where tasksets
+    of different ``repeat_times`` are mixed."""
+    tasksets = config.buffer.explorer_input.tasksets
+    repeats = [ts.repeat_times or config.algorithm.repeat_times for ts in tasksets]
+    return config.buffer.batch_size * max(repeats or [config.algorithm.repeat_times])
 
 
 def _derive_total_steps(config: Config) -> List[str]:

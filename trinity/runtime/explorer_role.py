@@ -19,6 +19,7 @@ from trinity.engine.local import LocalEngine
 from trinity.explorer.bench import run_bench
 from trinity.explorer.pool import LoopRunner, Runner, RunnerPool, ThreadRunner
 from trinity.explorer.pool_rules import DynamicTimeout
+from trinity.preflight.derive import rollouts_per_step
 from trinity.runtime.placement import Placement
 from trinity.runtime.roles import (
     WAIT_SLICE_S,
@@ -138,7 +139,7 @@ def runner_slots(config: Any, runners: int) -> int:
     ``asynchronous`` modes; one task at a time when ``sequential``."""
     if config.explorer.concurrent_mode == "sequential":
         return 1
-    rows = config.buffer.batch_size * config.algorithm.repeat_times
+    rows = rollouts_per_step(config)
     if config.buffer.explorer_input.eval_tasksets:
         rows = max(rows, EVAL_ROWS_PER_ENGINE * config.explorer.rollout_model.engine_num)
     return max(1, math.ceil(rows / max(1, runners)))

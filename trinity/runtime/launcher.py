@@ -40,6 +40,7 @@ class StageResult:
 def planned_steps(config: Any) -> int:
     """Training steps of a stage: ``total_steps``, else epochs over the dataset that drives it."""
     from trinity.buffer import load_rows
+    from trinity.preflight.derive import rollouts_per_step
 
     buf = config.buffer
     if config.mode == "bench":  # one evaluation per checkpoint
@@ -70,7 +71,7 @@ def planned_steps(config: Any) -> int:
     explore_steps = math.ceil(rows * buf.total_epochs / buf.batch_size)
     # A train step may take less than an explore step makes (train_batch_size below
     # batch_size * repeat_times): then there are more train steps than explore steps.
-    made = buf.batch_size * config.algorithm.repeat_times
+    made = rollouts_per_step(config)
     return max(1, math.ceil(explore_steps * made / (buf.train_batch_size or made)))
 
 
