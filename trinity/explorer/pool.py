@@ -116,7 +116,6 @@ class RunnerPool:
     ) -> None:
         self.make_runner = make_runner
         self.runners = [make_runner(i) for i in range(size)]
-        self.max_timeout = max_timeout
         self.timeout = timeout or DynamicTimeout(max_timeout)
         self.rows = rows
         self.max_retry_times = max_retry_times
