@@ -1,8 +1,9 @@
 """docs/extending.md's plugins in a real run: loaded with --plugin-dir in every process, and
-the page's reward, algorithm type, advantage, loss, entropy term, sample strategy and task
-selector all take part in training; its engine runs in a Ray engine actor."""
+the page's reward, algorithm type, advantage, loss, entropy term, sample strategy, task
+selector and monitor all take part in training; its engine runs in a Ray engine actor."""
 
 import math
+import os
 
 import pytest
 
@@ -38,10 +39,21 @@ def test_documented_plugins_train(tmp_path, micro_model, arithmetic_data, ray_cl
         "buffer.explorer_input.eval_tasksets=[]",
         "buffer.total_steps=2",
         "model.max_response_tokens=6",
+        "monitor.monitor_type=csv",
+        "monitor.monitor_args={prefix: actor/}",
     ]
     (result,) = run(CONFIG, overrides, [plugin_dir])
     trainer = records(result.job_dir, "trainer")
     assert [r["step"] for r in trainer] == [1, 2]
+    # the page's monitor got the trainer's actor/ metrics of both steps, as the JSON lines did
+    csv_path = os.path.join(
+        result.job_dir, "monitor", f"{os.path.basename(result.job_dir)}_trainer.csv"
+    )
+    with open(csv_path) as f:
+        rows = [line.split(",") for line in f.read().splitlines()]
+    assert {(int(step), name) for step, name, _ in rows} == {
+        (r["step"], name) for r in trainer for name in r if name.startswith("actor/")
+    }
     for record in trainer:
         assert math.isfinite(record["actor/reinforce_loss"])
         assert "group_mean/abs_advantage" in record and "sample/clipped_rewards" in record

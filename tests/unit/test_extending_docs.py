@@ -75,7 +75,7 @@ def plugins(tmp_path_factory):
 
 
 def test_every_extensible_registry_has_one_example(plugins):
-    assert len(PLUGIN_BLOCKS) == 11
+    assert len(PLUGIN_BLOCKS) == 12
     assert plugins == {
         "workflows": {"exact_match_workflow"},
         "reward_functions": {"keyword_reward"},
@@ -86,7 +86,7 @@ def test_every_extensible_registry_has_one_example(plugins):
         "entropy_loss_fn": {"capped_entropy"},
         "sample_strategy": {"clip_reward"},
         "task_selectors": {"fixed_shuffle"},
-        "monitors": set(),
+        "monitors": {"csv"},
         "operators": {"banned_words_filter"},
         "engines": {"echo"},
     }
@@ -313,3 +313,16 @@ def test_yaml_examples_pass_the_config_check(
     path.write_text(yaml.safe_dump(merged))
     config = finalize(load_config(str(path)))
     assert_contains(config.model_dump(), snippet, "")
+
+
+def test_monitor_example_writes_rows_and_keeps_them_on_resume(plugins, tmp_path):
+    sink = MONITORS.get("csv")(str(tmp_path), "p", "run_trainer", None, prefix="actor/")
+    sink.log({"actor/pg_loss": 0.5, "critic/vf_loss": 1.0}, step=1)
+    sink.log({"actor/pg_loss": 0.25}, step=2)
+    sink.close()
+    path = tmp_path / "monitor" / "run_trainer.csv"
+    assert path.read_text().splitlines() == ["1,actor/pg_loss,0.5", "2,actor/pg_loss,0.25"]
+    resumed = MONITORS.get("csv")(str(tmp_path), "p", "run_trainer", 1, prefix="actor/")
+    resumed.close()  # a run resumed after step 1 redoes step 2
+    assert path.read_text().splitlines() == ["1,actor/pg_loss,0.5"]
+

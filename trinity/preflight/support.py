@@ -27,6 +27,7 @@ from trinity.common.config.decoupled_checks import STORE_TYPES
 from trinity.common.config.schema_buffer import MAX_TOP_LOGPROBS
 from trinity.common.registry import Registry
 from trinity.engine import DEFAULT_ENGINE, ENGINES
+from trinity.monitor import MONITORS
 
 
 def _registered_algorithms(config: Config) -> Tuple[Any, ...]:
@@ -38,6 +39,11 @@ def _registered_engines(config: Config) -> Tuple[Any, ...]:
     # registered by the time configs are checked (plugins load first).
     names = sorted(ENGINES.names(), key=lambda name: name != DEFAULT_ENGINE)
     return (None, *names)
+
+
+def _registered_monitors(config: Config) -> Tuple[Any, ...]:
+    # A plugin's sink is registered by the time configs are checked (plugins load first).
+    return tuple(MONITORS.names())
 
 
 def _experience_buffer_storage(config: Config) -> Tuple[Any, ...]:
@@ -103,13 +109,13 @@ SUPPORTED: Dict[str, Allowed] = {
         for section in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model")
         for key in ("reduce_dtype", "buffer_dtype")
     },
-    "monitor.monitor_type": ("tensorboard", "wandb", "mlflow"),
+    "monitor.monitor_type": _registered_monitors,
     # the task pipeline processes buffer.explorer_input.tasksets where they are read
     "data_processor.task_pipeline.inputs": ([],),
 }
 
 # Name-valued keys (their values are registry names, not a fixed list in the schema) -> the
-# names spec/configuration-guide.md documents for them. A value outside ``SUPPORTED`` that the
+# names Trinity-RFT's configuration documents for them. A value outside ``SUPPORTED`` that the
 # guide documents is a feature this build lacks ("not supported yet"); one it does not
 # document names nothing ("unknown", with the closest supported name).
 DOCUMENTED: Dict[str, Tuple[str, ...]] = {
