@@ -26,9 +26,6 @@ from pydantic_core import PydanticUndefined  # noqa: E402
 
 from trinity.common.config import Config  # noqa: E402
 from trinity.preflight.support import (  # noqa: E402
-    ABOVE,
-    AT_MOST_ONE,
-    MINIMUMS,
     SAMPLING,
     STORAGE_PATHS,
     SUPPORTED,
@@ -146,14 +143,33 @@ def _runs(pattern: str, annotation: Any, inert: Optional[str]) -> str:
     return f"only {_shown(allowed)}; any other value: {NOT_YET}"
 
 
-def _limits(pattern: str, annotation: Any) -> List[str]:
+# annotated_types' bound classes (Field(ge=...) and the like) -> the bound in words
+BOUND_WORDS = {"Ge": ("ge", ">="), "Gt": ("gt", ">"), "Le": ("le", "<="), "Lt": ("lt", "<")}
+
+
+def _bounds(field: FieldInfo) -> List[str]:
+    """The bounds a field declares, on itself or on its list items (``List[Annotated[...]]``)."""
+    metadata = list(field.metadata)
+    for arg in _args(_strip(field.annotation)[0]):
+        metadata += getattr(arg, "__metadata__", ())
+        metadata += [
+            m for info in getattr(arg, "__metadata__", ()) for m in getattr(info, "metadata", ())
+        ]
+    words = []
+    for item in metadata:
+        name = type(item).__name__
+        if name in BOUND_WORDS:
+            attr, symbol = BOUND_WORDS[name]
+            words.append(f"{symbol} {getattr(item, attr)}")
+    return words
+
+
+def _limits(pattern: str, field: FieldInfo) -> List[str]:
     """The allowed values and the bounds the checks enforce, as sentences."""
-    tp, notes = _strip(annotation)[0], []
+    tp, notes = _strip(field.annotation)[0], []
     if typing.get_origin(tp) is typing.Literal:
         notes.append(f"One of {_shown(_args(tp))}.")
-    bounds = [f">= {MINIMUMS[pattern]}"] if pattern in MINIMUMS else []
-    bounds += [f"> {ABOVE[pattern]}"] if pattern in ABOVE else []
-    bounds += ["<= 1"] if pattern in AT_MOST_ONE else []
+    bounds = _bounds(field)
     if pattern in SAMPLED:
         bounds.append(SAMPLING[pattern.rsplit(".", 1)[1]][1])
     return notes + ([f"Must be {' and '.join(bounds)}."] if bounds else [])
@@ -169,7 +185,7 @@ def rows(
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         why = inert or extra.get("inert")
         child, path_suffix, pattern_suffix = _children(field.annotation)
-        doc = " ".join([field.description or "", *_limits(pat, field.annotation)]).strip()
+        doc = " ".join([field.description or "", *_limits(pat, field)]).strip()
         runs, target = _runs(pat, field.annotation, why), key + path_suffix
         if child is not None and pattern.startswith("stages"):
             doc += f" Same keys as the top-level `{name}` section."

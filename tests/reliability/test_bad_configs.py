@@ -599,16 +599,21 @@ CASES: List[Bad] = [
         set={"stages": [{"stage_name": "a"}, {"stage_name": "a"}]},
     ),
     Bad(
+        "a-stage-value-out-of-its-bounds",
+        ["stages[1].buffer.batch_size = 0 must be >= 1"],
+        set={"stages": [{"stage_name": "one"}, {"stage_name": "two", "buffer": {"batch_size": 0}}]},
+    ),
+    Bad(
         "problems-in-two-stages",
         [
             "stage 'one': algorithm.repeat_times = 1",
-            "stage 'two': buffer.batch_size = 0",
+            "stage 'two': buffer.train_batch_size = 3 is not a multiple",
             "stages 'one', 'two': model.temperature = -1",  # shared: said once
         ],
         set={
             "stages": [
                 {"stage_name": "one", "algorithm": {"repeat_times": 1}},
-                {"stage_name": "two", "buffer": {"batch_size": 0}},
+                {"stage_name": "two", "buffer": {"train_batch_size": 3}},
             ],
             "model.temperature": -1,
         },
@@ -632,7 +637,7 @@ CASES: List[Bad] = [
     ),
     Bad(
         "monitor-not-built",
-        ["monitor.monitor_type: unknown monitor_type 'neptune'", "tensorboard, wandb, mlflow"],
+        ["monitor.monitor_type: unknown monitor_type 'neptune'", "mlflow, tensorboard, wandb"],
         set={"monitor.monitor_type": "neptune"},
     ),
     Bad(

@@ -282,7 +282,7 @@ def test_not_supported_values_are_reported_together(tmp_path):
         "synchronizer.sync_method = nccl is not supported yet",
         "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size = 2 is "
         "not supported yet",
-        "monitor.monitor_type: unknown monitor_type 'neptune' (known: tensorboard, wandb, mlflow)",
+        "monitor.monitor_type: unknown monitor_type 'neptune' (known: mlflow, tensorboard, wandb)",
     ]
     assert len(found) == len(expected_starts)
     for problem, start in zip(found, expected_starts, strict=True):
@@ -303,7 +303,7 @@ def test_a_name_registered_nowhere_is_unknown_with_the_closest_not_a_planned_fea
         "explorer.rollout_model.engine_type: unknown engine_type 'transformer'; did you mean "
         "'transformers'? (known: transformers, external, unset)",
         "monitor.monitor_type: unknown monitor_type 'wandbb'; did you mean 'wandb'? (known: "
-        "tensorboard, wandb, mlflow)",
+        "mlflow, tensorboard, wandb)",
     ]
     with pytest.raises(ConfigError) as info:
         finalized(tmp_path, overrides=["explorer.auxiliary_models=[{engine_type: tinker}]"])
@@ -325,21 +325,26 @@ def test_experience_buffer_storage_depends_on_mode(tmp_path):
 
 
 def test_impossible_arithmetic_is_reported_together(tmp_path):
+    # each field's own bounds, checked when the config is read: all of them at once
+    bounds = ["buffer.batch_size=0", "buffer.train_batch_size=0"]
+    bounds += ["synchronizer.sync_interval=0", "synchronizer.sync_offset=-1"]
+    with pytest.raises(ConfigError) as excinfo:
+        load(tmp_path, overrides=bounds)
+    assert excinfo.value.problems == [
+        "buffer.batch_size = 0 must be >= 1",
+        "buffer.train_batch_size = 0 must be >= 1",
+        "synchronizer.sync_interval = 0 must be >= 1",
+        "synchronizer.sync_offset = -1 must be >= 0",
+    ]
+    # then the relations between keys, after derivation: all of them at once
     overrides = [
-        "buffer.batch_size=0",
         "algorithm.repeat_times=1",
         "model.min_response_tokens=28",
         "model.max_model_len=110",
-        "synchronizer.sync_interval=0",
-        "synchronizer.sync_offset=-1",
         "buffer.explorer_input.taskset.rollout_args.n=3",
     ]
     found = problems(tmp_path, overrides=overrides)
     assert found == [
-        "buffer.batch_size = 0 must be >= 1",
-        "buffer.train_batch_size = 0 must be >= 1",  # derived 0 * 1
-        "synchronizer.sync_interval = 0 must be >= 1",
-        "synchronizer.sync_offset = -1 must be >= 0",
         "model.min_response_tokens = 28 must be less than model.max_response_tokens = 28",
         "model.max_prompt_tokens + model.min_response_tokens = 100 + 28 exceeds "
         "model.max_model_len = 110",

@@ -111,7 +111,9 @@ def test_mix_counts_only_the_rows_it_reads_from_the_experience_buffer(tmp_path):
 
 
 def test_step_output_uses_a_taskset_with_fewer_repeats(tmp_path):
-    found = consistency(tmp_path, overrides=["buffer.explorer_input.taskset.repeat_times=2"])
+    fewer = ["buffer.explorer_input.taskset.repeat_times=2"]
+    assert consistency(tmp_path, overrides=fewer) == []  # the default follows: 4 * 2 = 8
+    found = consistency(tmp_path, overrides=fewer + ["buffer.train_batch_size=16"])
     assert len(found) == 1 and "taskset 't' repeat_times = 4 * 2 = 8" in found[0]
 
 

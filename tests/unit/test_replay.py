@@ -257,5 +257,5 @@ def test_replay_config_scope_and_idle_warning(tmp_path, caplog):
     assert "replay_buffer" not in caplog.text
     with pytest.raises(ConfigError, match="replay_buffer.enable = true is not supported yet"):
         finalized(tmp_path, mode="explore", cooldown="30")
-    with pytest.raises(ConfigError, match="reuse_cooldown_time = -1.0 must be >= 0"):
+    with pytest.raises(ConfigError, match="reuse_cooldown_time = -1 must be >= 0"):
         finalized(tmp_path, cooldown="-1")

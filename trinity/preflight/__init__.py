@@ -10,7 +10,7 @@ that need the config alone.
   support table, the consistency checks; what ``trinity run`` saves as ``config.yaml``.
 - ``support``: the tables ``validate`` checks (``SUPPORTED``: "not supported yet" in one
   place, for the names ``DOCUMENTED`` lists; other names are "unknown", with the closest;
-  ``MINIMUMS``, ``ABOVE``, ``AT_MOST_ONE``, ``SAMPLING``).
+  ``SAMPLING``). A single value's bounds are on its field (``Field(ge=...)``).
 - ``validate``: checks that need the whole config (and ``ranks``: ``trainer.cpu_ranks``).
 - ``before_start``: ``check_before_start(root)``, every stage finalized and then checked
   against the filesystem and the registries (model folders, data, components with

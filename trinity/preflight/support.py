@@ -1,8 +1,8 @@
 """The tables of what this build supports and what can possibly run (``validate.py`` reads them).
 
-``SUPPORTED`` maps a key path to the values this build can run, and ``MINIMUMS`` (``ABOVE``,
-``AT_MOST_ONE``) maps a key path to its smallest sensible value (a strict lower bound, an
-upper bound of 1). ``*`` in a path matches every item of a list or mapping. Growing a feature
+``SUPPORTED`` maps a key path to the values this build can run; ``*`` in a path matches every
+item of a list or mapping. Bounds of a single value are not here: a field declares its own
+(``Field(ge=...)``, ``gt``, ``le``), checked when the config is read. Growing a feature
 means widening its row, nothing else. ``SAMPLING`` holds the ranges of sampling parameters,
 checked on ``model`` and on every taskset's ``rollout_args``.
 """
@@ -125,69 +125,11 @@ DOCUMENTED: Dict[str, Tuple[str, ...]] = {
     "monitor.monitor_type": ("wandb", "tensorboard", "mlflow"),
 }
 
-MINIMUMS: Dict[str, float] = {
-    "cluster.node_num": 1,
-    "cluster.gpu_per_node": 0,
-    "algorithm.repeat_times": 1,
-    "algorithm.optimizer.lr": 0.0,
-    "algorithm.optimizer.lr_warmup_steps_ratio": 0.0,
-    "algorithm.optimizer.min_lr_ratio": 0.0,
-    "algorithm.optimizer.weight_decay": 0.0,
-    "model.min_response_tokens": 0,
-    "model.lora_configs.*.lora_rank": 1,
-    "model.max_model_len": 1,
-    "model.max_prompt_tokens": 1,
-    "model.max_response_tokens": 1,
-    "buffer.batch_size": 1,
-    "buffer.train_batch_size": 1,
-    "buffer.total_epochs": 1,
-    "buffer.total_steps": 1,
-    "buffer.explorer_input.tasksets.*.repeat_times": 1,
-    "buffer.explorer_input.eval_tasksets.*.repeat_times": 1,
-    "buffer.trainer_input.experience_buffer.max_read_timeout": 0.0,
-    "buffer.trainer_input.experience_buffer.replay_buffer.reuse_cooldown_time": 0.0,
-    "explorer.runner_per_model": 1,
-    "explorer.max_repeat_times_per_runner": 1,
-    "explorer.runner_state_report_interval": 0,
-    "explorer.max_timeout": 1,
-    "explorer.max_retry_times": 0,
-    "explorer.max_failed_ratio": 0.0,
-    "explorer.eval_interval": 1,
-    "explorer.bench_checkpoints.*": 0,
-    "explorer.rollout_model.engine_num": 1,
-    "synchronizer.sync_interval": 1,
-    "synchronizer.sync_offset": 0,
-    "synchronizer.sync_timeout": 1,
-    "trainer.total_steps": 1,
-    "trainer.save_interval": 0,
-    # -1 used to delete the checkpoint just written; null keeps every checkpoint
-    "trainer.max_checkpoints_to_keep": 1,
-    "trainer.max_token_len_per_gpu": 1,
-    "trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 1,
-    "trainer.trainer_config.actor_rollout_ref.actor.ppo_epochs": 1,
-    "trainer.trainer_config.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 1,
-    "data_processor.task_pipeline.num_process": 1,
-}
-
 STORAGE_PATHS = (
     "buffer.explorer_input.tasksets.*",
     "buffer.explorer_input.eval_tasksets.*",
     "buffer.trainer_input.experience_buffer",
     "buffer.trainer_input.auxiliary_buffers.*",
-)
-
-# Values that must be strictly greater than the given bound.
-ABOVE: Dict[str, float] = {
-    "model.repetition_penalty": 0.0,
-    "model.lora_configs.*.lora_alpha": 0.0,
-    "trainer.grad_clip": 0.0,  # clipping the gradient norm to 0 zeroes every update
-}
-
-# Fractions that must lie in [0, 1].
-AT_MOST_ONE = (
-    "algorithm.optimizer.lr_warmup_steps_ratio",
-    "algorithm.optimizer.min_lr_ratio",
-    "explorer.max_failed_ratio",
 )
 
 # Sampling parameter -> (whether a value is allowed, the allowed range in words).

@@ -1,6 +1,7 @@
 """Checks that need the whole config: what this build supports, and what can possibly run.
 
-The tables they read (``SUPPORTED``, ``MINIMUMS``, ``SAMPLING``...) are in ``support.py``.
+The tables they read (``SUPPORTED``, ``SAMPLING``...) are in ``support.py``; a field's own
+bounds are declared on it and checked when the config is read.
 """
 
 from __future__ import annotations
@@ -22,10 +23,7 @@ from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.config.sync_checks import sync_problems
 from trinity.preflight.ranks import rank_problems
 from trinity.preflight.support import (
-    ABOVE,
-    AT_MOST_ONE,
     DOCUMENTED,
-    MINIMUMS,
     SAMPLING,
     STORAGE_PATHS,
     SUPPORTED,
@@ -63,20 +61,7 @@ def _outside(pattern: str, path: str, value: Any, values: Tuple[Any, ...]) -> st
 
 def check_consistency(config: Config) -> List[str]:
     """Impossible or contradictory values of a finalized config."""
-    problems = []
-    for pattern, minimum in MINIMUMS.items():
-        for path, value in values_at(config, pattern):
-            if value is not None and value < minimum:
-                problems.append(f"{path} = {value} must be >= {minimum}")
-    for pattern, bound in ABOVE.items():
-        for path, value in values_at(config, pattern):
-            if value is not None and value <= bound:
-                problems.append(f"{path} = {value} must be > {bound}")
-    for pattern in AT_MOST_ONE:
-        for path, value in values_at(config, pattern):
-            if value > 1:
-                problems.append(f"{path} = {value} must be <= 1")
-    problems += _check_sampling(config)
+    problems = _check_sampling(config)
     problems += _check_model(config)
     problems += lora_problems(config)
     problems += _check_run(config)

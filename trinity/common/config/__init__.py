@@ -22,15 +22,16 @@ How to add a new key
 1. Declare it once, in the section class of its YAML path (e.g. ``explorer.foo`` goes in
    ``ExplorerConfig`` in ``schema_explorer.py``)::
 
-       foo: int = Field(3, description="One line saying what it does.")
+       foo: int = Field(3, ge=1, description="One line saying what it does.")
 
-   The attribute name is the YAML key. Unknown-key errors and their suggestions pick it up.
+   The attribute name is the YAML key; unknown-key errors and their suggestions pick it up.
+   Bounds go on the field (``ge``, ``gt``, ``le``): the error names the key and the bound,
+   and the configuration reference reads them there.
 2. If its default depends on other keys or on the machine, make it ``Optional[...] = None``
    ("unset") and derive it in ``trinity/preflight/derive.py`` with
    ``set_default(section, "foo", value)``, which never overrides a value the user wrote.
-3. If only some values work yet, add a row to ``SUPPORTED`` in ``trinity/preflight/support.py``;
-   if it has a smallest sensible value, a row to ``MINIMUMS`` (``ABOVE`` for a strict bound,
-   ``AT_MOST_ONE`` for fractions, ``SAMPLING`` for a sampling parameter). If it is
+3. If only some values work yet, add a row to ``SUPPORTED`` in ``trinity/preflight/support.py``
+   (a sampling parameter's range: ``SAMPLING``). If it is
    accepted for compatibility but has no effect, declare it with ``inert(..., reason=...)``
    instead of ``Field``. A check that reads a registry (names of algorithms, engines,
    components) belongs in ``trinity/preflight/`` too: nothing in ``common`` imports the

@@ -155,6 +155,15 @@ def _collect_inert(model: BaseModel, prefix: str, reason: Optional[str], out: li
             out.append((path, value, why))
 
 
+# pydantic's error type for a bound a field declares -> (its ctx key, the bound in words)
+BOUND_ERRORS = {
+    "greater_than_equal": ("ge", ">="),
+    "greater_than": ("gt", ">"),
+    "less_than_equal": ("le", "<="),
+    "less_than": ("lt", "<"),
+}
+
+
 def validate_model(cls: type, data: Any, prefix: str = "") -> Any:
     """``cls.model_validate(data)``, turning pydantic's errors into one :class:`ConfigError`."""
     try:
@@ -174,6 +183,9 @@ def _describe_error(root: type, err: dict, prefix: str) -> str:
         return _unknown_key_message(root, loc, path)
     if err["type"] == "value_error":
         return f"{path or '<root>'}: {err['msg'].removeprefix('Value error, ')}"
+    if err["type"] in BOUND_ERRORS:  # the field's own bound: Field(ge=...), gt, le, lt
+        kind, symbol = BOUND_ERRORS[err["type"]]
+        return f"{path} = {err.get('input')!r} must be {symbol} {err['ctx'][kind]}"
     annotation = _annotation_at(root, loc)
     expected = _type_name(annotation)
     if err["type"] == "literal_error":  # a misspelled choice gets the nearest one, as keys do

@@ -15,15 +15,15 @@ logger = logging.getLogger("trinity.config")
 class OptimizerConfig(ConfigModel):
     """``algorithm.optimizer``: the actor's optimizer and learning-rate schedule."""
 
-    lr: float = Field(1e-6, description="Learning rate.")
+    lr: float = Field(1e-6, ge=0.0, description="Learning rate.")
     lr_warmup_steps: int = Field(
         -1, description="Linear warm-up steps; negative means use lr_warmup_steps_ratio."
     )
     lr_warmup_steps_ratio: float = Field(
-        0.0, description="Warm-up steps as a fraction of the total training steps."
+        0.0, ge=0.0, le=1, description="Warm-up steps as a fraction of the total training steps."
     )
     min_lr_ratio: float = Field(
-        0.0, description="Cosine schedule: the final lr as a fraction of lr."
+        0.0, ge=0.0, le=1, description="Cosine schedule: the final lr as a fraction of lr."
     )
     warmup_style: Optional[Literal["constant", "cosine"]] = Field(
         None, description="Deprecated alias of lr_scheduler_type."
@@ -34,7 +34,7 @@ class OptimizerConfig(ConfigModel):
     num_cycles: float = Field(0.5, description="Cosine schedule: number of cosine cycles.")
     optimizer_type: str = Field("adamw", description="Optimizer; only adamw is built.")
     betas: Tuple[float, float] = Field((0.9, 0.999), description="Adam betas.")
-    weight_decay: float = Field(0.01, description="Decoupled weight decay.")
+    weight_decay: float = Field(0.01, ge=0.0, description="Decoupled weight decay.")
 
     @model_validator(mode="after")
     def _apply_warmup_style(self) -> OptimizerConfig:
@@ -68,7 +68,9 @@ class AlgorithmConfig(ConfigModel):
     algorithm_type: str = Field(
         "grpo", description="Registered algorithm name (grpo, ppo, rloo, dpo, sft, mix, ...)."
     )
-    repeat_times: int = Field(1, description="Rollouts per task; unset: the algorithm's default.")
+    repeat_times: int = Field(
+        1, ge=1, description="Rollouts per task; unset: the algorithm's default."
+    )
     optimizer: OptimizerConfig = Field(
         default_factory=OptimizerConfig, description="Actor optimizer."
     )

@@ -69,7 +69,7 @@ class ReplayBufferConfig(ConfigModel):
 
     enable: bool = Field(False, description="Reuse experiences from the queue.")
     reuse_cooldown_time: Optional[float] = Field(
-        None, description="Seconds before an experience may be reused; null: never."
+        None, ge=0.0, description="Seconds before an experience may be reused; null: never."
     )
     priority_fn: str = Field("linear_decay", description="Order in which experiences are reused.")
     priority_fn_args: Dict[str, Any] = Field(
@@ -94,7 +94,7 @@ class StorageConfig(ConfigModel):
     subset_name: Optional[str] = Field(None, description="`name` of datasets.load_dataset.")
     split: str = Field("train", description="`split` of datasets.load_dataset.")
     repeat_times: Optional[int] = Field(
-        None, description="Rollouts per task; unset: algorithm.repeat_times (eval: 1)."
+        None, ge=1, description="Rollouts per task; unset: algorithm.repeat_times (eval: 1)."
     )
     format: FormatConfig = Field(default_factory=FormatConfig, description="Column mapping.")
     rollout_args: GenerationConfig = Field(
@@ -116,7 +116,9 @@ class StorageConfig(ConfigModel):
         default_factory=TaskSelectorConfig, description="Task order."
     )
     max_read_timeout: float = Field(
-        1800, description="Queue: seconds to wait for a full batch before returning a short one."
+        1800,
+        ge=0.0,
+        description="Queue: seconds to wait for a full batch before returning a short one.",
     )
     replay_buffer: ReplayBufferConfig = Field(
         default_factory=ReplayBufferConfig, description="Experience reuse (queue only)."
@@ -187,13 +189,13 @@ class BufferConfig(ConfigModel):
         "default_reward_fn_type": "buffer.explorer_input.default_reward_fn_type",
     }
 
-    batch_size: int = Field(1, description="Tasks per explore step (not times repeat_times).")
+    batch_size: int = Field(1, ge=1, description="Tasks per explore step (not times repeat_times).")
     train_batch_size: Optional[int] = Field(
-        None, description="Experiences per train step; unset: batch_size * repeat_times."
+        None, ge=1, description="Experiences per train step; unset: batch_size * repeat_times."
     )
-    total_epochs: int = Field(1, description="Passes over the taskset.")
+    total_epochs: int = Field(1, ge=1, description="Passes over the taskset.")
     total_steps: Optional[int] = Field(
-        None, description="Training steps; wins over total_epochs when set."
+        None, ge=1, description="Training steps; wins over total_epochs when set."
     )
     explorer_input: ExplorerInput = Field(
         default_factory=ExplorerInput, description="Explorer datasets."

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Literal, Optional
+from typing import Annotated, Dict, List, Literal, Optional
 
 from pydantic import Field
 
@@ -29,7 +29,7 @@ class InferenceModelConfig(ConfigModel):
         description="The API of an auxiliary model with engine_type external (enable: true "
         "means engine_type external); the rollout model's is model.external_model.",
     )
-    engine_num: int = Field(1, description="Number of engines.")
+    engine_num: int = Field(1, ge=1, description="Number of engines.")
     tensor_parallel_size: int = inert(
         1,
         description="Tensor parallel degree per engine; with GPUs each engine takes this many.",
@@ -97,7 +97,7 @@ class ExplorerConfig(ConfigModel):
     """``explorer``: rollout models and the workflow runners that use them."""
 
     name: Name = Field("explorer", description="Ray actor name of the explorer.")
-    runner_per_model: int = Field(8, description="Workflow runners per rollout engine.")
+    runner_per_model: int = Field(8, ge=1, description="Workflow runners per rollout engine.")
     concurrent_mode: Literal["sequential", "asynchronous", "multi-threading"] = Field(
         "sequential",
         description="Tasks per runner at once: sequential = one; multi-threading = a step's "
@@ -105,14 +105,18 @@ class ExplorerConfig(ConfigModel):
         "asynchronous = as many, as coroutines on one event loop (Workflow.run_async).",
     )
     max_repeat_times_per_runner: Optional[int] = Field(
-        None, description="Split a task's repeats into runs of at most this many."
+        None, ge=1, description="Split a task's repeats into runs of at most this many."
     )
-    max_timeout: float = Field(900, description="Seconds a workflow may take.")
+    max_timeout: float = Field(900, ge=1, description="Seconds a workflow may take.")
     max_retry_times: int = Field(
-        2, description="Retries of a task whose workflow raised, timed out or lost its runner."
+        2,
+        ge=0,
+        description="Retries of a task whose workflow raised, timed out or lost its runner.",
     )
     max_failed_ratio: float = Field(
         1.0,
+        ge=0.0,
+        le=1,
         description="The run fails when this fraction of a step's tasks failed after retries "
         "(1.0: only when all did; 0: at the first failure).",
     )
@@ -125,12 +129,12 @@ class ExplorerConfig(ConfigModel):
     auxiliary_models: List[InferenceModelConfig] = Field(
         default_factory=list, description="Extra models workflows may call (e.g. a judge)."
     )
-    eval_interval: int = Field(100, description="Evaluate every this many steps.")
+    eval_interval: int = Field(100, ge=1, description="Evaluate every this many steps.")
     eval_on_startup: bool = Field(True, description="Evaluate the initial model at step 0.")
     bench_on_latest_checkpoint: bool = Field(
         False, description="Mode bench: evaluate only the run's newest checkpoint."
     )
-    bench_checkpoints: List[int] = Field(
+    bench_checkpoints: List[Annotated[int, Field(ge=0)]] = Field(
         default_factory=list,
         description="Mode bench: the train steps of the checkpoints to evaluate (0: the base "
         "model); empty: every complete checkpoint, and step 0 with eval_on_startup.",
@@ -142,7 +146,7 @@ class ExplorerConfig(ConfigModel):
         default_factory=DynamicTimeoutConfig, description="Dynamic timeout (experimental)."
     )
     runner_state_report_interval: float = Field(
-        0, description="Seconds between runner status reports; 0 is off."
+        0, ge=0, description="Seconds between runner status reports; 0 is off."
     )
 
 
@@ -153,9 +157,11 @@ class SynchronizerConfig(ConfigModel):
         None,
         description="Weight transport; unset: memory in mode both, checkpoint otherwise.",
     )
-    sync_interval: int = Field(1, description="Steps between weight syncs.")
-    sync_offset: int = Field(0, description="Steps the explorer runs ahead of the trainer.")
-    sync_timeout: float = Field(3600, description="Seconds to wait for the other side of a sync.")
+    sync_interval: int = Field(1, ge=1, description="Steps between weight syncs.")
+    sync_offset: int = Field(0, ge=0, description="Steps the explorer runs ahead of the trainer.")
+    sync_timeout: float = Field(
+        3600, ge=1, description="Seconds to wait for the other side of a sync."
+    )
     sync_style: Literal["fixed", "explorer_driven", "trainer_driven"] = Field(
         "fixed", description="Who decides when to sync."
     )

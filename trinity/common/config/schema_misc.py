@@ -44,7 +44,7 @@ class TaskPipelineConfig(ConfigModel):
     """``data_processor.task_pipeline``: preprocess tasksets."""
 
     num_process: int = Field(
-        1, description="Processes of its data_juicer operators (built-in operators use one)."
+        1, ge=1, description="Processes of its data_juicer operators (built-in operators use one)."
     )
     operators: List[OperatorConfig] = Field(default_factory=list, description="Operators in order.")
     inputs: List[str] = Field(

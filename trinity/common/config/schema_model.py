@@ -24,8 +24,10 @@ class LoRAConfig(ConfigModel):
         description="Base model name written in the exported adapter_config.json; unset: "
         "model.model_path.",
     )
-    lora_rank: int = Field(32, description="Rank r of the adapter matrices.")
-    lora_alpha: int = Field(32, description="Scaling numerator: the update is alpha / r * B @ A.")
+    lora_rank: int = Field(32, ge=1, description="Rank r of the adapter matrices.")
+    lora_alpha: int = Field(
+        32, gt=0.0, description="Scaling numerator: the update is alpha / r * B @ A."
+    )
     lora_dtype: str = Field(
         "auto",
         description="Adapter parameters' dtype: auto (the model's), float32, bfloat16, float16.",
@@ -80,15 +82,18 @@ class ModelConfig(ConfigModel):
     )
     max_model_len: Optional[int] = Field(
         None,
+        ge=1,
         description="Max tokens of a sequence; unset: max_prompt_tokens + max_response_tokens.",
     )
-    max_prompt_tokens: Optional[int] = Field(None, description="Max prompt tokens.")
-    max_response_tokens: Optional[int] = Field(None, description="Max generated tokens.")
-    min_response_tokens: int = Field(1, description="Min generated tokens (< max_response_tokens).")
+    max_prompt_tokens: Optional[int] = Field(None, ge=1, description="Max prompt tokens.")
+    max_response_tokens: Optional[int] = Field(None, ge=1, description="Max generated tokens.")
+    min_response_tokens: int = Field(
+        1, ge=0, description="Min generated tokens (< max_response_tokens)."
+    )
     enable_prompt_truncation: bool = Field(
         True, description="Keep only the last max_prompt_tokens tokens of longer prompts."
     )
-    repetition_penalty: float = Field(1.0, description="Repetition penalty; 1.0 is off.")
+    repetition_penalty: float = Field(1.0, gt=0.0, description="Repetition penalty; 1.0 is off.")
     temperature: Optional[float] = Field(
         None, description="Sampling temperature of every taskset that sets none in rollout_args."
     )
@@ -114,11 +119,12 @@ class ClusterConfig(ConfigModel):
 
     node_num: int = Field(
         1,
+        ge=1,
         description="Ray nodes the run takes; >= 2 (CPU only): the trainer on the driver's "
         "node, the rollout engines on the others (needs RAY_ADDRESS).",
     )
     gpu_per_node: Optional[int] = Field(
-        None, description="GPUs per node; unset: the GPUs detected on this machine."
+        None, ge=0, description="GPUs per node; unset: the GPUs detected on this machine."
     )
     in_process: bool = Field(
         True,

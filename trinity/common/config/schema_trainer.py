@@ -33,9 +33,11 @@ class TrainerConfig(ConfigModel):
         ),
     )
     total_steps: Optional[int] = Field(
-        None, description="Training steps; copied from/to buffer.total_steps."
+        None, ge=1, description="Training steps; copied from/to buffer.total_steps."
     )
-    save_interval: int = Field(0, description="Save a checkpoint every this many steps; 0: last.")
+    save_interval: int = Field(
+        0, ge=0, description="Save a checkpoint every this many steps; 0: last."
+    )
     save_strategy: Literal["single_thread", "single_process", "single_node", "unrestricted"] = (
         inert(
             "unrestricted",
@@ -46,15 +48,16 @@ class TrainerConfig(ConfigModel):
     save_hf_checkpoint: Literal["last", "always", "never"] = Field(
         "last", description="Which checkpoints are also exported in HF format."
     )
-    grad_clip: float = Field(1.0, description="Gradient norm clip.")
+    grad_clip: float = Field(1.0, gt=0.0, description="Gradient norm clip.")
     use_dynamic_bsz: bool = Field(True, description="Pack micro batches up to a token budget.")
     max_token_len_per_gpu: Optional[int] = Field(
         None,
+        ge=1,
         description="Token budget of a packed micro batch; unset: max(16384, model.max_model_len).",
     )
     ulysses_sequence_parallel_size: int = Field(1, description="Sequence parallel degree.")
     max_checkpoints_to_keep: Optional[int] = Field(
-        None, description="Older checkpoints are deleted; null keeps all."
+        None, ge=1, description="Older checkpoints are deleted; null keeps all."
     )
     trainer_config: VerlTrainerConfig = Field(
         default_factory=VerlTrainerConfig, description="veRL keys (docs/reference/verl.md)."

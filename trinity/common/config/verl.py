@@ -145,7 +145,7 @@ class VerlActorConfig(ConfigModel):
     strategy: str = inert(
         "fsdp", description="veRL backend.", reason="use trainer.trainer_strategy"
     )
-    ppo_micro_batch_size_per_gpu: int = Field(4, description="Sequences per forward pass.")
+    ppo_micro_batch_size_per_gpu: int = Field(4, ge=1, description="Sequences per forward pass.")
     use_dynamic_bsz: bool = Field(
         True, description="Pack micro batches by tokens; copied to trainer.use_dynamic_bsz."
     )
@@ -153,7 +153,7 @@ class VerlActorConfig(ConfigModel):
         16384, description="Token budget of a packed micro batch; copied to trainer."
     )
     grad_clip: float = Field(1.0, description="Gradient norm clip; copied to trainer.grad_clip.")
-    ppo_epochs: int = Field(1, description="Passes over each training batch.")
+    ppo_epochs: int = Field(1, ge=1, description="Passes over each training batch.")
     shuffle: bool = inert(
         False, description="Shuffle the batch between passes.", reason=_ONE_UPDATE
     )
@@ -185,7 +185,9 @@ class VerlRefConfig(ConfigModel):
     fsdp_config: VerlFSDPConfig = Field(
         default_factory=VerlFSDPConfig, description="FSDP settings; mixed_precision is used."
     )
-    log_prob_micro_batch_size_per_gpu: int = Field(4, description="Sequences per forward pass.")
+    log_prob_micro_batch_size_per_gpu: int = Field(
+        4, ge=1, description="Sequences per forward pass."
+    )
     log_prob_use_dynamic_bsz: Optional[bool] = Field(
         None, description="Pack by tokens; unset: trainer.use_dynamic_bsz."
     )
