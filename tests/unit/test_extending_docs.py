@@ -325,4 +325,3 @@ def test_monitor_example_writes_rows_and_keeps_them_on_resume(plugins, tmp_path)
     resumed = MONITORS.get("csv")(str(tmp_path), "p", "run_trainer", 1, prefix="actor/")
     resumed.close()  # a run resumed after step 1 redoes step 2
     assert path.read_text().splitlines() == ["1,actor/pg_loss,0.5"]
-
