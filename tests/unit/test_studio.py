@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 from omegaconf import OmegaConf
@@ -10,7 +11,7 @@ from pydantic import BaseModel, Field
 from trinity.common.config import Config, load_config
 from trinity.common.config.base import ConfigModel, inert
 from trinity.studio import checks
-from trinity.studio.form import EXTRA, form_definitions, parse_values
+from trinity.studio.form import EXTRA, field_kind, form_definitions, parse_values
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 QUICKSTART = os.path.join(ROOT, "examples", "quickstart", "arithmetic.yaml")
@@ -209,3 +210,58 @@ def test_a_busy_port_is_named_before_anything_starts(monkeypatch):
     assert result.exit_code == 2, result.output
     message = " ".join(result.output.split())
     assert f"error: port {port} is in use on 127.0.0.1; pass --port with a free port" in message
+
+
+def _data_at(pattern: str, value, done: tuple = ()):
+    """Config data with ``value`` at ``pattern``: one item (a list's or a mapping's) per ``*``."""
+    import typing
+
+    from trinity.common.config.base import _annotation_at, _unwrap
+
+    head, _, rest = pattern.partition(".")
+    if not rest:
+        return {head: value}
+    if rest.startswith("*."):
+        mapping = typing.get_origin(_unwrap(_annotation_at(Config, (*done, head)))) is dict
+        item = _data_at(rest[2:], value, (*done, head, "x" if mapping else 0))
+        return {head: {"x": item} if mapping else [item]}
+    return {head: _data_at(rest, value, (*done, head))}
+
+
+def _choices_of(pattern: str):
+    """The choices the studio's input offers for ``pattern`` (None for a free input)."""
+    from trinity.common.config.base import _annotation_at
+
+    loc = tuple(0 if part == "*" else part for part in pattern.split("."))
+    spec = field_kind(_annotation_at(Config, loc))
+    if spec["kind"] == "bool":
+        return [True, False]
+    return [json.loads(c) for c in spec["choices"]] if spec["kind"] == "choice" else None
+
+
+def test_the_studio_offers_exactly_the_choices_the_checks_run():
+    """Every choice field with a "not supported yet" rule: a value is offered (enabled) on
+    the page if and only if the checks accept it in some mode."""
+    from trinity.common.config.base import validate_model
+    from trinity.preflight.support import SUPPORTED
+    from trinity.preflight.validate import check_supported
+
+    supported = form_definitions()["supported"]
+    walked, refused = 0, []
+    for pattern in SUPPORTED:
+        choices = _choices_of(pattern)
+        if choices is None:
+            continue
+        concrete = pattern.split(".*.")[0]  # a problem of that key or an item of it
+        for value in choices:
+            modes = [value] if pattern == "mode" else SUPPORTED["mode"]
+            runs = False
+            for mode in modes:
+                data = {**_data_at(pattern, value), **({} if pattern == "mode" else {"mode": mode})}
+                problems = check_supported(validate_model(Config, data))
+                runs = runs or not [p for p in problems if p.startswith(concrete)]
+            assert (json.dumps(value) in supported[pattern]) == runs, (pattern, value)
+            walked += 1
+            refused += [] if runs else [f"{pattern}={value}"]
+    assert walked >= 20  # mode, storage types, sync_method, replay, ... each value of each
+    assert {"mode=serve", "synchronizer.sync_method=nccl"} <= set(refused)

@@ -114,9 +114,21 @@ SUPPORTED: Dict[str, Allowed] = {
     "data_processor.task_pipeline.inputs": ([],),
 }
 
+def runnable_values(pattern: str) -> Tuple[Any, ...]:
+    """The values of ``SUPPORTED[pattern]`` that run in at least one mode: a row that depends
+    on the config is read for each runnable mode's defaults (what the studio offers)."""
+    allowed = SUPPORTED[pattern]
+    if not callable(allowed):
+        return allowed
+    values: list = []
+    for mode in SUPPORTED["mode"]:
+        values += [v for v in allowed(Config(mode=mode)) if v not in values]
+    return tuple(values)
+
+
 # Name-valued keys (their values are registry names, not a fixed list in the schema) -> the
-# names Trinity-RFT's configuration documents for them. A value outside ``SUPPORTED`` that the
-# guide documents is a feature this build lacks ("not supported yet"); one it does not
+# names Trinity-RFT's configuration documents for them. A value outside ``SUPPORTED`` that
+# those documents name is a feature this build lacks ("not supported yet"); one it does not
 # document names nothing ("unknown", with the closest supported name).
 DOCUMENTED: Dict[str, Tuple[str, ...]] = {
     "algorithm.algorithm_type": ("ppo", "grpo", "opmd", "dpo", "sft", "mix"),

@@ -2,7 +2,8 @@
 
 ``form_definitions()`` walks the pydantic models of ``Config``: every section, field, default,
 allowed value and doc line the page shows comes from there, so a field declared in a
-``schema_*.py`` appears on the page without touching the studio.
+``schema_*.py`` appears on the page without touching the studio; which values run comes from
+the checks' own ``SUPPORTED`` table.
 
 The page edits *raw* values: only what the user set, nested like the YAML, each leaf as its
 input holds it (text for numbers, YAML text for lists and mappings, JSON text for a choice).
@@ -25,15 +26,24 @@ from pydantic_core import to_jsonable_python
 
 from trinity.common.config.base import join_path
 from trinity.common.config.config import Config
+from trinity.preflight.support import SUPPORTED, runnable_values
 
 EXTRA = "__extra__"  # raw key of a section's undeclared keys, as YAML text
 
 
 def form_definitions(root: type = Config) -> Dict[str, Any]:
-    """``{"root": name, "defs": {model name: {"doc", "fields": [field spec, ...]}}}``."""
+    """``{"root": name, "defs": {model name: {"doc", "fields": [field spec, ...]}},
+    "supported": {key pattern: [JSON of each value that runs]}}``.
+
+    ``supported`` is the one "not supported yet" rule (``trinity.preflight.support``): the
+    page offers a choice outside it disabled, marked "not supported yet". A pattern's ``*``
+    stands for a list index; inside ``stages`` the page looks up the key without its
+    ``stages.N.`` prefix.
+    """
     defs: Dict[str, Any] = {}
     _define(root, defs)
-    return {"root": root.__name__, "defs": defs}
+    supported = {p: [json.dumps(v) for v in runnable_values(p)] for p in SUPPORTED}
+    return {"root": root.__name__, "defs": defs, "supported": supported}
 
 
 def _define(model: type, defs: Dict[str, Any]) -> None:

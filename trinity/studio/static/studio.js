@@ -3,6 +3,7 @@
 "use strict";
 const EXTRA = "__extra__";
 let defs = {};
+let supported = {};  // key pattern -> JSON of the values that run (the checks' own table)
 let rootModel = "";
 let values = {};
 let checkSeq = 0;
@@ -18,6 +19,9 @@ function el(tag, attrs, ...children) {
   return node;
 }
 const pathName = (path) => path.join(".");
+// The key as the supported table names it: list indices as *, a stage's keys as the top's.
+const keyPattern = (path) => path.map((p) => (typeof p === "number" ? "*" : p)).join(".")
+  .replace(/^stages\.\*\./, "");
 // The path as problems name it: list indices as [i].
 const problemPath = (path) => path.reduce(
   (s, p) => (typeof p === "number" ? `${s}[${p}]` : s ? `${s}.${p}` : p), "");
@@ -57,7 +61,14 @@ function leafInput(spec, path) {
     const choices = spec.kind === "bool" ? ["true", "false"] : spec.choices;
     input = el("select", {name});
     input.append(el("option", {value: ""}, `(default: ${spec.default})`));
-    choices.forEach((c) => input.append(el("option", {value: c}, c.replace(/^"(.*)"$/, "$1"))));
+    const runs = supported[keyPattern(path)];
+    choices.forEach((c) => {
+      const label = c.replace(/^"(.*)"$/, "$1");
+      const option = runs && !runs.includes(c)
+        ? el("option", {value: c, disabled: ""}, `${label} (not supported yet)`)
+        : el("option", {value: c}, label);
+      input.append(option);
+    });
     input.value = current === undefined ? "" : String(current);
     input.addEventListener("change", () => {
       const v = input.value;
@@ -229,6 +240,7 @@ async function saveFile() {
 async function start() {
   const form = await api("api/form");
   defs = form.defs;
+  supported = form.supported;
   rootModel = form.root;
   $("load").addEventListener("click", loadFile);
   $("save").addEventListener("click", saveFile);
