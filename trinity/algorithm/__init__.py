@@ -17,7 +17,9 @@ and give ``default_args()`` (its constructor defaults, which ``<key>_args`` in t
 override). A built-in is one short file in the matching subpackage, imported by its
 ``__init__``; a plugin is the same code in a ``--plugin-dir`` file. To add an algorithm,
 register an ``AlgorithmType`` (every attribute has a default) whose ``default_config()``
-names its components. Interfaces and a tested example of each: docs/extending.md.
+names its components; a built-in one is a row of ``BUILTIN_ALGORITHMS`` in
+``algorithm.py`` (its defaults and the flags it changes). Interfaces and a tested example
+of each: docs/extending.md.
 """
 
 from trinity.algorithm.advantage_fn import ADVANTAGE_FN, AdvantageFn

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Type
 
 from trinity.algorithm.advantage_fn import ADVANTAGE_FN
@@ -72,193 +74,146 @@ def _rl(**overrides: object) -> Dict:
     return {**AlgorithmType.default_config(), **overrides}
 
 
-@ALGORITHM_TYPE.register_module("grpo")
-class GRPOAlgorithm(AlgorithmType):
-    """GRPO: group-normalised outcome advantages, PPO clipped loss, k2 KL loss (the base
-    class's defaults)."""
+# The components of algorithms that train on data, not on rollouts: no advantage, no KL.
+_SUPERVISED = {
+    "sample_strategy": "default",
+    "kl_penalty_fn": "none",
+    "kl_loss_fn": "none",
+    "entropy_loss_fn": "none",
+}
 
 
-@ALGORITHM_TYPE.register_module("sft")
-class SFTAlgorithm(AlgorithmType):
-    """Supervised fine-tuning on the response tokens; no advantages, no KL.
+@dataclass(frozen=True)
+class BuiltinAlgorithm:
+    """A built-in algorithm type as data: its class name (``trinity.algorithm.algorithm.<it>``
+    is a dotted path configs may name), what it is, its defaults, the flags it changes."""
 
-    It names no ``advantage_fn``: with ``use_advantage`` False none is ever built.
-    """
-
-    use_reference: bool = False
-    use_advantage: bool = False
-
-    @classmethod
-    def default_config(cls) -> Dict:
-        return {
-            "repeat_times": 1,
-            "sample_strategy": "default",
-            "policy_loss_fn": "sft",
-            "kl_penalty_fn": "none",
-            "kl_loss_fn": "none",
-            "entropy_loss_fn": "none",
-        }
+    class_name: str
+    doc: str
+    config: Dict[str, Any]
+    flags: Dict[str, Any] = field(default_factory=dict)
 
 
-@ALGORITHM_TYPE.register_module("ppo")
-class PPOAlgorithm(AlgorithmType):
-    """PPO with a learned critic: GAE advantages, clipped surrogate and clipped value loss."""
-
-    use_critic: bool = True
-
-    @classmethod
-    def default_config(cls) -> Dict:
-        return _rl(repeat_times=1, advantage_fn="ppo")
-
-
-@ALGORITHM_TYPE.register_module("opmd")
-class OPMDAlgorithm(AlgorithmType):
-    """Online policy mirror descent (the developer guide's example)."""
-
-    @classmethod
-    def default_config(cls) -> Dict:
-        return _rl(sample_strategy="warmup", policy_loss_fn="opmd", advantage_fn="opmd")
-
-
-@ALGORITHM_TYPE.register_module("rloo")
-class RLOOAlgorithm(AlgorithmType):
-    """REINFORCE leave-one-out: each sample's baseline is the mean of its group's others."""
-
-    @classmethod
-    def default_config(cls) -> Dict:
-        return _rl(repeat_times=4, advantage_fn="rloo")
-
-
-@ALGORITHM_TYPE.register_module("reinforceplusplus")
-class ReinforcePlusPlusAlgorithm(AlgorithmType):
-    """REINFORCE++: token-level KL penalty in the reward, batch-whitened returns."""
-
-    @classmethod
-    def default_config(cls) -> Dict:
-        return _rl(
-            repeat_times=1,
-            advantage_fn="reinforceplusplus",
-            kl_penalty_fn="k1",
-            kl_loss_fn="none",
-        )
-
-
-@ALGORITHM_TYPE.register_module("remax")
-class ReMaxAlgorithm(AlgorithmType):
-    """ReMax: the baseline is the reward of a greedy response to the same prompt.
-
-    Built-in workflows produce it with ``workflow_args: {greedy_baseline: true}``.
-    """
-
-    @classmethod
-    def default_config(cls) -> Dict:
-        return _rl(repeat_times=1, advantage_fn="remax", kl_loss_fn="none")
-
-
-@ALGORITHM_TYPE.register_module("dapo")
-class DAPOAlgorithm(AlgorithmType):
-    """DAPO: asymmetric clipping, dynamic sampling of informative groups, token-mean loss,
-    overlong reward shaping (``sample_strategy_args``), no KL."""
-
-    @classmethod
-    def default_config(cls) -> Dict:
-        return _rl(
+# name -> the algorithm; each is registered as an ``AlgorithmType`` subclass of that name.
+BUILTIN_ALGORITHMS: Dict[str, BuiltinAlgorithm] = {
+    "grpo": BuiltinAlgorithm(
+        "GRPOAlgorithm",
+        "GRPO: group-normalised outcome advantages, PPO clipped loss, k2 KL loss.",
+        _rl(),
+    ),
+    "sft": BuiltinAlgorithm(
+        "SFTAlgorithm",
+        "Supervised fine-tuning on the response tokens; no advantages, no KL (it names no "
+        "advantage_fn: with use_advantage False none is ever built).",
+        {"repeat_times": 1, "policy_loss_fn": "sft", **_SUPERVISED},
+        {"use_reference": False, "use_advantage": False},
+    ),
+    "ppo": BuiltinAlgorithm(
+        "PPOAlgorithm",
+        "PPO with a learned critic: GAE advantages, clipped surrogate and clipped value loss.",
+        _rl(repeat_times=1, advantage_fn="ppo"),
+        {"use_critic": True},
+    ),
+    "opmd": BuiltinAlgorithm(
+        "OPMDAlgorithm",
+        "Online policy mirror descent.",
+        _rl(sample_strategy="warmup", policy_loss_fn="opmd", advantage_fn="opmd"),
+    ),
+    "rloo": BuiltinAlgorithm(
+        "RLOOAlgorithm",
+        "REINFORCE leave-one-out: each sample's baseline is the mean of its group's others.",
+        _rl(repeat_times=4, advantage_fn="rloo"),
+    ),
+    "reinforceplusplus": BuiltinAlgorithm(
+        "ReinforcePlusPlusAlgorithm",
+        "REINFORCE++: token-level KL penalty in the reward, batch-whitened returns.",
+        _rl(
+            repeat_times=1, advantage_fn="reinforceplusplus", kl_penalty_fn="k1", kl_loss_fn="none"
+        ),
+    ),
+    "remax": BuiltinAlgorithm(
+        "ReMaxAlgorithm",
+        "ReMax: the baseline is the reward of a greedy response to the same prompt (built-in "
+        "workflows produce it with workflow_args: {greedy_baseline: true}).",
+        _rl(repeat_times=1, advantage_fn="remax", kl_loss_fn="none"),
+    ),
+    "dapo": BuiltinAlgorithm(
+        "DAPOAlgorithm",
+        "DAPO: asymmetric clipping, dynamic sampling of informative groups, token-mean loss, "
+        "overlong reward shaping (sample_strategy_args), no KL.",
+        _rl(
             repeat_times=8,
             sample_strategy="dapo",
             policy_loss_fn_args={"clip_range_low": 0.2, "clip_range_high": 0.28},
             loss_agg_mode="token-mean",
             kl_loss_fn="none",
             entropy_loss_fn="none",
-        )
-
-
-@ALGORITHM_TYPE.register_module("drgrpo")
-class DrGRPOAlgorithm(AlgorithmType):
-    """Dr. GRPO: GRPO without the std and length normalisations."""
-
-    @classmethod
-    def default_config(cls) -> Dict:
-        return _rl(
+        ),
+    ),
+    "drgrpo": BuiltinAlgorithm(
+        "DrGRPOAlgorithm",
+        "Dr. GRPO: GRPO without the std and length normalisations.",
+        _rl(
             repeat_times=8,
             advantage_fn_args={"norm_adv_by_std_in_grpo": False},
             loss_agg_mode="seq-mean-token-sum-norm",
             kl_loss_fn="none",
-        )
-
-
-@ALGORITHM_TYPE.register_module("gspo")
-class GSPOAlgorithm(AlgorithmType):
-    """GSPO: sequence-level importance ratio, clipped per sequence."""
-
-    @classmethod
-    def default_config(cls) -> Dict:
-        return _rl(
+        ),
+    ),
+    "gspo": BuiltinAlgorithm(
+        "GSPOAlgorithm",
+        "GSPO: sequence-level importance ratio, clipped per sequence.",
+        _rl(
             repeat_times=8,
             policy_loss_fn="gspo",
             loss_agg_mode="seq-mean-token-mean",
             kl_loss_fn="none",
-        )
-
-
-@ALGORITHM_TYPE.register_module("cispo")
-class CISPOAlgorithm(AlgorithmType):
-    """CISPO: REINFORCE weighted by a clipped, stop-gradient importance ratio."""
-
-    @classmethod
-    def default_config(cls) -> Dict:
-        return _rl(repeat_times=8, policy_loss_fn="cispo", kl_loss_fn="none")
-
-
-@ALGORITHM_TYPE.register_module("mix")
-class MIXAlgorithm(AlgorithmType):
-    """RL experiences plus expert SFT data (an ``auxiliary_buffers`` entry) in one loss."""
-
-    @classmethod
-    def default_config(cls) -> Dict:
-        return _rl(
-            repeat_times=8,
-            sample_strategy="mix",
-            policy_loss_fn="mix",
-            entropy_loss_fn="mix",
-        )
-
-
-@ALGORITHM_TYPE.register_module("on_policy_distill")
-class OnPolicyDistillAlgorithm(AlgorithmType):
-    """On-policy distillation: the student samples, a teacher (``explorer.auxiliary_models[0]``)
-    scores each sampled token, and the clipped policy gradient follows the teacher."""
-
-    use_reference: bool = False
-    use_teacher: bool = True
-
-    @classmethod
-    def default_config(cls) -> Dict:
-        return _rl(
+        ),
+    ),
+    "cispo": BuiltinAlgorithm(
+        "CISPOAlgorithm",
+        "CISPO: REINFORCE weighted by a clipped, stop-gradient importance ratio.",
+        _rl(repeat_times=8, policy_loss_fn="cispo", kl_loss_fn="none"),
+    ),
+    "mix": BuiltinAlgorithm(
+        "MIXAlgorithm",
+        "RL experiences plus expert SFT data (an auxiliary_buffers entry) in one loss.",
+        _rl(repeat_times=8, sample_strategy="mix", policy_loss_fn="mix", entropy_loss_fn="mix"),
+    ),
+    "on_policy_distill": BuiltinAlgorithm(
+        "OnPolicyDistillAlgorithm",
+        "On-policy distillation: the student samples, a teacher (explorer.auxiliary_models[0]) "
+        "scores each sampled token, and the clipped policy gradient follows the teacher.",
+        _rl(
             repeat_times=1,
             advantage_fn="on_policy_distill",
             kl_loss_fn="none",
             entropy_loss_fn="none",
-        )
+        ),
+        {"use_reference": False, "use_teacher": True},
+    ),
+    "dpo": BuiltinAlgorithm(
+        "DPOAlgorithm",
+        "Direct preference optimisation on (chosen, rejected) pairs against a frozen reference.",
+        {"repeat_times": 2, "policy_loss_fn": "dpo", **_SUPERVISED},
+        {"use_advantage": False, "can_balance_batch": False, "schema": PairExperienceModel},
+    ),
+}
 
 
-@ALGORITHM_TYPE.register_module("dpo")
-class DPOAlgorithm(AlgorithmType):
-    """Direct preference optimisation on (chosen, rejected) pairs against a frozen reference."""
+def _register_builtin(name: str, spec: BuiltinAlgorithm) -> None:
+    def default_config(cls: type) -> Dict:
+        return copy.deepcopy(spec.config)  # callers may change what they get
 
-    use_advantage: bool = False
-    can_balance_batch: bool = False
-    schema: type = PairExperienceModel
+    attrs = {"__doc__": spec.doc, "__module__": __name__, **spec.flags}
+    attrs["default_config"] = classmethod(default_config)
+    cls = type(spec.class_name, (AlgorithmType,), attrs)
+    globals()[spec.class_name] = cls
+    ALGORITHM_TYPE.register_module(name, cls)
 
-    @classmethod
-    def default_config(cls) -> Dict:
-        return {
-            "repeat_times": 2,
-            "sample_strategy": "default",
-            "policy_loss_fn": "dpo",
-            "kl_penalty_fn": "none",
-            "kl_loss_fn": "none",
-            "entropy_loss_fn": "none",
-        }
+
+for _name, _spec in BUILTIN_ALGORITHMS.items():
+    _register_builtin(_name, _spec)
 
 
 def needs_reference(
