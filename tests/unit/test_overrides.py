@@ -86,6 +86,14 @@ def test_mode_explore_skips_a_train_only_stage(tmp_path, caplog):
     assert note.startswith("mode=explore (command line): stage 'sft' is skipped")
 
 
+def test_a_skipped_stage_gets_no_note_about_its_values(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="trinity.config"):
+        stages = load(tmp_path, "buffer.total_steps=2", "mode=explore")
+    assert list(stages) == ["rl"] and stages["rl"].buffer.total_steps == 2
+    [note] = [r.getMessage() for r in caplog.records]
+    assert "stage 'sft' is skipped" in note
+
+
 def test_mode_train_keeps_the_train_stage_and_narrows_the_other(tmp_path):
     stages = load(tmp_path, "mode=train")
     assert {name: s.mode for name, s in stages.items()} == {"sft": "train", "rl": "train"}

@@ -58,7 +58,11 @@ def apply_overrides(raw: DictConfig, overrides: Sequence[str]) -> List[str]:
         _update(raw, key, value, key)
     mode = [value for key, value in parsed if key == "mode"]
     if mode and raw.get("stages"):
-        notes += _meet_modes(raw, str(mode[-1]))
+        names = {name for _, name in _stages(raw)}
+        mode_notes = _meet_modes(raw, str(mode[-1]))
+        gone = names - {name for _, name in _stages(raw)}  # skipped: their values do not matter
+        notes = [n for n in notes if not any(f"stage '{name}'" in n for name in gone)]
+        notes += mode_notes
     for note in notes:
         logger.warning("%s", note)
     return notes
