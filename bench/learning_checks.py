@@ -222,9 +222,10 @@ def multi_turn_check(name: str, args: argparse.Namespace) -> Dict[str, Any]:
     overrides = [f"checkpoint_root_dir={root}"]
     if args.sft_epochs:
         overrides.append(f"stages.0.buffer.total_epochs={args.sft_epochs}")
-    if args.steps:
+    if args.steps:  # the GRPO stage's steps; a global total_steps would cut the SFT stage too
         interval = max(1, args.steps // 4)
-        overrides += [f"buffer.total_steps={args.steps}", f"explorer.eval_interval={interval}"]
+        overrides += [f"stages.1.buffer.total_steps={args.steps}"]
+        overrides += [f"explorer.eval_interval={interval}"]
     overrides += args.override
     start = time.monotonic()
     _, grpo = run(example.config, overrides, list(example.plugin_dirs))

@@ -20,7 +20,8 @@ def test_quickstart_grpo_raises_heldout_accuracy(tmp_path, monkeypatch, ray_clus
     prepare_quickstart(str(tmp_path / "quickstart"))
     monkeypatch.setenv("TRINITY_QUICKSTART_DIR", str(tmp_path / "quickstart"))
     monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path / "ck"))
-    sft, grpo = run(CONFIG, ["buffer.total_steps=40", "explorer.eval_interval=20"], [])
+    # the shipped SFT stage whole, the GRPO stage shortened (a global total_steps would cut both)
+    sft, grpo = run(CONFIG, ["stages.1.buffer.total_steps=40", "explorer.eval_interval=20"], [])
     evals = [
         (r["step"], r["eval/arithmetic_test/accuracy/mean"])
         for r in read_metrics(os.path.join(grpo.job_dir, "monitor", "explorer.jsonl"))
