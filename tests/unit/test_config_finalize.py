@@ -482,9 +482,10 @@ def test_rollout_engine_gets_its_dtype_and_seed(tmp_path):
 
     default = engine_kwargs(finalized(tmp_path))
     assert (default["dtype"], default["seed"]) == ("float32", 42)
-    text = BASE + "explorer:\n  rollout_model: {dtype: bfloat16, seed: 7}\n"
+    text = BASE + "explorer:\n  rollout_model: {dtype: bfloat16, seed: 7, enable_thinking: true}\n"
     chosen = engine_kwargs(finalized(tmp_path, text))
     assert (chosen["dtype"], chosen["seed"]) == ("bfloat16", 7)
+    assert (default["enable_thinking"], chosen["enable_thinking"]) == (False, True)
 
 
 # ---- decoupled runs: a train run reading the store of a separate explore run ---------------

@@ -91,6 +91,12 @@ def test_either_key_makes_an_auxiliary_model_external(tmp_path, aux):
             f"{AUX}[0].engine_type = external: on_policy_distill scores with the teacher's "
             "weights in the trainer, which an API does not give; use a local model",
         ),
+        (
+            ["model.external_model.enable=true", "mode=explore"]
+            + ["explorer.rollout_model.enable_thinking=true"],
+            "explorer.rollout_model.enable_thinking with engine_type external is not supported "
+            "yet: the API's server applies its own chat template; remove the key",
+        ),
     ],
 )
 def test_external_config_mistakes(tmp_path, overrides, expected):

@@ -443,3 +443,24 @@ def test_release_frees_the_weights_until_a_full_load(tmp_path, prompts):
     assert all(p.numel() == 0 for p in engine.model.parameters())  # nothing half-restored
     engine.load_state_dict(weights)
     assert [o[0].token_ids for o in engine.generate(prompts, greedy)] == before
+
+
+# A template with Qwen3's switch: a generation prompt that opens an empty think block when
+# enable_thinking is false, as Qwen3's own template does.
+SWITCH_TEMPLATE = (
+    "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>"
+    "{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}"
+    "{% endif %}"
+)
+
+
+@pytest.mark.parametrize("enable_thinking, block", [(False, True), (True, False)])
+def test_enable_thinking_reaches_the_chat_template(model_dir, enable_thinking, block):
+    engine = make_engine(model_dir, chat_template=SWITCH_TEMPLATE, enable_thinking=enable_thinking)
+    text = engine.render_chat([{"role": "user", "content": "1+2="}])
+    assert text.startswith("<|user|>1+2=\n<|assistant|>")
+    assert text.endswith("<think></think>") is block
+    assert engine.apply_chat_template([{"role": "user", "content": "1+2="}]) == (
+        engine.tokenizer.encode(text, add_special_tokens=False)
+    )

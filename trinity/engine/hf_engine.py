@@ -98,6 +98,7 @@ class TransformersEngine:
         max_num_seqs: int = 256,
         num_threads: Optional[int] = None,
         adapter_path: Optional[str] = None,
+        enable_thinking: bool = False,
     ) -> None:
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got '{dtype}'")
@@ -135,6 +136,9 @@ class TransformersEngine:
         self._released: Optional[Dict[str, torch.Size]] = None  # name -> shape, see release
         self._renders_tools: Optional[bool] = None
         self._warned_truncation = False
+        # A chat template variable (Qwen3's switch for its <think> block); templates that do
+        # not read it ignore it, as Jinja ignores any unused variable.
+        self.template_kwargs = {"enable_thinking": enable_thinking}
 
     def _eos_ids(self) -> List[int]:
         ids = self.model.generation_config.eos_token_id
@@ -168,6 +172,7 @@ class TransformersEngine:
             tools=tools or None,
             add_generation_prompt=add_generation_prompt,
             tokenize=False,
+            **self.template_kwargs,
         )
 
     def _template_renders_tools(self) -> bool:
@@ -179,6 +184,7 @@ class TransformersEngine:
                     tools=tools,
                     add_generation_prompt=add_generation_prompt,
                     tokenize=False,
+                    **self.template_kwargs,
                 )
 
             self._renders_tools = renders_tools(render)

@@ -217,6 +217,13 @@ def _check_external(config: Config) -> List[str]:
             f"{config.algorithm.algorithm_type} scores with the teacher's weights in the "
             "trainer, which an API does not give; use a local model"
         )
+    for _, engine_key, served, _ in external_models(config):
+        if served.engine_type == "external" and is_set(served, "enable_thinking"):
+            key = engine_key.rsplit(".", 1)[0] + ".enable_thinking"
+            problems.append(
+                f"{key} with engine_type external is not supported yet: the API's server "
+                "applies its own chat template; remove the key"
+            )
     return problems
 
 

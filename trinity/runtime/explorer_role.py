@@ -51,6 +51,7 @@ def engine_kwargs(config: Any, auxiliary: Any = None) -> Dict[str, Any]:
     return dict(
         dtype=(auxiliary or rollout).dtype,
         seed=(auxiliary or rollout).seed,
+        enable_thinking=(auxiliary or rollout).enable_thinking,
         model_path=own.model_path,
         # A LoRA run starting from a pretrained adapter samples base + adapter from step 1.
         adapter_path=None if auxiliary or not m.lora_configs else m.lora_configs[0].path,

@@ -52,7 +52,9 @@ class InferenceModelConfig(ConfigModel):
     )
     seed: int = Field(42, description="Seed of the rollout engine's sampling.")
     enable_thinking: bool = Field(
-        False, description="Pass enable_thinking to the chat template (Qwen3)."
+        False,
+        description="Passed to the chat template as enable_thinking (Qwen3's switch for its "
+        "<think> block); templates that do not read it ignore it.",
     )
     enable_history: bool = Field(False, description="Record every model call as an experience.")
     enable_openai_api: bool = Field(
