@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional
 
 from pydantic import Field
 
-from trinity.common.config.base import ConfigModel
+from trinity.common.config.base import ConfigModel, inert
 
 
 class LoRAConfig(ConfigModel):
@@ -43,15 +43,19 @@ class LoRAConfig(ConfigModel):
     )
 
 
+# model.tinker.enable: true is refused ("not supported yet"); its other keys do nothing.
+_NO_TINKER = "training through Tinker is not supported yet (model.tinker.enable)"
+
+
 class TinkerConfig(ConfigModel):
     """``model.tinker``: train through the Tinker service."""
 
     enable: bool = Field(False, description="Use Tinker.")
-    rank: int = Field(32, description="LoRA rank.")
-    seed: Optional[int] = Field(None, description="Random seed.")
-    train_mlp: bool = Field(True, description="Train the MLP layers.")
-    train_attn: bool = Field(True, description="Train the attention layers.")
-    train_unembed: bool = Field(True, description="Train the unembedding layer.")
+    rank: int = inert(32, description="LoRA rank.", reason=_NO_TINKER)
+    seed: Optional[int] = inert(None, description="Random seed.", reason=_NO_TINKER)
+    train_mlp: bool = inert(True, description="Train the MLP layers.", reason=_NO_TINKER)
+    train_attn: bool = inert(True, description="Train the attention layers.", reason=_NO_TINKER)
+    train_unembed: bool = inert(True, description="Train the unembedding layer.", reason=_NO_TINKER)
 
 
 class ExternalModelConfig(ConfigModel):
