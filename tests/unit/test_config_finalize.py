@@ -482,10 +482,12 @@ def test_rollout_engine_gets_its_dtype_and_seed(tmp_path):
 
     default = engine_kwargs(finalized(tmp_path))
     assert (default["dtype"], default["seed"]) == ("float32", 42)
-    text = BASE + "explorer:\n  rollout_model: {dtype: bfloat16, seed: 7, enable_thinking: true}\n"
+    chosen_keys = "{dtype: bfloat16, seed: 7, enable_thinking: true, reasoning_parser: qwen3}"
+    text = BASE + f"explorer:\n  rollout_model: {chosen_keys}\n"
     chosen = engine_kwargs(finalized(tmp_path, text))
     assert (chosen["dtype"], chosen["seed"]) == ("bfloat16", 7)
     assert (default["enable_thinking"], chosen["enable_thinking"]) == (False, True)
+    assert (default["reasoning_parser"], chosen["reasoning_parser"]) == (None, "qwen3")
 
 
 # ---- decoupled runs: a train run reading the store of a separate explore run ---------------

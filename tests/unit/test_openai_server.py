@@ -13,6 +13,7 @@ from typing import Any, Dict, List
 import openai
 import pytest
 
+from trinity.common.config.base import ConfigError, validate_model
 from trinity.common.experience import Experience
 from trinity.common.models.client import openai_client
 from trinity.common.models.sampling import SamplingParams
@@ -360,3 +361,66 @@ def test_concurrent_clients_and_direct_calls_share_engine_batches(micro_model):
     direct_ids = model.engine.apply_chat_template(direct_messages)
     # Some batch held requests of both kinds: HTTP requests join direct calls' batches.
     assert any(direct_ids in b and len(b) > b.count(direct_ids) for b in batches)
+
+
+def _scripted(text: str, reasoning_parser=None) -> LocalServer:
+    served = ServedModel(
+        model=ScriptedModel(text),
+        name="scripted",
+        max_model_len=MAX_MODEL_LEN,
+        vocab_size=100,
+        chat_ids=lambda messages, tools: [1, 2, 3],
+        text_ids=lambda prompt: [1, 2, 3],
+        decode=lambda ids: "x",
+        reasoning_parser=reasoning_parser,
+    )
+    return LocalServer(None, "scripted", served)
+
+
+def test_a_reasoning_parser_moves_the_think_block_to_reasoning_content():
+    call = '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
+    text = f"<think>\nOne plus two.\n</think>\n\nIt is 3. {call}"
+    for parser in ("qwen3", "deepseek_r1"):
+        scripted = _scripted(text, parser)
+        try:
+            message = _chat(scripted.client(), tools=[ADD_TOOL]).choices[0].message
+            # the openai package keeps fields it does not declare in model_extra
+            assert message.model_extra["reasoning_content"] == "One plus two."
+            assert message.content == "It is 3."
+            assert message.tool_calls[0].function.name == "add"  # parsed from the answer
+        finally:
+            scripted.close()
+    plain = _scripted(text)  # no parser: the reply as written, no reasoning_content
+    try:
+        message = _chat(plain.client()).choices[0].message
+        assert message.content == text and "reasoning_content" not in (message.model_extra or {})
+    finally:
+        plain.close()
+
+
+def test_split_reasoning_rules_of_each_parser():
+    from trinity.engine.reasoning import REASONING_PARSERS, split_reasoning
+
+    # the template opened the block in the prompt: the reply has only the closing tag
+    assert split_reasoning("steps</think>answer", "deepseek_r1") == ("steps", "answer")
+    assert split_reasoning("steps</think>answer", "qwen3") == ("steps", "answer")
+    # no closing tag: still thinking (cut off) for deepseek_r1, an answer for qwen3
+    assert split_reasoning("still thinking", "deepseek_r1") == ("still thinking", None)
+    assert split_reasoning("just 3", "qwen3") == (None, "just 3")
+    assert split_reasoning("<think>cut off", "qwen3") == ("cut off", None)
+    assert split_reasoning("<think></think>\n\n3", "qwen3") == (None, "3")
+    # the config's choices are the parsers there are
+    from typing import get_args
+
+    from trinity.common.config.schema_explorer import InferenceModelConfig
+
+    annotation = InferenceModelConfig.model_fields["reasoning_parser"].annotation
+    assert set(get_args(get_args(annotation)[0])) == set(REASONING_PARSERS)
+    with pytest.raises(ConfigError, match="did you mean 'qwen3'"):
+        validate_model(InferenceModelConfig, {"reasoning_parser": "qwen"})
+
+
+def test_the_served_model_takes_the_engines_reasoning_parser(micro_model):
+    model = make_engine(micro_model, reasoning_parser="deepseek_r1", num_threads=1)
+    assert ServedModel.from_transformers(model, micro_model).reasoning_parser == "deepseek_r1"
+    assert ServedModel.from_transformers(make_engine(micro_model), "m").reasoning_parser is None

@@ -99,6 +99,7 @@ class TransformersEngine:
         num_threads: Optional[int] = None,
         adapter_path: Optional[str] = None,
         enable_thinking: bool = False,
+        reasoning_parser: Optional[str] = None,
     ) -> None:
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got '{dtype}'")
@@ -139,6 +140,7 @@ class TransformersEngine:
         # A chat template variable (Qwen3's switch for its <think> block); templates that do
         # not read it ignore it, as Jinja ignores any unused variable.
         self.template_kwargs = {"enable_thinking": enable_thinking}
+        self.reasoning_parser = reasoning_parser  # how its OpenAI API shows <think> blocks
 
     def _eos_ids(self) -> List[int]:
         ids = self.model.generation_config.eos_token_id

@@ -46,6 +46,7 @@ from trinity.engine.openai_protocol import (
     token_block,
     usage,
 )
+from trinity.engine.reasoning import split_reasoning
 from trinity.engine.tool_calls import arguments_as_objects, parse_tool_calls
 
 logger = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ class ServedModel:
     decode: Callable[[List[int]], str]  # special tokens kept: a token's own text
     aliases: Tuple[str, ...] = ()
     conversation: Optional[Callable[[str], Conversation]] = None  # session -> its turns
+    reasoning_parser: Optional[str] = None  # a REASONING_PARSERS name: <think> apart
 
     @classmethod
     def from_transformers(cls, model: Any, name: str) -> ServedModel:
@@ -85,6 +87,7 @@ class ServedModel:
             decode=lambda ids: engine.tokenizer.decode(ids, skip_special_tokens=False),
             aliases=(os.path.basename(os.path.normpath(name)),),
             conversation=model.conversation,
+            reasoning_parser=engine.reasoning_parser,
         )
 
     def check_name(self, requested: str) -> None:
@@ -241,10 +244,18 @@ def _chat_prompt(served: ServedModel, conversation: Any, messages: List, tools: 
 
 
 def _chat_choice(served: ServedModel, body: ChatRequest, index: int, exp: Any) -> Dict[str, Any]:
-    """One ``choices`` item of a chat completion, tool calls parsed when tools were given."""
-    parse = bool(body.tools) and body.tool_choice != "none"
-    content, calls = parse_tool_calls(exp.response_text) if parse else (exp.response_text, [])
+    """One ``choices`` item of a chat completion: the reasoning apart when the model has a
+    reasoning parser, then tool calls parsed from the rest when tools were given."""
+    reasoning, content = None, exp.response_text
+    if served.reasoning_parser:
+        reasoning, content = split_reasoning(content, served.reasoning_parser)
+    if body.tools and body.tool_choice != "none" and content:
+        content, calls = parse_tool_calls(content)
+    else:
+        calls = []
     message: Dict[str, Any] = {"role": "assistant", "content": content}
+    if served.reasoning_parser:
+        message["reasoning_content"] = reasoning
     if calls:
         message["tool_calls"] = calls
     return {

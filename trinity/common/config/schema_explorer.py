@@ -56,6 +56,12 @@ class InferenceModelConfig(ConfigModel):
         description="Passed to the chat template as enable_thinking (Qwen3's switch for its "
         "<think> block); templates that do not read it ignore it.",
     )
+    reasoning_parser: Optional[Literal["deepseek_r1", "qwen3"]] = Field(
+        None,
+        description="The OpenAI API returns a reply's <think> block as reasoning_content, the "
+        "rest as content (deepseek_r1: an unclosed block is reasoning; qwen3: an answer); "
+        "unset: all of it is content.",
+    )
     enable_history: bool = Field(False, description="Record every model call as an experience.")
     enable_openai_api: bool = Field(
         False, description="Serve the model through an OpenAI-compatible API."
