@@ -488,6 +488,7 @@ def test_rollout_engine_gets_its_dtype_and_seed(tmp_path):
     assert (chosen["dtype"], chosen["seed"]) == ("bfloat16", 7)
     assert (default["enable_thinking"], chosen["enable_thinking"]) == (False, True)
     assert (default["reasoning_parser"], chosen["reasoning_parser"]) == (None, "qwen3")
+    assert default["tool_call_parser"] == "hermes"
 
 
 # ---- decoupled runs: a train run reading the store of a separate explore run ---------------

@@ -424,3 +424,60 @@ def test_the_served_model_takes_the_engines_reasoning_parser(micro_model):
     model = make_engine(micro_model, reasoning_parser="deepseek_r1", num_threads=1)
     assert ServedModel.from_transformers(model, micro_model).reasoning_parser == "deepseek_r1"
     assert ServedModel.from_transformers(make_engine(micro_model), "m").reasoning_parser is None
+
+
+TOOL_CALL_FORMATS = {
+    "hermes": 'Sure.\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": [2]}}\n</tool_call>',
+    "llama3_json": '<|python_tag|>{"name": "add", "parameters": {"a": 1, "b": [2]}}',
+    "mistral": 'Sure.[TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": [2]}}]',
+    "qwen3_coder": "Sure.\n<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n"
+    "<parameter=b>\n[2]\n</parameter>\n</function>\n</tool_call>",
+}
+
+
+@pytest.mark.parametrize("parser", sorted(TOOL_CALL_FORMATS))
+def test_each_tool_call_format_reaches_the_openai_client(parser):
+    served = ServedModel(
+        model=ScriptedModel(TOOL_CALL_FORMATS[parser]),
+        name="scripted",
+        max_model_len=MAX_MODEL_LEN,
+        vocab_size=100,
+        chat_ids=lambda messages, tools: [1, 2, 3],
+        text_ids=lambda prompt: [1, 2, 3],
+        decode=lambda ids: "x",
+        tool_call_parser=parser,
+    )
+    scripted = LocalServer(None, "scripted", served)
+    try:
+        choice = _chat(scripted.client(), tools=[ADD_TOOL]).choices[0]
+        assert choice.finish_reason == "tool_calls"
+        assert choice.message.content == (None if parser == "llama3_json" else "Sure.")
+        (call,) = choice.message.tool_calls
+        assert call.function.name == "add"
+        assert json.loads(call.function.arguments) == {"a": 1, "b": [2]}
+    finally:
+        scripted.close()
+
+
+def test_every_parser_keeps_a_malformed_reply_whole():
+    from trinity.engine.tool_calls import TOOL_CALL_PARSERS
+
+    broken = {
+        "hermes": "<tool_call>{not json}</tool_call>",
+        "llama3_json": '{"name": "add", "parameters": {"a": 1}',  # cut off
+        "mistral": '[TOOL_CALLS][{"name": "add", "argu',
+        "qwen3_coder": "<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n",
+    }
+    assert set(broken) == set(TOOL_CALL_PARSERS)
+    for parser, text in broken.items():
+        assert parse_tool_calls(text, parser) == (text, []), parser
+    for parser in TOOL_CALL_PARSERS:  # plain prose is content in every format
+        assert parse_tool_calls("It is 3.", parser) == ("It is 3.", [])
+    two = '{"name": "f", "parameters": {}}; {"name": "g", "parameters": {"x": 1}}'
+    assert [c["function"]["name"] for c in parse_tool_calls(two, "llama3_json")[1]] == ["f", "g"]
+    from typing import get_args
+
+    from trinity.common.config.schema_explorer import InferenceModelConfig
+
+    annotation = InferenceModelConfig.model_fields["tool_call_parser"].annotation
+    assert set(get_args(annotation)) == set(TOOL_CALL_PARSERS)

@@ -28,7 +28,9 @@ docs/extending.md. vLLM would be one more file here (GPU only, not supported yet
 engine over the OpenAI API, build a ``ServedModel`` (its ``generate_ids``, tokenizer functions
 and ``max_model_len``; see ``ServedModel.from_transformers``) and have its host answer
 ``api_address()`` with the server's ``{"url", "model"}``, as ``EngineActor`` does. Another
-tool-call format is another parser with ``parse_tool_calls``' contract.
+tool-call format is a function with the parsers' contract in ``tool_calls.TOOL_CALL_PARSERS``
+and a value of ``tool_call_parser``'s ``Literal``; another reasoning format a row of
+``reasoning.REASONING_PARSERS``.
 """
 
 from trinity.engine import external, transformers_model  # noqa: F401  (the built-in engines)

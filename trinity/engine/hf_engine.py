@@ -100,6 +100,7 @@ class TransformersEngine:
         adapter_path: Optional[str] = None,
         enable_thinking: bool = False,
         reasoning_parser: Optional[str] = None,
+        tool_call_parser: str = "hermes",
     ) -> None:
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got '{dtype}'")
@@ -140,7 +141,8 @@ class TransformersEngine:
         # A chat template variable (Qwen3's switch for its <think> block); templates that do
         # not read it ignore it, as Jinja ignores any unused variable.
         self.template_kwargs = {"enable_thinking": enable_thinking}
-        self.reasoning_parser = reasoning_parser  # how its OpenAI API shows <think> blocks
+        # how its OpenAI API reads replies: <think> blocks, and the tool-call format
+        self.reasoning_parser, self.tool_call_parser = reasoning_parser, tool_call_parser
 
     def _eos_ids(self) -> List[int]:
         ids = self.model.generation_config.eos_token_id

@@ -72,6 +72,7 @@ class ServedModel:
     aliases: Tuple[str, ...] = ()
     conversation: Optional[Callable[[str], Conversation]] = None  # session -> its turns
     reasoning_parser: Optional[str] = None  # a REASONING_PARSERS name: <think> apart
+    tool_call_parser: str = "hermes"  # a TOOL_CALL_PARSERS name
 
     @classmethod
     def from_transformers(cls, model: Any, name: str) -> ServedModel:
@@ -88,6 +89,7 @@ class ServedModel:
             aliases=(os.path.basename(os.path.normpath(name)),),
             conversation=model.conversation,
             reasoning_parser=engine.reasoning_parser,
+            tool_call_parser=engine.tool_call_parser,
         )
 
     def check_name(self, requested: str) -> None:
@@ -250,7 +252,7 @@ def _chat_choice(served: ServedModel, body: ChatRequest, index: int, exp: Any) -
     if served.reasoning_parser:
         reasoning, content = split_reasoning(content, served.reasoning_parser)
     if body.tools and body.tool_choice != "none" and content:
-        content, calls = parse_tool_calls(content)
+        content, calls = parse_tool_calls(content, served.tool_call_parser)
     else:
         calls = []
     message: Dict[str, Any] = {"role": "assistant", "content": content}

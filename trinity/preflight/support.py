@@ -114,6 +114,7 @@ SUPPORTED: Dict[str, Allowed] = {
     "data_processor.task_pipeline.inputs": ([],),
 }
 
+
 def runnable_values(pattern: str) -> Tuple[Any, ...]:
     """The values of ``SUPPORTED[pattern]`` that run in at least one mode: a row that depends
     on the config is read for each runnable mode's defaults (what the studio offers)."""

@@ -56,6 +56,11 @@ class InferenceModelConfig(ConfigModel):
         description="Passed to the chat template as enable_thinking (Qwen3's switch for its "
         "<think> block); templates that do not read it ignore it.",
     )
+    tool_call_parser: Literal["hermes", "llama3_json", "mistral", "qwen3_coder"] = Field(
+        "hermes",
+        description="The format the OpenAI API reads a reply's tool calls in, when the "
+        "request gave tools (hermes: <tool_call>{json}</tool_call>; qwen3_coder: its XML).",
+    )
     reasoning_parser: Optional[Literal["deepseek_r1", "qwen3"]] = Field(
         None,
         description="The OpenAI API returns a reply's <think> block as reasoning_content, the "
