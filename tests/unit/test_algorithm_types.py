@@ -36,13 +36,15 @@ def test_registry_names():
             "opmd",
             "ppo",
         ]
-        + ["reinforceplusplus", "remax", "rloo", "sft"]
+        + ["reinforceplusplus", "remax", "rloo", "sft", "topr"]
     )
     assert ADVANTAGE_FN.names() == sorted(
         ["grpo", "on_policy_distill", "opmd", "ppo", "reinforceplusplus"]
         + ["reinforceplusplus_baseline", "remax", "rloo"]
     )
-    assert POLICY_LOSS_FN.names() == ["cispo", "dpo", "gspo", "mix", "opmd", "ppo", "sft"]
+    assert POLICY_LOSS_FN.names() == [
+        "cispo", "dpo", "gspo", "mix", "opmd", "ppo", "sft", "topr"
+    ]  # fmt: skip
     assert ENTROPY_LOSS_FN.names() == ["default", "mix", "none"]
     assert SAMPLE_STRATEGY.names() == ["dapo", "default", "mix", "staleness_control", "warmup"]
     assert "k2" in KL_FN

@@ -175,6 +175,12 @@ BUILTIN_ALGORITHMS: Dict[str, BuiltinAlgorithm] = {
         "CISPO: REINFORCE weighted by a clipped, stop-gradient importance ratio.",
         _rl(repeat_times=8, policy_loss_fn="cispo", kl_loss_fn="none"),
     ),
+    "topr": BuiltinAlgorithm(
+        "TOPRAlgorithm",
+        "TOPR: tapered off-policy REINFORCE; plain REINFORCE on sequences with a positive "
+        "advantage, a truncated importance weight on negative ones, no KL.",
+        _rl(repeat_times=8, policy_loss_fn="topr", kl_loss_fn="none"),
+    ),
     "mix": BuiltinAlgorithm(
         "MIXAlgorithm",
         "RL experiences plus expert SFT data (an auxiliary_buffers entry) in one loss.",

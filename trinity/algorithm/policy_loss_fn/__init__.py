@@ -15,6 +15,7 @@ from trinity.algorithm.policy_loss_fn.mix import MIXPolicyLossFn
 from trinity.algorithm.policy_loss_fn.opmd import OPMDPolicyLossFn
 from trinity.algorithm.policy_loss_fn.ppo import PPOPolicyLossFn
 from trinity.algorithm.policy_loss_fn.sft import SFTLossFn
+from trinity.algorithm.policy_loss_fn.topr import TOPRPolicyLossFn
 
 __all__ = [
     "POLICY_LOSS_FN",
@@ -26,4 +27,5 @@ __all__ = [
     "OPMDPolicyLossFn",
     "PPOPolicyLossFn",
     "SFTLossFn",
+    "TOPRPolicyLossFn",
 ]
