@@ -52,7 +52,7 @@ from trinity.trainer.policy_step import response_logprobs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "examples", "quickstart", "arithmetic.yaml")
-QUICKSTART_CHECKS = ("ppo", "rloo", "topr", "dpo", "sft", "lora")
+QUICKSTART_CHECKS = ("ppo", "rloo", "topr", "asymre", "dpo", "sft", "lora")
 # GRPO with an adapter on every Linear layer; LoRA wants a higher lr than the full model's
 # 3e-5 (the adapter starts at zero and holds few parameters): --lora-lr.
 LORA_OVERRIDES = ["model.lora_configs=[{lora_rank: 16, lora_alpha: 32}]"]
@@ -393,7 +393,7 @@ def main() -> None:
 
 
 def quickstart_checks(args: argparse.Namespace, checks: List[str]) -> Dict[str, Dict]:
-    """ppo, rloo, topr, dpo, sft and lora from the quickstart's SFT warm-up."""
+    """ppo, rloo, topr, asymre, dpo, sft and lora from the quickstart's SFT warm-up."""
     os.environ["TRINITY_QUICKSTART_DIR"] = os.path.abspath(args.data)
     rl_dir = os.path.join(args.data, "data", "rl")
     train, test = (
@@ -403,7 +403,7 @@ def quickstart_checks(args: argparse.Namespace, checks: List[str]) -> Dict[str, 
     args.steps = args.steps or 40
     results: Dict[str, Dict] = {}
     for algorithm in checks:
-        if algorithm in ("ppo", "rloo", "topr"):
+        if algorithm in ("ppo", "rloo", "topr", "asymre"):
             extra = (
                 ["algorithm.repeat_times=1", "buffer.batch_size=64"] if algorithm == "ppo" else []
             )

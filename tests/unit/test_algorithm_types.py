@@ -25,6 +25,7 @@ from trinity.common.experience import Experience
 def test_registry_names():
     assert ALGORITHM_TYPE.names() == sorted(
         [
+            "asymre",
             "cispo",
             "dapo",
             "dpo",
@@ -39,7 +40,7 @@ def test_registry_names():
         + ["reinforceplusplus", "remax", "rloo", "sft", "topr"]
     )
     assert ADVANTAGE_FN.names() == sorted(
-        ["grpo", "on_policy_distill", "opmd", "ppo", "reinforceplusplus"]
+        ["asymre", "grpo", "on_policy_distill", "opmd", "ppo", "reinforceplusplus"]
         + ["reinforceplusplus_baseline", "remax", "rloo"]
     )
     assert POLICY_LOSS_FN.names() == [

@@ -181,6 +181,20 @@ BUILTIN_ALGORITHMS: Dict[str, BuiltinAlgorithm] = {
         "advantage, a truncated importance weight on negative ones, no KL.",
         _rl(repeat_times=8, policy_loss_fn="topr", kl_loss_fn="none"),
     ),
+    "asymre": BuiltinAlgorithm(
+        "AsymREAlgorithm",
+        "AsymRE: off-policy REINFORCE, advantage r - (group mean + baseline_shift) with the "
+        "baseline below the mean; the loss is the plain weighted log-likelihood (OPMD's loss "
+        "at tau 0), summed over each sequence as the paper's log pi(y); no KL.",
+        _rl(
+            repeat_times=8,
+            advantage_fn="asymre",
+            policy_loss_fn="opmd",
+            policy_loss_fn_args={"tau": 0.0},
+            loss_agg_mode="seq-mean-token-sum",
+            kl_loss_fn="none",
+        ),
+    ),
     "mix": BuiltinAlgorithm(
         "MIXAlgorithm",
         "RL experiences plus expert SFT data (an auxiliary_buffers entry) in one loss.",

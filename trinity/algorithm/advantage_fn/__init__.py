@@ -9,6 +9,7 @@ import the file below. ``exps`` also reads as veRL's ``DataProto`` (``exps.batch
 see docs/extending.md.
 """
 
+from trinity.algorithm.advantage_fn.asymre import AsymREAdvantageFn
 from trinity.algorithm.advantage_fn.base import ADVANTAGE_FN, AdvantageFn
 from trinity.algorithm.advantage_fn.grpo import GRPOAdvantageFn
 from trinity.algorithm.advantage_fn.on_policy_distill import OnPolicyDistillAdvantageFn
@@ -24,6 +25,7 @@ from trinity.algorithm.advantage_fn.rloo import RLOOAdvantageFn
 __all__ = [
     "ADVANTAGE_FN",
     "AdvantageFn",
+    "AsymREAdvantageFn",
     "GRPOAdvantageFn",
     "OnPolicyDistillAdvantageFn",
     "OPMDAdvantageFn",
