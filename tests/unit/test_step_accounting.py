@@ -4,9 +4,8 @@ default train_batch_size, a runner's slots and the planned train steps all follo
 import json
 
 from trinity.common.config import load_config
-from trinity.preflight.derive import finalize, rollouts_per_step
+from trinity.preflight.derive import finalize, planned_steps, rollouts_per_step
 from trinity.runtime.explorer_role import runner_slots
-from trinity.runtime.launcher import planned_steps
 
 CONFIG = """
 model: {{model_path: /m, max_prompt_tokens: 16, max_response_tokens: 8}}
@@ -52,3 +51,24 @@ def test_a_smaller_train_batch_makes_more_train_steps(tmp_path):
     config = stage(tmp_path, own="repeat_times: 2")
     config.buffer.train_batch_size = 4  # half of what an explore step makes
     assert planned_steps(config) == 20
+
+
+def test_the_steps_are_counted_from_the_rows_the_checks_read(tmp_path, monkeypatch):
+    """The data check before start reads the taskset; planned_steps then gets its rows from
+    the reader's cache instead of reading the file again."""
+    from trinity.buffer import file_reader
+    from trinity.preflight.before_start import _data_problems
+
+    reads = []
+    original = file_reader._load
+
+    def counted(*args, **kwargs):
+        reads.append(args[1])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(file_reader, "_load", counted)
+    monkeypatch.setattr(file_reader, "_CACHE", type(file_reader._CACHE)())
+    config = stage(tmp_path)
+    assert reads == []  # deriving reads no data
+    assert _data_problems(config) == [] and len(reads) == 1  # the check before start
+    assert planned_steps(config) == 10 and len(reads) == 1  # counted from the same rows

@@ -7,10 +7,15 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 from typing import List, Tuple
 
 from trinity.algorithm import ALGORITHM_TYPE, AlgorithmType
+from trinity.algorithm.algorithm import PairExperienceModel
+from trinity.buffer import load_rows
+from trinity.buffer.pipelines import build_task_pipeline
+from trinity.buffer.row_checks import row_schema
 from trinity.common.config import gpus
 from trinity.common.config.base import ConfigError, assign, set_default
 from trinity.common.config.config import Config, external_models
@@ -19,6 +24,7 @@ from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.config.schema_model import ModelConfig
 from trinity.common.config.verl_mapping import carry_verl_settings
 from trinity.engine import DEFAULT_ENGINE
+from trinity.explorer.bench import bench_steps
 from trinity.preflight.support import COMPONENT_REGISTRIES
 from trinity.preflight.validate import (
     check_consistency,
@@ -255,3 +261,32 @@ def _derive_taskset(config: Config, storage: StorageConfig, name: str, is_eval: 
     for key in ("temperature", "top_p", "top_k"):
         if getattr(model, key) is not None:
             set_default(args, key, getattr(model, key))
+
+
+def planned_steps(config: Config) -> int:
+    """Training steps of a finalized stage: ``total_steps``, else epochs over the dataset that
+    drives it. Its rows are read as the checks before start read them (the same reader and
+    columns), so ``load_rows``' cache answers and no file is read twice."""
+    buf = config.buffer
+    if config.mode == "bench":  # one evaluation per checkpoint
+        return len(bench_steps(config))
+    if buf.total_steps:
+        return int(buf.total_steps)
+    if config.mode == "train" and buf.trainer_input.experience_buffer.storage_type == "file":
+        paired = ALGORITHM_TYPE.get(config.algorithm.algorithm_type).schema is PairExperienceModel
+        storage = buf.trainer_input.experience_buffer
+        # the rows its reader keeps (skip_bad_rows drops the others)
+        columns = row_schema(storage.format, "dpo" if paired else "sft")
+        rows = len(load_rows(storage, columns=columns))
+        per_step = buf.train_batch_size // 2 if paired else buf.train_batch_size  # DPO: pairs
+        return max(1, math.ceil(rows * buf.total_epochs / per_step))
+    pipeline = build_task_pipeline(config)  # the explorer explores only the rows it keeps
+    loaded = [(load_rows(ts), ts) for ts in buf.explorer_input.tasksets]
+    rows = sum(len(pipeline.apply(data, ts) if pipeline else data) for data, ts in loaded)
+    if pipeline is not None:
+        pipeline.close()
+    explore_steps = math.ceil(rows * buf.total_epochs / buf.batch_size)
+    # A train step may take less than an explore step makes (train_batch_size below
+    # batch_size * repeat_times): then there are more train steps than explore steps.
+    made = rollouts_per_step(config)
+    return max(1, math.ceil(explore_steps * made / (buf.train_batch_size or made)))

@@ -6,7 +6,6 @@ from the previous stage's final weights (its HF export).
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from dataclasses import dataclass, field, replace
@@ -35,44 +34,6 @@ class StageResult:
     final_hf: Optional[str]
     evals: Dict[str, tuple] = field(default_factory=dict)  # metric -> (first, last)
     bench: Optional[List[Dict]] = None  # mode bench: one metrics record per checkpoint
-
-
-def planned_steps(config: Any) -> int:
-    """Training steps of a stage: ``total_steps``, else epochs over the dataset that drives it."""
-    from trinity.buffer import load_rows
-    from trinity.preflight.derive import rollouts_per_step
-
-    buf = config.buffer
-    if config.mode == "bench":  # one evaluation per checkpoint
-        from trinity.explorer.bench import bench_steps
-
-        return len(bench_steps(config))
-    if buf.total_steps:
-        return int(buf.total_steps)
-    if config.mode == "train" and buf.trainer_input.experience_buffer.storage_type == "file":
-        from trinity.algorithm import ALGORITHM_TYPE
-        from trinity.algorithm.algorithm import PairExperienceModel
-        from trinity.buffer.row_checks import row_schema
-
-        paired = ALGORITHM_TYPE.get(config.algorithm.algorithm_type).schema is PairExperienceModel
-        storage = buf.trainer_input.experience_buffer
-        # the rows its reader keeps (skip_bad_rows drops the others)
-        columns = row_schema(storage.format, "dpo" if paired else "sft")
-        rows = len(load_rows(storage, columns=columns))
-        per_step = buf.train_batch_size // 2 if paired else buf.train_batch_size  # DPO: pairs
-        return max(1, math.ceil(rows * buf.total_epochs / per_step))
-    from trinity.buffer.pipelines import build_task_pipeline
-
-    pipeline = build_task_pipeline(config)  # the explorer explores only the rows it keeps
-    loaded = [(load_rows(ts), ts) for ts in buf.explorer_input.tasksets]
-    rows = sum(len(pipeline.apply(data, ts) if pipeline else data) for data, ts in loaded)
-    if pipeline is not None:
-        pipeline.close()
-    explore_steps = math.ceil(rows * buf.total_epochs / buf.batch_size)
-    # A train step may take less than an explore step makes (train_batch_size below
-    # batch_size * repeat_times): then there are more train steps than explore steps.
-    made = rollouts_per_step(config)
-    return max(1, math.ceil(explore_steps * made / (buf.train_batch_size or made)))
 
 
 def init_ray(namespace: str) -> None:
@@ -106,6 +67,7 @@ def run_stage(config: Any, plugin_dirs: List[str], printer: ProgressPrinter) -> 
     (``local_stage.py``), else on Ray; any failure becomes one ``RunFailed`` message."""
     from trinity.common.config import save_resolved_config
     from trinity.common.config.decoupled_checks import resolved_config_name
+    from trinity.preflight.derive import planned_steps
     from trinity.preflight.hosting import runs_in_process
     from trinity.runtime.local_stage import run_in_process
 
@@ -113,7 +75,7 @@ def run_stage(config: Any, plugin_dirs: List[str], printer: ProgressPrinter) -> 
     os.makedirs(job_dir, exist_ok=True)
     # A bench of a run, or one side of a decoupled run, keeps the run's own config.yaml.
     save_resolved_config(config, os.path.join(job_dir, resolved_config_name(config)))
-    steps = planned_steps(config)
+    steps = planned_steps(config)  # rows come from the reader's cache the checks filled
     printer.new_board()
     run = run_in_process if runs_in_process(config) else _run_on_ray
     final_hf, outputs = run(config, plugin_dirs, printer, steps)
