@@ -7,7 +7,7 @@ import json
 import re
 import textwrap
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
 import pytest
@@ -57,13 +57,10 @@ REGISTRIES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def plugins(tmp_path_factory):
-    """The page's plugin files in one folder, loaded; the registries restored afterwards.
-
-    Yields what each registry gained, by registry name."""
-    folder = tmp_path_factory.mktemp("plugins")
-    for name, code in PLUGIN_BLOCKS:
+def loaded_plugins(blocks: List, folder: Path) -> Iterator[Dict[str, set]]:
+    """A docs page's plugin files written to ``folder`` and loaded as ``--plugin-dir`` loads
+    them; yields what each registry gained, by registry name, and restores the registries."""
+    for name, code in blocks:
         (folder / name).write_text(code)
     with pytest.MonkeyPatch.context() as patch:
         before = {}
@@ -72,6 +69,25 @@ def plugins(tmp_path_factory):
             before[registry.name] = set(registry.names())
         load_plugins([str(folder)])
         yield {r.name: set(r.names()) - before[r.name] for r in REGISTRIES}
+
+
+def check_yaml_block(block: str, tmp_path: Path, micro_model: str, data: Dict) -> None:
+    """A docs page's YAML block, merged into a small GRPO config, passes the config check
+    and comes out of it as written."""
+    algorithm = json.dumps({"algorithm_type": "grpo", "repeat_times": 4})
+    text = CONFIG.format(root=tmp_path, model=micro_model, data=data["rl"], algorithm=algorithm)
+    snippet = yaml.safe_load(block)
+    merged = deep_merge(yaml.safe_load(textwrap.dedent(text)), snippet)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(merged))
+    config = finalize(load_config(str(path)))
+    assert_contains(config.model_dump(), snippet, "")
+
+
+@pytest.fixture(scope="module")
+def plugins(tmp_path_factory):
+    """This page's plugins loaded; what each registry gained, by registry name."""
+    yield from loaded_plugins(PLUGIN_BLOCKS, tmp_path_factory.mktemp("plugins"))
 
 
 def test_every_extensible_registry_has_one_example(plugins):
@@ -303,16 +319,7 @@ def assert_contains(final: Any, snippet: Any, path: str) -> None:
 def test_yaml_examples_pass_the_config_check(
     index, tmp_path, micro_model, arithmetic_data, plugins
 ):
-    algorithm = json.dumps({"algorithm_type": "grpo", "repeat_times": 4})
-    text = CONFIG.format(
-        root=tmp_path, model=micro_model, data=arithmetic_data["rl"], algorithm=algorithm
-    )
-    snippet = yaml.safe_load(YAML_BLOCKS[index])
-    merged = deep_merge(yaml.safe_load(textwrap.dedent(text)), snippet)
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(merged))
-    config = finalize(load_config(str(path)))
-    assert_contains(config.model_dump(), snippet, "")
+    check_yaml_block(YAML_BLOCKS[index], tmp_path, micro_model, arithmetic_data)
 
 
 def test_monitor_example_writes_rows_and_keeps_them_on_resume(plugins, tmp_path):

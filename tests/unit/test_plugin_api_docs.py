@@ -2,30 +2,23 @@
 from a plugin folder the way ``trinity run --plugin-dir`` loads it and exercised, and every
 YAML block passes the config check with those plugins registered."""
 
-import json
 import re
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-import yaml
 
-from tests.unit.test_dataproto_view import CONFIG, group_experiences, make_trainer
+from tests.unit.test_dataproto_view import group_experiences, make_trainer
 from tests.unit.test_extending_docs import (
-    REGISTRIES,
     FakeEngine,
-    assert_contains,
     batch,
-    deep_merge,
+    check_yaml_block,
+    loaded_plugins,
     task,
 )
 from trinity.algorithm import ADVANTAGE_FN, POLICY_LOSS_FN
-from trinity.common.config import load_config
 from trinity.explorer.runner import WorkflowRunner
-from trinity.preflight.derive import finalize
-from trinity.utils.plugin_loader import load_plugins
 
 DOC = (Path(__file__).parents[2] / "docs" / "reference" / "plugin-api.md").read_text()
 PLUGIN_BLOCKS = re.findall(r"```python\n# plugins/(\w+\.py)\n(.*?)```", DOC, re.S)
@@ -34,17 +27,8 @@ YAML_BLOCKS = re.findall(r"```yaml\n(.*?)```", DOC, re.S)
 
 @pytest.fixture(scope="module")
 def plugins(tmp_path_factory):
-    """The page's plugin files in one folder, loaded; the registries restored afterwards."""
-    folder = tmp_path_factory.mktemp("plugins")
-    for name, code in PLUGIN_BLOCKS:
-        (folder / name).write_text(code)
-    with pytest.MonkeyPatch.context() as patch:
-        before = {}
-        for registry in REGISTRIES:
-            patch.setattr(registry, "_modules", dict(registry._modules))
-            before[registry.name] = set(registry.names())
-        load_plugins([str(folder)])
-        yield {r.name: set(r.names()) - before[r.name] for r in REGISTRIES if r.names()}
+    """The page's plugins loaded; what each registry gained, by registry name."""
+    yield from loaded_plugins(PLUGIN_BLOCKS, tmp_path_factory.mktemp("plugins"))
 
 
 def test_the_page_registers_its_examples(plugins):
@@ -128,13 +112,4 @@ def test_rank_pg_trains_a_step(tmp_path, micro_model, arithmetic_data, plugins):
 def test_yaml_examples_pass_the_config_check(
     index, tmp_path, micro_model, arithmetic_data, plugins
 ):
-    algorithm = json.dumps({"algorithm_type": "grpo", "repeat_times": 4})
-    text = CONFIG.format(
-        root=tmp_path, model=micro_model, data=arithmetic_data["rl"], algorithm=algorithm
-    )
-    snippet = yaml.safe_load(YAML_BLOCKS[index])
-    merged = deep_merge(yaml.safe_load(textwrap.dedent(text)), snippet)
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(merged))
-    config = finalize(load_config(str(path)))
-    assert_contains(config.model_dump(), snippet, "")
+    check_yaml_block(YAML_BLOCKS[index], tmp_path, micro_model, arithmetic_data)
