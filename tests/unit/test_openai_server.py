@@ -251,8 +251,9 @@ class ScriptedModel:
         ]
 
 
-def test_tool_calls_in_the_reply_are_parsed(local):
-    text = 'Sure.\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
+def _scripted(text: str, **parsers: Any) -> LocalServer:
+    """A server whose model always replies ``text`` (``parsers``: ServedModel's
+    ``reasoning_parser`` / ``tool_call_parser``)."""
     served = ServedModel(
         model=ScriptedModel(text),
         name="scripted",
@@ -261,8 +262,14 @@ def test_tool_calls_in_the_reply_are_parsed(local):
         chat_ids=lambda messages, tools: [1, 2, 3],
         text_ids=lambda prompt: [1, 2, 3],
         decode=lambda ids: "x",
+        **parsers,
     )
-    scripted = LocalServer(None, "scripted", served)
+    return LocalServer(None, "scripted", served)
+
+
+def test_tool_calls_in_the_reply_are_parsed(local):
+    text = 'Sure.\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
+    scripted = _scripted(text)
     try:
         client = scripted.client()
         reply = _chat(client, tools=[ADD_TOOL])
@@ -363,25 +370,11 @@ def test_concurrent_clients_and_direct_calls_share_engine_batches(micro_model):
     assert any(direct_ids in b and len(b) > b.count(direct_ids) for b in batches)
 
 
-def _scripted(text: str, reasoning_parser=None) -> LocalServer:
-    served = ServedModel(
-        model=ScriptedModel(text),
-        name="scripted",
-        max_model_len=MAX_MODEL_LEN,
-        vocab_size=100,
-        chat_ids=lambda messages, tools: [1, 2, 3],
-        text_ids=lambda prompt: [1, 2, 3],
-        decode=lambda ids: "x",
-        reasoning_parser=reasoning_parser,
-    )
-    return LocalServer(None, "scripted", served)
-
-
 def test_a_reasoning_parser_moves_the_think_block_to_reasoning_content():
     call = '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
     text = f"<think>\nOne plus two.\n</think>\n\nIt is 3. {call}"
     for parser in ("qwen3", "deepseek_r1"):
-        scripted = _scripted(text, parser)
+        scripted = _scripted(text, reasoning_parser=parser)
         try:
             message = _chat(scripted.client(), tools=[ADD_TOOL]).choices[0].message
             # the openai package keeps fields it does not declare in model_extra
@@ -437,17 +430,7 @@ TOOL_CALL_FORMATS = {
 
 @pytest.mark.parametrize("parser", sorted(TOOL_CALL_FORMATS))
 def test_each_tool_call_format_reaches_the_openai_client(parser):
-    served = ServedModel(
-        model=ScriptedModel(TOOL_CALL_FORMATS[parser]),
-        name="scripted",
-        max_model_len=MAX_MODEL_LEN,
-        vocab_size=100,
-        chat_ids=lambda messages, tools: [1, 2, 3],
-        text_ids=lambda prompt: [1, 2, 3],
-        decode=lambda ids: "x",
-        tool_call_parser=parser,
-    )
-    scripted = LocalServer(None, "scripted", served)
+    scripted = _scripted(TOOL_CALL_FORMATS[parser], tool_call_parser=parser)
     try:
         choice = _chat(scripted.client(), tools=[ADD_TOOL]).choices[0]
         assert choice.finish_reason == "tool_calls"
