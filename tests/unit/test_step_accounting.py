@@ -4,7 +4,8 @@ default train_batch_size, a runner's slots and the planned train steps all follo
 import json
 
 from trinity.common.config import load_config
-from trinity.preflight.derive import finalize, planned_steps, rollouts_per_step
+from trinity.common.config.config import rollouts_per_step
+from trinity.preflight.derive import finalize, planned_steps
 from trinity.runtime.explorer_role import runner_slots
 
 CONFIG = """

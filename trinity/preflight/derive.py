@@ -18,7 +18,7 @@ from trinity.buffer.pipelines import build_task_pipeline
 from trinity.buffer.row_checks import row_schema
 from trinity.common.config import gpus
 from trinity.common.config.base import ConfigError, assign, set_default
-from trinity.common.config.config import Config, external_models
+from trinity.common.config.config import Config, external_models, rollouts_per_step
 from trinity.common.config.schema_algorithm import AlgorithmConfig
 from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.config.schema_model import ModelConfig
@@ -219,15 +219,6 @@ def _derive_buffer(config: Config) -> List[str]:
         _derive_taskset(config, storage, f"eval_taskset_{index}", is_eval=True)
     set_default(buffer, "train_batch_size", rollouts_per_step(config))
     return problems
-
-
-def rollouts_per_step(config: Config) -> int:
-    """Experiences one explore step makes: ``batch_size`` x the training taskset's
-    ``repeat_times`` (its own, else ``algorithm.repeat_times``); the largest where tasksets
-    of different ``repeat_times`` are mixed."""
-    tasksets = config.buffer.explorer_input.tasksets
-    repeats = [ts.repeat_times or config.algorithm.repeat_times for ts in tasksets]
-    return config.buffer.batch_size * max(repeats or [config.algorithm.repeat_times])
 
 
 def _derive_total_steps(config: Config) -> List[str]:

@@ -12,6 +12,7 @@ import math
 import time
 from typing import Any, Dict, List, Optional
 
+from trinity.common.config.config import rollouts_per_step
 from trinity.common.sync_schedule import Wanted
 from trinity.common.weights import weights_path
 from trinity.engine import DEFAULT_ENGINE, ENGINES
@@ -19,7 +20,6 @@ from trinity.engine.local import LocalEngine
 from trinity.explorer.bench import run_bench
 from trinity.explorer.pool import LoopRunner, Runner, RunnerPool, ThreadRunner
 from trinity.explorer.pool_rules import DynamicTimeout
-from trinity.preflight.derive import rollouts_per_step
 from trinity.runtime.placement import Placement
 from trinity.runtime.roles import (
     WAIT_SLICE_S,

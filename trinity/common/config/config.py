@@ -153,3 +153,12 @@ def external_models(config: Config) -> List[Tuple[str, str, Any, Any]]:
         prefix = f"explorer.auxiliary_models[{index}]"
         found.append((f"{prefix}.external_model", f"{prefix}.engine_type", aux, aux.external_model))
     return found
+
+
+def rollouts_per_step(config: Config) -> int:
+    """Experiences one explore step makes: ``batch_size`` x the training taskset's
+    ``repeat_times`` (its own, else ``algorithm.repeat_times``); the largest where tasksets
+    of different ``repeat_times`` are mixed."""
+    tasksets = config.buffer.explorer_input.tasksets
+    repeats = [ts.repeat_times or config.algorithm.repeat_times for ts in tasksets]
+    return config.buffer.batch_size * max(repeats or [config.algorithm.repeat_times])
