@@ -47,22 +47,20 @@ def apply_overrides(raw: DictConfig, overrides: Sequence[str]) -> List[str]:
     """
     parsed = [_parse(item) for item in overrides]
     staged = [(key, value) for key, value in parsed if key.split(".")[0] == "stages"]
-    notes: List[str] = []
+    stage_notes: List[Tuple[str, str]] = []  # (stage name, note)
     for key, value in parsed:
         if key.split(".")[0] == "stages":
             continue
         _update(raw, key, value, key)
         if key != "mode":
-            notes += _reach_stages(raw, key, value, [k for k, _ in staged])
+            stage_notes += _reach_stages(raw, key, value, [k for k, _ in staged])
     for key, value in staged:
         _update(raw, key, value, key)
+    names = {name for _, name in _stages(raw)}
     mode = [value for key, value in parsed if key == "mode"]
-    if mode and raw.get("stages"):
-        names = {name for _, name in _stages(raw)}
-        mode_notes = _meet_modes(raw, str(mode[-1]))
-        gone = names - {name for _, name in _stages(raw)}  # skipped: their values do not matter
-        notes = [n for n in notes if not any(f"stage '{name}'" in n for name in gone)]
-        notes += mode_notes
+    mode_notes = _meet_modes(raw, str(mode[-1])) if mode and raw.get("stages") else []
+    gone = names - {name for _, name in _stages(raw)}  # skipped: their values do not matter
+    notes = [note for name, note in stage_notes if name not in gone] + mode_notes
     for note in notes:
         logger.warning("%s", note)
     return notes
@@ -108,9 +106,11 @@ def _own(raw: DictConfig, path: str) -> Any:
     return value
 
 
-def _reach_stages(raw: DictConfig, key: str, value: Any, staged: List[str]) -> List[str]:
-    """Carry a global override into every stage that would not inherit it; a note per
-    stage value it replaced."""
+def _reach_stages(
+    raw: DictConfig, key: str, value: Any, staged: List[str]
+) -> List[Tuple[str, str]]:
+    """Carry a global override into every stage that would not inherit it; (stage name,
+    note) per stage value it replaced or could not reach."""
     if key.split(".")[0] not in StageConfig.model_fields:
         return []
     plain = OmegaConf.to_container(value) if isinstance(value, DictConfig) else value
@@ -122,18 +122,20 @@ def _reach_stages(raw: DictConfig, key: str, value: Any, staged: List[str]) -> L
         if own is _ABSENT:
             blocked = _own_list_above(raw, index, key)
             if blocked:  # the stage's own list replaces the global one whole
-                notes.append(
+                text = (
                     f"{key}={_show(plain)} (command line) does not reach stage '{name}', which "
                     f"sets its own {blocked}; stages.{index}.{key}=... sets it there"
                 )
+                notes.append((name, text))
                 continue
             if not _resets_algorithm(raw, index, key):
                 continue  # the stage inherits the new global value
         elif own != plain:
-            notes.append(
+            text = (
                 f"{key}={_show(plain)} (command line) replaces {_show(own)}, the value stage "
                 f"'{name}' sets; stages.{index}.{key}=... sets one stage alone"
             )
+            notes.append((name, text))
         _update(raw, f"stages.{index}.{key}", value, f"{key}={_show(plain)}")
     return notes
 
