@@ -50,6 +50,7 @@ from trinity.preflight.derive import finalize
 
 CONFIG = """
 project: bench
+cluster: {{gpu_per_node: 0}}  # CPU ranks, also on a machine with a GPU
 name: trainer_scaling_{ranks}
 checkpoint_root_dir: {root}
 mode: train

@@ -19,6 +19,7 @@ from trinity.trainer import lora
 CONFIG = """
 project: tests
 name: lora
+cluster: {{gpu_per_node: 0}}  # CPU ranks and CPU tensors on any machine
 checkpoint_root_dir: {root}
 continue_from_checkpoint: true
 model:

@@ -25,6 +25,7 @@ from trinity.trainer.distributed import split_rows
 
 CONFIG = """
 project: tests
+cluster: {{gpu_per_node: 0}}  # gloo ranks on CPU, also on a machine with a GPU
 name: sharded
 checkpoint_root_dir: {root}
 continue_from_checkpoint: true
