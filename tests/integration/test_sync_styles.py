@@ -1,8 +1,13 @@
-"""``synchronizer.sync_style`` explorer_driven and trainer_driven: whole GRPO runs on the micro
-model. Which train steps published weights, and which versions the explorer used, step by step.
+"""``synchronizer.sync_style`` explorer_driven, trainer_driven and fully_async: whole GRPO runs on
+the micro model. Which train steps published weights, which versions the explorer used, step by
+step, and the staleness bound (``synchronizer.max_staleness``) in every style: what is written
+is trained on or dropped as stale and counted, nothing else.
 """
 
 import os
+import sqlite3
+
+import pytest
 
 from tests.integration.conftest import HERE, base_overrides
 from tests.integration.test_run import records
@@ -11,13 +16,14 @@ from trinity.runtime.launcher import run
 CONFIG = os.path.join(HERE, "configs", "grpo_small.yaml")
 
 
-def _run(tmp_path, micro_model, arithmetic_data, style):
+def _run(tmp_path, micro_model, arithmetic_data, style, *extra):
     overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
         f"synchronizer.sync_style={style}",
         "synchronizer.sync_interval=2",
         "buffer.total_steps=6",
         "explorer.eval_interval=100",  # step 0 and the final weights only
         "trainer.save_interval=0",
+        *extra,
     ]
     (result,) = run(CONFIG, overrides, [])
     trainer, explorer = records(result.job_dir, "trainer"), records(result.job_dir, "explorer")
@@ -55,3 +61,58 @@ def test_trainer_driven_publishes_every_interval(
     assert len(versions) == 6 and versions == sorted(versions)
     assert set(versions) <= {0, 2, 4, 6} and versions[0] == 0
     assert evals == [0, 6]
+
+
+def test_fully_async_writes_every_step_once_on_the_newest_weights(
+    tmp_path, micro_model, arithmetic_data, ray_cluster
+):
+    trainer, published, versions, evals = _run(
+        tmp_path, micro_model, arithmetic_data, "fully_async", "synchronizer.max_staleness=8"
+    )
+    assert [r["step"] for r in trainer] == [1, 2, 3, 4, 5, 6]
+    assert published == [2, 4, 6]  # as trainer_driven: every sync_interval train steps
+    assert len(versions) == 6 and versions[0] == 0 and set(versions) <= {0, 2, 4, 6}
+    assert evals == [0, 6]
+    assert all(r["staleness/dropped"] == 0 for r in trainer)  # a bound it never reaches
+    # a trained experience's age: the versions between its weights and the updated ones
+    assert max(r["staleness/max"] for r in trainer) <= 5
+
+
+@pytest.mark.parametrize(
+    "style, bound",
+    [("fixed", 0), ("explorer_driven", 0), ("trainer_driven", 0), ("fully_async", 0)],
+)
+def test_the_staleness_bound_holds_and_every_experience_is_trained_or_counted(
+    tmp_path, micro_model, arithmetic_data, ray_cluster, style, bound
+):
+    """Bound 0 (on-policy only) with the explorer free to run ahead: in the dynamic styles
+    old groups are dropped and the trainer reads on; fixed at sync_offset 0 never needs to."""
+    overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
+        f"synchronizer.sync_style={style}",
+        f"synchronizer.max_staleness={bound}",
+        "buffer.total_steps=4",
+        "explorer.eval_interval=100",
+        "buffer.explorer_input.eval_tasksets=[]",
+        "trainer.save_interval=0",
+    ]
+    (result,) = run(CONFIG, overrides, [])
+    trainer = records(result.job_dir, "trainer")
+    assert trainer, "no train step"
+    assert all(r.get("staleness/max", 0) <= bound for r in trainer)
+    last = trainer[-1]["step"]
+    with sqlite3.connect(os.path.join(result.job_dir, "buffer", "experience_buffer.db")) as db:
+        (written,) = db.execute("SELECT COUNT(*) FROM experience_buffer").fetchone()
+        (unread,) = db.execute(
+            "SELECT COUNT(*) FROM experience_buffer WHERE consumed_by IS NULL"
+        ).fetchone()
+        (by_trained_steps,) = db.execute(
+            "SELECT COUNT(*) FROM experience_buffer WHERE consumed_by <= ?", (last,)
+        ).fetchone()
+    trained = sum(r["sample/experience_count"] for r in trainer)
+    dropped = sum(r["staleness/dropped"] for r in trainer)
+    assert written == 4 * 16 and unread == 0
+    # what the trained steps took is trained on or counted as dropped; whatever a step
+    # after the last took was only stale experiences at the end (the log says how many)
+    assert trained + dropped == by_trained_steps
+    if style == "fixed":
+        assert dropped == 0 and last == 4 and trained == written

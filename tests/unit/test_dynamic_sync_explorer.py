@@ -120,8 +120,8 @@ def test_dynamic_styles_need_mode_both_and_over_rollout_needs_them(tmp_path):
     )
     found = problems(tmp_path, overrides=["explorer.over_rollout.ratio=0.5"])
     assert found == [
-        "explorer.over_rollout.ratio = 0.5 applies only with a dynamic synchronizer.sync_style "
-        "(explorer_driven or trainer_driven), not fixed"
+        "explorer.over_rollout.ratio = 0.5 applies only with synchronizer.sync_style "
+        "explorer_driven or trainer_driven, not fixed"
     ]
 
 

@@ -19,6 +19,7 @@ from trinity.common.config.sync_checks import DYNAMIC_STYLES
 from trinity.common.experience import Experience
 from trinity.common.sync_schedule import Wanted, wanted_before
 from trinity.common.workflows.workflow import Task
+from trinity.explorer.fully_async import FullyAsync
 from trinity.explorer.pool import RunnerPool
 from trinity.explorer.pool_rules import min_tasks
 from trinity.explorer.runner import TaskResult
@@ -58,13 +59,15 @@ class Explorer:
         # data_processor.experience_pipeline
         self.pipeline = build_experience_pipeline(config, needs_groups(config))
 
-    def _expand(self, tasks: List[Task]) -> List[Task]:
-        """Give each task its group id; split repeats per ``max_repeat_times_per_runner``."""
+    def _expand(self, tasks: List[Task], step: Optional[int] = None) -> List[Task]:
+        """Give each task its group id (named after ``step``, default the current one); split
+        repeats per ``max_repeat_times_per_runner``."""
         limit = self.config.explorer.max_repeat_times_per_runner
+        step = self.step if step is None else step
         out = []
         for task in tasks:
             kind = "eval" if task.is_eval else "train"
-            task.task_id = f"{kind}-{self.step}-{task.taskset_name}-{task.index}"
+            task.task_id = f"{kind}-{step}-{task.taskset_name}-{task.index}"
             n = task.rollout_args.n
             chunk = limit if limit and not task.is_eval else n
             for start in range(0, n, chunk):
@@ -85,6 +88,12 @@ class Explorer:
             enough = min_tasks(len(tasks), over.ratio)
             expanded = self._expand(tasks)
             all_results = self.pool.run(expanded, label, enough, over.wait_after_min)
+        return self._check_failures(all_results, label, is_eval)
+
+    def _check_failures(
+        self, all_results: List[TaskResult], label: str, is_eval: bool = False
+    ) -> List[TaskResult]:
+        """Log and report failed tasks; raise ``TaskFailures`` past ``max_failed_ratio``."""
         results = [r for r in all_results if not r.left_behind]
         failed = [r for r in results if r.error]
         if not failed:
@@ -126,24 +135,31 @@ class Explorer:
         )
         waited, start = time.monotonic() - start, time.monotonic()
         results = self._run(tasks, f"explore step {self.step}")
+        self.finish_step(self.step, results, self.version, time.monotonic() - start, waited)
+        return True
+
+    def finish_step(
+        self, step: int, results: List[TaskResult], version: int, seconds: float, waited: float
+    ) -> None:
+        """Write explore step ``step``'s experiences (through the experience pipeline) and log
+        its metrics; ``version``: the weights it was explored with (the oldest, if several)."""
         experiences = grouped([e for r in results for e in r.experiences])
         metrics = rollout_metrics(experiences, prefix="rollout")  # what the model did
         if self.pipeline is not None:
             experiences, found = self.pipeline.run(experiences)
             metrics.update(found)
         if self.write is not None:
-            self.write(experiences, self.step)  # even when empty: it closes the step
+            self.write(experiences, step)  # even when empty: it closes the step
         metrics.update(
             {
                 "rollout/tasks_failed": float(sum(1 for r in results if r.error)),
                 "rollout/tasks_left_behind": float(sum(1 for r in results if r.left_behind)),
-                "rollout/model_version": float(self.version),
-                "time/explore_step": time.monotonic() - start,
+                "rollout/model_version": float(version),
+                "time/explore_step": seconds,
                 "time/wait_for_weights": waited,  # includes loading them into the engines
             }
         )
-        self.log(metrics, self.step)
-        return True
+        self.log(metrics, step)
 
     def evaluate(self, step: int, prefix: str = "eval") -> Dict[str, float]:
         """Run every eval taskset with the weights held now; log ``<prefix>/<taskset>/...``
@@ -167,10 +183,13 @@ class Explorer:
             self.evaluate(0)
         dynamic = self.config.synchronizer.sync_style in DYNAMIC_STYLES
         last = self.config.buffer.total_steps
-        while self.explore_step():
-            due = cfg.eval_interval and self.step % cfg.eval_interval == 0
-            if due and not (dynamic and self.step == last):  # that one waits for the end
-                self._eval_after_update(self.step)
+        if self.config.synchronizer.sync_style == "fully_async":
+            FullyAsync(self).run()
+        else:
+            while self.explore_step():
+                due = cfg.eval_interval and self.step % cfg.eval_interval == 0
+                if due and not (dynamic and self.step == last):  # that one waits for the end
+                    self._eval_after_update(self.step)
         if dynamic or not (cfg.eval_interval and self.step % cfg.eval_interval == 0):
             self._eval_after_update(self.step, final=True)
         return self.step

@@ -135,16 +135,46 @@ class RunnerPool:
         enough: Optional[int] = None,
         wait_after_min: float = 0.0,
     ) -> List[TaskResult]:
-        todo, per_runner = deque(tasks), self._tasks_per_runner(tasks)
+        """Run ``tasks`` to the end (or, with ``enough``, as ``explorer.over_rollout`` says)."""
+        results: List[TaskResult] = []
+        cutoff = None if enough is None else OverRollout(tasks, enough, wait_after_min)
+        per_runner = self._tasks_per_runner(tasks)
+        self._drive(deque(tasks), per_runner, label, results.append, cutoff=cutoff)
+        return results
+
+    def stream(
+        self,
+        first: List[Task],
+        more: Callable[[int], List[Task]],
+        on_result: Callable[[TaskResult], None],
+        label: str = "",
+    ) -> None:
+        """Keep every runner busy: ``first``, then ``more(free_slots)`` whenever a slot is
+        free (an empty list: nothing more for now), each result handed to ``on_result`` as
+        it comes. Returns once ``more`` has nothing and no task is in flight
+        (``synchronizer.sync_style: fully_async``)."""
+        self._drive(deque(first), self._tasks_per_runner(first), label, on_result, more=more)
+
+    def _drive(
+        self,
+        todo: deque,
+        per_runner: int,
+        label: str,
+        on_result: Callable[[TaskResult], None],
+        cutoff: Optional[OverRollout] = None,
+        more: Optional[Callable[[int], List[Task]]] = None,
+    ) -> None:
         # One wait per run, dated from its start: the console prints a wait once when it
         # begins and then every so often, not at every task that finishes.
         began = time.time()
         free = [runner for runner in self.runners for _ in range(per_runner)]
         pending: Dict[Any, tuple] = {}  # future -> (task, runner, started: monotonic)
         lost: Dict[int, int] = {}  # id(task) -> attempts lost to timeouts and dead runners
-        results: List[TaskResult] = []
-        cutoff = None if enough is None else OverRollout(tasks, enough, wait_after_min)
-        while todo or pending:
+        while True:
+            if more is not None and len(free) > len(todo):
+                todo.extend(more(len(free) - len(todo)))
+            if not (todo or pending):
+                break
             while todo and free:
                 runner, task = free.pop(), todo.popleft()
                 pending[runner.submit(task)] = (task, runner, time.monotonic())
@@ -166,15 +196,15 @@ class RunnerPool:
                     self._restart(runner, pending, todo, free, per_runner)
             for task, result in ended:
                 if result is not None:  # None: the task goes again
-                    results.append(result)
+                    on_result(result)
                     if cutoff is not None:
                         cutoff.finish(task)
             if cutoff is not None and cutoff.expired() and (todo or pending):
-                results += self._leave_behind(label, todo, pending)
+                for result in self._leave_behind(label, todo, pending):
+                    on_result(result)
             self._report(pending, label, began)
         if self.report is not None:
             self.report.done()
-        return results
 
     def _collect(
         self, future: Any, pending: Dict, lost: Dict[int, int], todo: deque, free: List, per: int

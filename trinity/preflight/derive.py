@@ -22,6 +22,7 @@ from trinity.common.config.config import Config, external_models, rollouts_per_s
 from trinity.common.config.schema_algorithm import AlgorithmConfig
 from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.config.schema_model import ModelConfig
+from trinity.common.config.sync_checks import DYNAMIC_STYLES
 from trinity.common.config.verl_mapping import carry_verl_settings
 from trinity.engine import DEFAULT_ENGINE
 from trinity.explorer.bench import bench_steps
@@ -76,6 +77,9 @@ def derive(config: Config) -> Tuple[Config, List[str]]:
 
 def _derive_run(config: Config) -> None:
     set_default(config, "ray_namespace", f"{config.project}/{config.name}")
+    sync = config.synchronizer
+    if sync.sync_style in DYNAMIC_STYLES:  # one version more than fixed can reach (I + O - 1)
+        set_default(sync, "max_staleness", sync.sync_interval + sync.sync_offset + 1)
     # Ray actors do not share the launcher's working directory: make the root absolute.
     assign(config, "checkpoint_root_dir", os.path.abspath(config.checkpoint_root_dir))
 

@@ -96,7 +96,6 @@ SUPPORTED: Dict[str, Allowed] = {
     "buffer.trainer_input.auxiliary_buffers.*.storage_type": ("file",),
     "explorer.rollout_model.engine_type": _registered_engines,
     "explorer.auxiliary_models.*.engine_type": _registered_engines,
-    "synchronizer.sync_style": ("fixed", "explorer_driven", "trainer_driven"),
     "synchronizer.sync_method": (None, "memory", "checkpoint"),
     "trainer.trainer_strategy": ("fsdp", "fsdp2"),
     "trainer.ulysses_sequence_parallel_size": (1,),

@@ -3,11 +3,14 @@ reads that wait only for what will come."""
 
 from __future__ import annotations
 
+import logging
 import time
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from trinity.runtime.roles import WAIT_SLICE_S, call
 from trinity.utils.status import Reporter
+
+logger = logging.getLogger(__name__)
 
 
 class ReadTimeoutError(TimeoutError):
@@ -84,3 +87,46 @@ class QueueReader:
             f"train step {self.step}: {where}; training on the {len(exps)} of {batch_size} "
             "experiences that arrived"
         )
+
+
+class StaleFilter:
+    """``synchronizer.max_staleness`` over a reader: whole groups sampled by weights more
+    than ``bound`` versions older than the ones the train step updates are dropped (the
+    reader reads on to fill the batch), and each step reports ``staleness/max``,
+    ``staleness/mean`` (of what it kept) and ``staleness/dropped``."""
+
+    def __init__(self, reader: Any, bound: int) -> None:
+        self.reader, self.bound = reader, bound
+        self.begin_step(1)
+
+    def begin_step(self, step: int) -> None:
+        if hasattr(self.reader, "begin_step"):
+            self.reader.begin_step(step)
+        self.step, self.dropped, self.ages = step, 0, []
+
+    def read(self, batch_size: int, timeout: Optional[float] = None) -> List[Any]:
+        from trinity.algorithm.sample_strategy.staleness import StaleOnly, read_fresh, staleness
+
+        try:
+            kept, dropped = read_fresh(self.reader, batch_size, self.step, self.bound, timeout)
+        except StaleOnly as exc:
+            self.dropped += exc.dropped
+            logger.warning(
+                "train step %d: the explorer finished and the %d experiences left were more "
+                "than synchronizer.max_staleness = %d versions old: dropped",
+                self.step,
+                exc.dropped,
+                self.bound,
+            )
+            raise StopIteration(str(exc)) from None
+        self.dropped += dropped
+        self.ages += [staleness(e, self.step) for e in kept]
+        return kept
+
+    def step_metrics(self) -> Dict[str, float]:
+        """This step's staleness figures (versions between the sampling and updated weights)."""
+        metrics = {"staleness/dropped": float(self.dropped)}
+        if self.ages:
+            metrics["staleness/max"] = float(max(self.ages))
+            metrics["staleness/mean"] = sum(self.ages) / len(self.ages)
+        return metrics

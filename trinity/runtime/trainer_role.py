@@ -89,10 +89,10 @@ class TrainerRole:
         cfg = self.config
         storage = cfg.buffer.trainer_input.experience_buffer
         if self.queue is not None:
-            from trinity.runtime.queue_reader import QueueReader
+            from trinity.runtime.queue_reader import QueueReader, StaleFilter
 
             sync = cfg.synchronizer
-            return QueueReader(
+            reader = QueueReader(
                 self.queue,
                 storage.max_read_timeout,
                 readable_bound(sync.sync_style, sync.sync_interval, sync.sync_offset),
@@ -100,6 +100,9 @@ class TrainerRole:
                 report=self.report,
                 writer=self._writer(storage),
             )
+            if sync.max_staleness is None:
+                return reader
+            return StaleFilter(reader, sync.max_staleness)
         return self._file_reader(storage, cfg.buffer.total_epochs, cfg.buffer.total_steps)
 
     def _writer(self, storage: Any) -> str:

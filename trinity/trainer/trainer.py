@@ -358,7 +358,10 @@ class Trainer:
         is exhausted."""
         if hasattr(self.reader, "begin_step"):  # an accounted buffer reads by step
             self.reader.begin_step(self.step + 1)
-        return self.sampler.sample(self.step + 1, self.config.buffer.train_batch_size)
+        exps, metrics = self.sampler.sample(self.step + 1, self.config.buffer.train_batch_size)
+        if hasattr(self.reader, "step_metrics"):  # synchronizer.max_staleness's figures
+            metrics.update(self.reader.step_metrics())
+        return exps, metrics
 
     def save(self, final: bool) -> None:
         """Save the current step (once); HF export per ``trainer.save_hf_checkpoint``."""

@@ -20,6 +20,52 @@ def staleness(exp: Experience, step: int) -> int:
     return (step - 1) - exp.model_version
 
 
+class StaleOnly(StopIteration):
+    """The reader ended with only stale experiences left (``dropped`` of them)."""
+
+    def __init__(self, dropped: int) -> None:
+        super().__init__(f"only stale experiences were left ({dropped} dropped)")
+        self.dropped = dropped
+
+
+def fresh_groups(exps: List[Experience], step: int, bound: int) -> List[Experience]:
+    """``exps`` without the groups that have a member more than ``bound`` versions old at
+    train step ``step`` (a group split over runners may mix versions: it goes whole)."""
+
+    def old(e: Experience) -> bool:
+        return staleness(e, step) > bound
+
+    stale = {e.group_id for e in exps if e.group_id and old(e)}
+    return [e for e in exps if (e.group_id not in stale if e.group_id else not old(e))]
+
+
+def read_fresh(
+    reader: ExperienceReader, want: int, step: int, bound: int, timeout: Optional[float] = None
+) -> Tuple[List[Experience], int]:
+    """Read until ``want`` experiences within ``bound`` versions are gathered, the reader
+    ends, or a read comes back short (the reader timed out: waiting again would stall the
+    step); returns (kept, dropped). Raises ``StaleOnly`` when the reader ended and only stale
+    experiences had come."""
+    kept: List[Experience] = []
+    dropped = 0
+    while len(kept) < want:
+        ask = want - len(kept)
+        try:
+            exps = reader.read(ask, timeout=timeout)
+        except StopIteration:
+            if kept:
+                break
+            if dropped:
+                raise StaleOnly(dropped) from None
+            raise
+        fresh = fresh_groups(exps, step, bound)
+        dropped += len(exps) - len(fresh)
+        kept += fresh
+        if len(exps) < ask:
+            break
+    return kept, dropped
+
+
 @SAMPLE_STRATEGY.register_module("staleness_control")
 class StalenessControlSampleStrategy(SampleStrategy):
     """Drops or down-weights experiences more than ``max_staleness`` versions old.
@@ -76,25 +122,16 @@ class StalenessControlSampleStrategy(SampleStrategy):
         return exps, metrics
 
     def _read_fresh(self, step: int, batch_size: int) -> Tuple[List[Experience], int]:
-        kept: List[Experience] = []
-        dropped = 0
-        while len(kept) < batch_size:
-            want = batch_size - len(kept)
-            try:
-                exps = self.reader.read(want, timeout=self.timeout)
-            except StopIteration:
-                if kept:
-                    break
-                # nothing fresh is left: say what was discarded before ending the run
-                if dropped:
-                    logger.warning("step %d: dropped %d stale experiences", step, dropped)
-                raise
-            fresh = [e for e in exps if staleness(e, step) <= self.max_staleness]
-            dropped += len(exps) - len(fresh)
-            self.total_dropped += len(exps) - len(fresh)
-            kept += fresh
-            if len(exps) < want:
-                break
+        try:
+            kept, dropped = read_fresh(
+                self.reader, batch_size, step, self.max_staleness, self.timeout
+            )
+        except StaleOnly as exc:
+            # nothing fresh is left: say what was discarded before ending the run
+            self.total_dropped += exc.dropped
+            logger.warning("step %d: dropped %d stale experiences", step, exc.dropped)
+            raise StopIteration from exc
+        self.total_dropped += dropped
         return kept, dropped
 
     def _downweight(self, exps: List[Experience], step: int) -> Dict[str, float]:

@@ -175,6 +175,21 @@ class SynchronizerConfig(ConfigModel):
     sync_timeout: float = Field(
         3600, ge=1, description="Seconds to wait for the other side of a sync."
     )
-    sync_style: Literal["fixed", "explorer_driven", "trainer_driven"] = Field(
-        "fixed", description="Who decides when to sync."
+    sync_style: Literal["fixed", "explorer_driven", "trainer_driven", "fully_async"] = Field(
+        "fixed",
+        description=(
+            "Who decides when to sync. fixed: the schedule of sync_interval/sync_offset; "
+            "explorer_driven / trainer_driven: neither side waits, weights change at explore "
+            "step boundaries; fully_async: no step boundary either, the explorer keeps every "
+            "runner busy and loads new weights between tasks."
+        ),
+    )
+    max_staleness: Optional[int] = Field(
+        None,
+        ge=0,
+        description=(
+            "The trainer drops experiences sampled by weights more than this many versions "
+            "older than the ones it updates (whole groups; counted as staleness/dropped). "
+            "Unset: sync_interval + sync_offset + 1 in the dynamic styles, off in fixed."
+        ),
     )
