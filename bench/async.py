@@ -7,7 +7,14 @@ Sides (``--sides``, in this order, one run each from the same SFT checkpoint):
 - ``explorer_driven``: the explorer never waits; every ``sync_interval`` steps it asks the
   trainer for fresh weights and loads them at a later step boundary;
 - ``trainer_driven``: the explorer never waits; the trainer publishes every
-  ``sync_interval`` steps and the explorer loads the newest at each step boundary.
+  ``sync_interval`` steps and the explorer loads the newest at each step boundary;
+- ``fully_async``: as trainer_driven, and explore steps overlap: no runner waits for a
+  step's slowest task.
+
+``--workload delayed`` swaps the quickstart's workflow for episodes whose environment answers
+after 0.1-2 s (``bench/plugins/delayed_tool.py``), where a step's slowest task decides how
+long a step-by-step explorer waits. Each side's trainer records give the
+staleness distribution (``synchronizer.max_staleness``: what was dropped).
 
 ::
 
@@ -46,6 +53,15 @@ SIDES = {
     "fixed_offset1": ["synchronizer.sync_style=fixed", "synchronizer.sync_offset=1"],
     "explorer_driven": ["synchronizer.sync_style=explorer_driven", "synchronizer.sync_offset=0"],
     "trainer_driven": ["synchronizer.sync_style=trainer_driven", "synchronizer.sync_offset=0"],
+    "fully_async": ["synchronizer.sync_style=fully_async", "synchronizer.sync_offset=0"],
+}
+PLUGINS = os.path.join(ROOT, "bench", "plugins")
+WORKLOADS = {
+    "quickstart": [],
+    "delayed": [
+        "buffer.explorer_input.default_workflow_type=delayed_tool_arithmetic",
+        "buffer.explorer_input.default_eval_workflow_type=math_workflow",  # held-out: no delay
+    ],
 }
 
 
@@ -74,11 +90,12 @@ def timed_run(config: str, side: str, label: str, args: argparse.Namespace) -> D
         f"buffer.total_steps={args.steps}",
         f"explorer.eval_interval={args.eval_interval}",
         f"explorer.eval_on_startup={str(args.startup_eval).lower()}",
+        *WORKLOADS[args.workload],
         *SIDES[side],
     ]
     # Each run is a `trinity run` process of its own: a later one inherits nothing warm.
     run_start = time.time()
-    job_dir, _, wall = launch(config, overrides)
+    job_dir, _, wall = launch(config, overrides, [PLUGINS])
     explorer = read_metrics(os.path.join(job_dir, "monitor", "explorer.jsonl"))
     trainer = read_metrics(os.path.join(job_dir, "monitor", "trainer.jsonl"))
     timeline = trinity_timeline(explorer, trainer, run_start, METRIC)
@@ -103,6 +120,27 @@ def timed_run(config: str, side: str, label: str, args: argparse.Namespace) -> D
         "mean_staleness": sum(r["step"] - 1 - v for r, v in zip(steps, versions, strict=True))
         / max(1, len(steps)),
         "train_steps": max((r["step"] for r in trainer), default=0),
+        # explored samples the trainer trained on (the rest were dropped as stale)
+        "trained_samples": sum(r.get("sample/experience_count", 0) for r in trainer),
+        "trained_samples_per_s": sum(r.get("sample/experience_count", 0) for r in trainer)
+        / timeline["loop_s"],
+        "time_to_target_s": next(
+            (t for _, _, t, acc in timeline["curve"] if acc >= args.target), None
+        ),
+        "staleness": staleness_figures(trainer),
+    }
+
+
+def staleness_figures(trainer: List[Dict]) -> Dict:
+    """The trainer's ``staleness/*`` records: how many steps trained at each maximum age,
+    the mean age and what was dropped as stale."""
+    steps = [r for r in trainer if "staleness/dropped" in r]
+    ages = [int(r["staleness/max"]) for r in steps if "staleness/max" in r]
+    means = [r["staleness/mean"] for r in steps if "staleness/mean" in r]
+    return {
+        "steps_by_max_staleness": {str(a): ages.count(a) for a in sorted(set(ages))},
+        "mean": sum(means) / len(means) if means else None,
+        "dropped": sum(r["staleness/dropped"] for r in steps),
     }
 
 
@@ -139,6 +177,8 @@ def main(argv: List[str] | None = None) -> Dict:
         help=f"comma-separated, the first is the baseline (a repeated side runs again); "
         f"of: {', '.join(SIDES)}",
     )
+    parser.add_argument("--workload", default="quickstart", choices=sorted(WORKLOADS))
+    parser.add_argument("--target", type=float, default=0.7, help="accuracy for time-to-target")
     parser.add_argument("--out", default="async.json")
     args = parser.parse_args(argv)
     sides = args.sides.split(",")
@@ -155,6 +195,7 @@ def main(argv: List[str] | None = None) -> Dict:
     ]
     runs = [timed_run(config, side, label, args) for side, label in zip(sides, labels, strict=True)]
     report = {"benchmark": "async", "steps": args.steps, "sync_interval": args.sync_interval}
+    report.update(workload=args.workload, target=args.target)
     report.update(runs=runs, **summarize(runs, args.steps))
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2)

@@ -52,7 +52,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from trinity.preflight.derive import finalize
 
@@ -170,12 +170,24 @@ def config_head(workdir: str, preset: str = "tiny") -> str:
     return quickstart_part(workdir, "grpo.yaml", "\nstages:")
 
 
-def trinity_run(config: str, overrides: List[str]) -> List[str]:
+def trinity_run(config: str, overrides: List[str], plugin_dirs: Sequence[str] = ()) -> List[str]:
     """The ``trinity run`` command line, with this interpreter (and so this environment)."""
-    return [sys.executable, "-m", "trinity.cli.main", "run", "--config", config, *overrides]
+    plugins = [arg for folder in plugin_dirs for arg in ("--plugin-dir", folder)]
+    return [
+        sys.executable,
+        "-m",
+        "trinity.cli.main",
+        "run",
+        "--config",
+        config,
+        *plugins,
+        *overrides,
+    ]
 
 
-def launch(config: str, overrides: List[str]) -> Tuple[str, Dict, float]:
+def launch(
+    config: str, overrides: List[str], plugin_dirs: Sequence[str] = ()
+) -> Tuple[str, Dict, float]:
     """``trinity run`` as a user runs it, in a process of its own (so nothing it leaves in
     memory counts in a later measurement of this process): (its job folder, the peak memory
     of its process tree, wall seconds). The run is named ``<name>_<time>``: a new job folder
@@ -185,7 +197,7 @@ def launch(config: str, overrides: List[str]) -> Tuple[str, Dict, float]:
     cfg = load_config(config, overrides)
     name = f"{cfg.name}_{time.strftime('%Y%m%d_%H%M%S')}"
     overrides = [*overrides, f"name={name}", "continue_from_checkpoint=true"]
-    command = trinity_run(config, overrides)
+    command = trinity_run(config, overrides, plugin_dirs)
     start = time.monotonic()
     with tempfile.TemporaryFile() as output:
         process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, cwd=ROOT)

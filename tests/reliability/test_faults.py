@@ -190,35 +190,50 @@ def _kill_group(pgid: int, timeout: float = 60) -> None:
         time.sleep(0.2)
 
 
-def test_kill_9_and_resume_trains_every_experience_once(tmp_path, micro_model, arithmetic_data):
-    """kill -9 of the whole run mid-way, then the same command again: experiences written
-    vs trained on, none lost and none trained twice; each step explored and logged once."""
+@pytest.mark.parametrize("style", ["fixed", "explorer_driven", "trainer_driven", "fully_async"])
+def test_kill_9_and_resume_trains_every_experience_once(
+    tmp_path, micro_model, arithmetic_data, style
+):
+    """kill -9 of the whole run mid-way, then the same command again: every experience
+    written is trained on once or dropped as stale and counted (``staleness/dropped``), none
+    lost and none trained twice; each step explored and logged once."""
     args = [sys.executable, "-m", "trinity.cli.main", "run", "--config", BASE_CONFIG]
-    args += overrides(tmp_path, micro_model, arithmetic_data, "buffer.total_steps=12")
-    args += ["trainer.save_interval=4"]
+    args += overrides(tmp_path, micro_model, arithmetic_data, "buffer.total_steps=8")
+    args += ["trainer.save_interval=2", f"synchronizer.sync_style={style}"]
     job_dir = os.path.join(tmp_path, "tests", "grpo_small")
     first = subprocess.Popen(
         args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
-    _wait_for_steps(job_dir, first, steps=6, timeout=300)
+    _wait_for_steps(job_dir, first, steps=3, timeout=300)
     start = time.monotonic()
     _kill_group(first.pid)
     first.wait()
     second = subprocess.run(args, capture_output=True, text=True, timeout=600)
-    say(f"kill -9 mid-run: resumed and finished in {time.monotonic() - start:.1f}s")
     assert second.returncode == 0, second.stdout + second.stderr
     assert "resuming at step" in second.stdout
 
     trainer = records(job_dir, "trainer")
-    assert [r["step"] for r in trainer] == list(range(1, 13))  # each step once
+    last = trainer[-1]["step"]
+    assert [r["step"] for r in trainer] == list(range(1, last + 1))  # each step once
     explored = [r["step"] for r in records(job_dir, "explorer") if "rollout/model_version" in r]
-    assert explored == list(range(1, 13))  # nothing explored twice
+    assert explored == list(range(1, 9))  # nothing explored twice
     with sqlite3.connect(os.path.join(job_dir, "buffer", "experience_buffer.db")) as db:
         written = db.execute("SELECT COUNT(*) FROM experience_buffer").fetchone()[0]
         unread = db.execute("SELECT COUNT(*) FROM experience_buffer WHERE consumed_by IS NULL")
         assert unread.fetchone()[0] == 0
-    assert written == 12 * 16
-    assert sum(r["sample/experience_count"] for r in trainer) == written  # none twice
+        (late,) = db.execute(
+            "SELECT COUNT(*) FROM experience_buffer WHERE consumed_by > ?", (last,)
+        ).fetchone()
+    assert written == 8 * 16
+    trained = sum(r["sample/experience_count"] for r in trainer)
+    dropped = sum(r.get("staleness/dropped", 0) for r in trainer) + late  # late: stale at the end
+    assert trained + dropped == written  # none lost, none twice
+    if style == "fixed":
+        assert last == 8 and dropped == 0
+    say(
+        f"kill -9 mid-run ({style}): resumed and finished in {time.monotonic() - start:.1f}s; "
+        f"written {written}, trained {trained:g}, dropped as stale {dropped:g}"
+    )
 
 
 def _small_tmpfs(path: str, size: str) -> bool:
