@@ -204,15 +204,15 @@ def test_wrong_types_name_path_expected_type_and_value(tmp_path):
 def test_a_misspelled_choice_gets_the_closest_one(tmp_path):
     text = """
     mode: explor
-    synchronizer: {sync_style: fixd}
+    trainer: {save_hf_checkpoint: alway}
     """
     with pytest.raises(ConfigError) as excinfo:
         load_text(tmp_path, text)
     assert sorted(problems_of(excinfo)) == [
         "mode: expected one of 'both', 'train', 'explore', 'bench', 'colocate', 'serve', got "
         "'explor'; did you mean 'explore'?",
-        "synchronizer.sync_style: expected one of 'fixed', 'explorer_driven', 'trainer_driven', "
-        "got 'fixd'; did you mean 'fixed'?",
+        "trainer.save_hf_checkpoint: expected one of 'last', 'always', 'never', got 'alway'; "
+        "did you mean 'always'?",
     ]
 
 

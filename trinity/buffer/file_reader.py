@@ -3,9 +3,10 @@
 The storage's kind (``storages.py``) reads them: a `file` storage here, a `sql` table with
 ``sql_reader``, a plugin's with its ``rows``; the checks below are the same for all.
 
-A `file` storage's ``path`` is either a directory laid out the Hugging Face way (split files such as
-``train.jsonl`` / ``test.jsonl`` or ``data/train-00000-of-00001.parquet``, subsets declared
-in the README's ``configs:``) or one ``.jsonl`` / ``.json`` / ``.parquet`` / ``.csv`` file.
+A `file` storage's ``path`` is either a directory laid out the Hugging Face way (split files
+such as ``train.jsonl`` / ``test.jsonl`` or ``data/train-00000-of-00001.parquet``, subsets
+declared in the README's ``configs:``) or one ``.jsonl`` / ``.json`` / ``.parquet`` / ``.csv``
+file.
 Only local paths are read: a path that does not exist is an error, never a Hub download.
 
 The files are parsed here (``file_parsers``), not by ``datasets``, so that a malformed line or

@@ -144,7 +144,7 @@ def path_missing(storage: Any) -> bool:
     return storage_kind(storage).needs_path and not storage.path
 
 
-def reads_rows(storage: Any, experience_buffer: bool = False) -> bool:
+def read_as_rows(storage: Any, experience_buffer: bool = False) -> bool:
     """Whether rows are read from ``storage``: it reads rows, and it is not the experience
     buffer kept as a queue (``experience_buffer``: it is the experience buffer)."""
     kind = storage_kind(storage)

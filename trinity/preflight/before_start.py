@@ -21,7 +21,7 @@ from trinity.algorithm import ALGORITHM_TYPE
 from trinity.algorithm.algorithm import PairExperienceModel
 from trinity.buffer.file_reader import load_rows
 from trinity.buffer.row_checks import row_schema
-from trinity.buffer.storages import path_missing, reads_rows, storage_kind
+from trinity.buffer.storages import path_missing, read_as_rows, storage_kind
 from trinity.common.config.base import ConfigError, is_set
 from trinity.common.config.config import Config, external_models
 from trinity.common.config.gpus import gpu_shares
@@ -296,7 +296,7 @@ def _chat_template_problems(config: Config) -> List[str]:
             if workflow is not None and is_builtin(workflow):
                 users.append(f"{path} ({storage.default_workflow_type})")
     for path, storage in _storages(config, ("experience_buffer", "auxiliary_buffers")):
-        sft_data = reads_rows(storage, _is_experience_buffer(path))
+        sft_data = read_as_rows(storage, _is_experience_buffer(path))
         if sft_data and storage.format.chat_template is None:
             users.append(f"{path} (SFT/DPO data)")
     if not users:
@@ -334,7 +334,7 @@ def _data_problems(config: Config) -> List[str]:
     problems, rows = [], {}
     kinds = ("tasksets", "eval_tasksets", "experience_buffer", "auxiliary_buffers")
     for path, storage in _storages(config, kinds):
-        if not reads_rows(storage, _is_experience_buffer(path)):
+        if not read_as_rows(storage, _is_experience_buffer(path)):
             continue  # a store holds no data yet
         if path_missing(storage):
             continue  # reported already

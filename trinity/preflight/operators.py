@@ -16,7 +16,7 @@ from trinity.buffer.file_reader import load_rows
 from trinity.buffer.operators import OPERATORS
 from trinity.buffer.operators.data_juicer import service_url
 from trinity.buffer.pipelines import operator_kwargs, shared_args
-from trinity.buffer.storages import path_missing, reads_rows
+from trinity.buffer.storages import path_missing, read_as_rows
 from trinity.common.config.config import Config
 from trinity.preflight.components import bind_problems, is_builtin
 
@@ -67,7 +67,7 @@ def _operator_problems(
 def _target_field_problems(config: Config, fields: List[str]) -> List[str]:
     problems = []
     for index, storage in enumerate(config.buffer.explorer_input.tasksets):
-        if not reads_rows(storage) or path_missing(storage):
+        if not read_as_rows(storage) or path_missing(storage):
             continue
         try:
             columns = load_rows(storage).column_names

@@ -13,7 +13,7 @@ from typing import Any, List, Tuple
 from trinity.algorithm import SAMPLE_STRATEGY, needs_groups
 from trinity.buffer.priority import build_priority_fn
 from trinity.buffer.selector import TASK_SELECTORS
-from trinity.buffer.storages import path_missing, reads_rows, storage_kind
+from trinity.buffer.storages import path_missing, read_as_rows, storage_kind
 from trinity.common.config.base import did_you_mean, explicit_inert_values, is_set
 from trinity.common.config.config import Config, external_models
 from trinity.common.config.gpus import gpu_problems
@@ -335,7 +335,7 @@ def _check_datasets(config: Config) -> List[str]:
     if config.mode in ("both", "colocate", "explore") and not config.buffer.explorer_input.tasksets:
         problems.append(f"buffer.explorer_input.taskset is required in mode {config.mode}")
     for path, storage in storages_of(config):
-        as_rows = reads_rows(storage, path == "buffer.trainer_input.experience_buffer")
+        as_rows = read_as_rows(storage, path == "buffer.trainer_input.experience_buffer")
         if as_rows and path_missing(storage):
             problems.append(f"{path}.path is required for storage_type {storage.storage_type}")
         if storage.name in names:
