@@ -1,7 +1,8 @@
 """docs/extending.md's plugins in a real run: loaded with --plugin-dir in every process, and
-the page's reward, algorithm type, advantage, loss, entropy term, sample strategy, task
-selector and monitor all take part in training; its engine runs in a Ray engine actor."""
+the page's storage, reward, algorithm type, advantage, loss, entropy term, sample strategy,
+task selector and monitor all take part in training; its engine runs in a Ray engine actor."""
 
+import json
 import math
 import os
 
@@ -27,7 +28,15 @@ def plugin_dir(tmp_path, monkeypatch):
 
 
 def test_documented_plugins_train(tmp_path, micro_model, arithmetic_data, ray_cluster, plugin_dir):
+    # the page's storage reads the taskset: the first 8 training rows, as a TSV file
+    with open(os.path.join(arithmetic_data["rl"], "train.jsonl")) as f:
+        rows = [json.loads(line) for line in f][:8]
+    tsv = tmp_path / "train.tsv"
+    lines = ["question\tanswer"] + [f"{r['question']}\t{r['answer']}" for r in rows]
+    tsv.write_text("\n".join(lines) + "\n")
     overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
+        "buffer.explorer_input.taskset.storage_type=tsv",
+        f"buffer.explorer_input.taskset.path={tsv}",
         "algorithm.algorithm_type=rloo_no_reference",
         "algorithm.advantage_fn=group_mean",
         "algorithm.policy_loss_fn=reinforce",
@@ -37,7 +46,7 @@ def test_documented_plugins_train(tmp_path, micro_model, arithmetic_data, ray_cl
         "buffer.explorer_input.default_reward_fn_type=keyword_reward",
         "buffer.explorer_input.taskset.task_selector={selector_type: fixed_shuffle}",
         "buffer.explorer_input.eval_tasksets=[]",
-        "buffer.total_steps=2",
+        "buffer.total_steps=null",  # one epoch of the 8 rows, 4 tasks a step: 2 steps
         "model.max_response_tokens=6",
         "monitor.monitor_type=csv",
         "monitor.monitor_args={prefix: actor/}",

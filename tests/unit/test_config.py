@@ -204,17 +204,15 @@ def test_wrong_types_name_path_expected_type_and_value(tmp_path):
 def test_a_misspelled_choice_gets_the_closest_one(tmp_path):
     text = """
     mode: explor
-    buffer:
-      trainer_input:
-        experience_buffer: {storage_type: sqll}
+    trainer: {save_hf_checkpoint: alway}
     """
     with pytest.raises(ConfigError) as excinfo:
         load_text(tmp_path, text)
     assert sorted(problems_of(excinfo)) == [
-        "buffer.trainer_input.experience_buffer.storage_type: expected one of 'file', 'queue', "
-        "'sql', got 'sqll'; did you mean 'sql'?",
         "mode: expected one of 'both', 'train', 'explore', 'bench', 'colocate', 'serve', got "
         "'explor'; did you mean 'explore'?",
+        "trainer.save_hf_checkpoint: expected one of 'last', 'always', 'never', got 'alway'; "
+        "did you mean 'always'?",
     ]
 
 

@@ -296,10 +296,16 @@ def test_a_name_registered_nowhere_is_unknown_with_the_closest_not_a_planned_fea
         "algorithm.algorithm_type=grpoo",
         "explorer.rollout_model.engine_type=transformer",
         "monitor.monitor_type=wandbb",
+        "buffer.explorer_input.taskset.storage_type=fiel",
+        "buffer.trainer_input.experience_buffer={name: e, storage_type: sqll}",
     ]
     assert problems(tmp_path, overrides=overrides) == [
         "algorithm.algorithm_type: unknown algorithm_type 'grpoo'; did you mean 'grpo'? "
         "(known: grpo, sft)",
+        "buffer.explorer_input.tasksets[0].storage_type: unknown storage_type 'fiel'; did you "
+        "mean 'file'? (known: file, sql)",
+        "buffer.trainer_input.experience_buffer.storage_type: unknown storage_type 'sqll'; did "
+        "you mean 'sql'? (known: queue, sql)",
         "explorer.rollout_model.engine_type: unknown engine_type 'transformer'; did you mean "
         "'transformers'? (known: transformers, external, unset)",
         "monitor.monitor_type: unknown monitor_type 'wandbb'; did you mean 'wandb'? (known: "
@@ -503,7 +509,7 @@ buffer:
 
 
 def test_a_train_run_reads_the_store_of_an_explore_run(tmp_path):
-    from trinity.common.config.decoupled_checks import resolved_config_name
+    from trinity.preflight.decoupled import resolved_config_name
 
     config = finalized(tmp_path, TRAIN_FROM_STORE, ["buffer.total_steps=3"])
     assert config.synchronizer.sync_method == "checkpoint"  # the explorer reads checkpoints

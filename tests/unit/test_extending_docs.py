@@ -23,10 +23,12 @@ from trinity.algorithm import (
     POLICY_LOSS_FN,
     SAMPLE_STRATEGY,
 )
-from trinity.buffer import TASK_SELECTORS, build_selector
+from trinity.buffer import STORAGES, TASK_SELECTORS, TaskReader, build_selector
+from trinity.buffer.file_reader import DataError
 from trinity.buffer.operators import OPERATORS
-from trinity.common.config import FormatConfig, GenerationConfig, load_config
-from trinity.common.config.schema_buffer import TaskSelectorConfig
+from trinity.common.config import Config, ConfigError, FormatConfig, GenerationConfig, load_config
+from trinity.common.config.base import validate_model
+from trinity.common.config.schema_buffer import StorageConfig, TaskSelectorConfig
 from trinity.common.experience import Experience, ExperienceBatch
 from trinity.common.models.model import ModelWrapper
 from trinity.common.rewards import REWARD_FUNCTIONS
@@ -34,7 +36,9 @@ from trinity.common.workflows import WORKFLOWS, Task
 from trinity.engine import ENGINES
 from trinity.explorer.runner import WorkflowRunner
 from trinity.monitor import MONITORS
-from trinity.preflight.derive import finalize
+from trinity.preflight.before_start import check_before_start
+from trinity.preflight.derive import finalize, planned_steps
+from trinity.preflight.validate import check_supported
 from trinity.runtime.explorer_role import local_engine
 from trinity.utils.plugin_loader import load_plugins
 
@@ -54,6 +58,7 @@ REGISTRIES = [
     MONITORS,
     OPERATORS,
     ENGINES,
+    STORAGES,
 ]
 
 
@@ -91,7 +96,7 @@ def plugins(tmp_path_factory):
 
 
 def test_every_extensible_registry_has_one_example(plugins):
-    assert len(PLUGIN_BLOCKS) == 12
+    assert len(PLUGIN_BLOCKS) == 13
     assert plugins == {
         "workflows": {"exact_match_workflow"},
         "reward_functions": {"keyword_reward"},
@@ -105,6 +110,7 @@ def test_every_extensible_registry_has_one_example(plugins):
         "monitors": {"csv"},
         "operators": {"banned_words_filter"},
         "engines": {"echo"},
+        "storages": {"tsv"},
     }
 
 
@@ -332,3 +338,76 @@ def test_monitor_example_writes_rows_and_keeps_them_on_resume(plugins, tmp_path)
     resumed = MONITORS.get("csv")(str(tmp_path), "p", "run_trainer", 1, prefix="actor/")
     resumed.close()  # a run resumed after step 1 redoes step 2
     assert path.read_text().splitlines() == ["1,actor/pg_loss,0.5"]
+
+
+def tsv_taskset(folder: Path, text: str, **changes: Any) -> StorageConfig:
+    """A taskset of the page's ``tsv`` storage, its file holding ``text``."""
+    (folder / "tasks.tsv").write_text(text)
+    fmt = FormatConfig(prompt_key="question", response_key="answer")
+    values = dict(name="t", storage_type="tsv", path=str(folder / "tasks.tsv"), format=fmt)
+    return StorageConfig(**{**values, **changes})
+
+
+def test_storage_example_feeds_the_task_reader(plugins, tmp_path):
+    storage = tsv_taskset(tmp_path, "question\tanswer\n1+2=\t3\n\n2+2=\t4\n5+1=\t6\n")
+    reader = TaskReader(storage, total_epochs=2)
+    assert [t.raw_task for t in reader.read_all()] == [
+        {"question": "1+2=", "answer": "3"},
+        {"question": "2+2=", "answer": "4"},
+        {"question": "5+1=", "answer": "6"},
+    ]
+    assert reader.num_steps(2) == 3  # 3 rows x 2 epochs = 6 tasks, 2 per step
+    assert [t.raw_task["question"] for t in reader.read(2)] == ["1+2=", "2+2="]
+    assert reader.task(2).taskset_name == "t"
+
+
+def test_storage_example_rows_get_the_row_checks(plugins, tmp_path):
+    text = "question\tanswer\n1+2=\t3\n7+1=\n"  # the second row has no answer
+    with pytest.raises(DataError) as info:
+        TaskReader(tsv_taskset(tmp_path, text))
+    where = f"buffer 't' (path '{tmp_path / 'tasks.tsv'}')"
+    assert str(info.value) == (
+        f"{where}: row 2: 'answer' is missing; set skip_bad_rows of buffer 't': true to skip it"
+    )
+    reader = TaskReader(tsv_taskset(tmp_path, text, skip_bad_rows=True))
+    assert (len(reader), reader.num_skipped) == (1, 1)
+
+
+def tsv_config(tmp_path: Path, micro_model: str, overrides: List[str]) -> Config:
+    """The small GRPO config reading its taskset with the page's storage."""
+    algorithm = json.dumps({"algorithm_type": "grpo", "repeat_times": 4})
+    text = CONFIG.format(root=tmp_path, model=micro_model, data="", algorithm=algorithm)
+    path = tmp_path / "config.yaml"
+    path.write_text(textwrap.dedent(text))
+    taskset = "buffer.explorer_input.taskset"
+    tsv = [f"{taskset}.storage_type=tsv", f"{taskset}.path={tmp_path / 'tasks.tsv'}"]
+    return load_config(str(path), tsv + overrides)
+
+
+def test_storage_example_rows_are_checked_and_counted_before_start(plugins, tmp_path, micro_model):
+    (tmp_path / "tasks.tsv").write_text("question\tanswer\n1+2=\t3\n2+2=\t4\n5+1=\t6\n")
+    with pytest.raises(ConfigError) as info:
+        check_before_start(tsv_config(tmp_path, micro_model, ["buffer.batch_size=4"]))
+    assert info.value.problems == [
+        "buffer.batch_size = 4 exceeds the 3 rows of buffer.explorer_input.tasksets[0]: no "
+        "explore step could be filled; use at most 3"
+    ]
+    (stage,) = check_before_start(tsv_config(tmp_path, micro_model, ["buffer.total_steps=null"]))
+    assert planned_steps(stage) == 2  # 3 rows in batches of 2 (the last one short)
+
+
+def test_storage_example_serves_where_rows_are_read_only(plugins):
+    def refused(mode: str, buffer: Dict) -> List[str]:
+        return check_supported(validate_model(Config, {"mode": mode, "buffer": buffer}))
+
+    sft = {"trainer_input": {"experience_buffer": {"storage_type": "tsv"}}}
+    assert refused("train", sft) == []  # SFT data
+    assert refused("both", sft) == [  # the queue an explorer writes
+        "buffer.trainer_input.experience_buffer.storage_type = tsv is not supported yet "
+        "(supported: queue, sql)"
+    ]
+    tasks = {"explorer_input": {"taskset": {"storage_type": "tsvv"}}}
+    assert refused("both", tasks) == [
+        "buffer.explorer_input.tasksets[0].storage_type: unknown storage_type 'tsvv'; did you "
+        "mean 'tsv'? (known: file, sql, tsv)"
+    ]

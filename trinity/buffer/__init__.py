@@ -2,8 +2,8 @@
 
 Plain classes, no Ray (the launcher wraps them in actors):
 
-- ``TaskReader``: a ``file`` or ``sql`` taskset -> batches of ``Task`` (order from
-  ``TASK_SELECTORS``).
+- ``TaskReader``: a taskset (``file``, ``sql`` or a plugin's ``storage_type``: ``STORAGES``)
+  -> batches of ``Task`` (order from ``TASK_SELECTORS``).
 - ``SFTReader`` / ``SFTFormatter``: SFT rows -> tokenized ``Experience`` batches.
 - ``ExperienceQueue``: thread-safe FIFO of experiences, made durable by an
   ``ExperienceStore`` (``SQLExperienceStore``: a SQLite file or any SQLAlchemy database).
@@ -14,9 +14,11 @@ Extending:
   decorate it with ``@TASK_SELECTORS.register_module("name")`` (in a ``--plugin-dir`` file
   for a plugin); users select it with ``task_selector.selector_type: name``. Example:
   docs/extending.md.
-- A new storage type for rows: write a reader returning ``FileRows`` (as ``sql_reader.py``
-  does for ``sql``) and dispatch on ``storage.storage_type`` in ``load_checked``
-  (``file_reader.py``); the row checks, ``TaskReader`` and ``SFTReader`` then work unchanged.
+- A new storage type for rows: subclass ``Storage``, implement ``rows(storage)`` and
+  decorate it with ``@STORAGES.register_module("name")``; users write ``storage_type: name``
+  and the row checks, ``TaskReader`` and ``SFTReader`` work unchanged (``storages.py``,
+  docs/extending.md). What each built-in kind means (``file``, ``sql``, ``queue``) is asked
+  of ``STORAGES``, never of the name.
 - A new durable backend for the queue: subclass ``ExperienceStore`` (``add``,
   ``mark_consumed``, ``unconsume_after``, ``unconsumed``, ``finished_steps``) and pass an
   instance as ``ExperienceQueue(store=...)``.
@@ -41,6 +43,8 @@ _PUBLIC = {
     "SFTReader": "sft",
     "ExperienceStore": "store",
     "SQLExperienceStore": "store",
+    "STORAGES": "storages",
+    "Storage": "storages",
     "MixedTaskReader": "task_reader",
     "TaskReader": "task_reader",
 }

@@ -1,16 +1,20 @@
-"""Load the rows of a `file` storage (taskset, SFT/DPO data) offline, checking every row once.
+"""Load the rows of a storage (taskset, SFT/DPO data) offline, checking every row once.
 
-``path`` is either a directory laid out the Hugging Face way (split files such as
-``train.jsonl`` / ``test.jsonl`` or ``data/train-00000-of-00001.parquet``, subsets declared
-in the README's ``configs:``) or one ``.jsonl`` / ``.json`` / ``.parquet`` / ``.csv`` file.
+The storage's kind (``storages.py``) reads them: a `file` storage here, a `sql` table with
+``sql_reader``, a plugin's with its ``rows``; the checks below are the same for all.
+
+A `file` storage's ``path`` is either a directory laid out the Hugging Face way (split files
+such as ``train.jsonl`` / ``test.jsonl`` or ``data/train-00000-of-00001.parquet``, subsets
+declared in the README's ``configs:``) or one ``.jsonl`` / ``.json`` / ``.parquet`` / ``.csv``
+file.
 Only local paths are read: a path that does not exist is an error, never a Hub download.
 
 The files are parsed here (``file_parsers``), not by ``datasets``, so that a malformed line or
 row is named by file and 1-based line/row; every row is checked against the columns its reader
 needs (``row_checks``). Malformed rows fail the load, listing the first few, unless the
-storage sets ``skip_bad_rows``: then they are dropped, counted and logged. Loads are cached
-per process (keyed on the files' size and mtime), so checking before the run and reading in
-it parse each file once per process.
+storage sets ``skip_bad_rows``: then they are dropped, counted and logged. File loads are
+cached per process (keyed on the files' size and mtime), so checking before the run and
+reading in it parse each file once per process.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import pyarrow as pa
 
 from trinity.buffer.file_parsers import BadRow, DataFileError, FileRows, parser_for
 from trinity.buffer.row_checks import row_problems, row_schema
+from trinity.buffer.storages import row_kinds, storage_kind
 
 logger = logging.getLogger("trinity.buffer")
 
@@ -67,16 +72,10 @@ class LoadedRows:
 
 
 def describe(storage: Any, path_label: Optional[str] = None) -> str:
-    """A label for messages: the storage's YAML path (``path_label``) or its name, and the path,
-    e.g. ``buffer.explorer_input.tasksets[0] (path 'data/train.jsonl')``, or for a `sql`
-    storage its table and database (password masked)."""
-    if storage.storage_type == "sql":
-        from trinity.buffer.sql_reader import table_label  # SQLAlchemy: only for a table
-
-        where = table_label(storage)
-    else:
-        where = f"path '{storage.path}'"
-    return f"{path_label or f'buffer {storage.name!r}'} ({where})"
+    """A label for messages: the storage's YAML path (``path_label``) or its name, and where
+    its rows are (``Storage.where``), e.g. ``buffer.explorer_input.tasksets[0] (path
+    'data/train.jsonl')``, or for a `sql` storage its table and database (password masked)."""
+    return f"{path_label or f'buffer {storage.name!r}'} ({storage_kind(storage).where(storage)})"
 
 
 def load_rows(
@@ -101,18 +100,30 @@ def load_checked(
     columns: Optional[Dict[str, str]] = None,
     path_label: Optional[str] = None,
 ) -> LoadedRows:
-    """``load_rows`` with what was skipped: a directory is resolved by ``datasets`` (HF
-    layout), then the ``split`` is picked; a single file is the whole dataset."""
+    """``load_rows`` with what was skipped, read by the storage's kind (``storages.py``)."""
     schema = row_schema(getattr(storage, "format", None), "taskset") if columns is None else columns
     skip = bool(getattr(storage, "skip_bad_rows", False))
-    if storage.storage_type == "sql":  # a database changes unseen: read it every time
-        return _load_table(storage, dict(schema), skip, path_label)
+    kind = storage_kind(storage)
+    if not kind.reads_rows:
+        sources = " or ".join(f"'{name}'" for name in row_kinds())
+        raise DataError(
+            f"{describe(storage, path_label)}: storage_type '{storage.storage_type}' cannot be "
+            f"read as rows; tasksets and SFT data are read from storage_type {sources}"
+        )
+    return kind.load(storage, dict(schema), skip, path_label)
+
+
+def load_files(
+    storage: Any, schema: Dict[str, str], skip: bool, path_label: Optional[str]
+) -> LoadedRows:
+    """A `file` storage's rows: a directory is resolved by ``datasets`` (HF layout), then the
+    ``split`` is picked; a single file is the whole dataset. Cached until a file changes."""
     path = _checked_path(storage, path_label)
     key = (path, storage.subset_name, storage.split, tuple(schema.items()), skip, _stamp(path))
     if key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
-    loaded = _load(storage, path, dict(schema), skip, path_label)
+    loaded = _load(storage, path, schema, skip, path_label)
     _CACHE[key] = loaded
     if len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
@@ -121,11 +132,6 @@ def load_checked(
 
 def _checked_path(storage: Any, path_label: Optional[str]) -> str:
     label = path_label or f"buffer '{storage.name}'"
-    if storage.storage_type != "file":
-        raise DataError(
-            f"{describe(storage, path_label)}: storage_type '{storage.storage_type}' cannot be "
-            "read as rows; tasksets and SFT data are read from storage_type 'file' or 'sql'"
-        )
     if not storage.path:
         raise DataError(
             f"{label}: `path` is not set; point it at a data directory "
@@ -168,16 +174,37 @@ def _load(
     return _checked(storage, parts, features, schema, skip, path_label, with_file=not single)
 
 
-def _load_table(
+def load_table(
     storage: Any, schema: Dict[str, str], skip: bool, path_label: Optional[str]
 ) -> LoadedRows:
-    """A `sql` storage's table, checked like a file."""
+    """A `sql` storage's table, checked like a file; read every time (a database changes
+    unseen)."""
     from trinity.buffer.sql_reader import read_table
 
     label = describe(storage, path_label)
     part = read_table(storage, label)
     if len(part) + len(part.bad) == 0:
         raise DataError(f"{label}: the table is empty: it has no rows")
+    return _checked(storage, [part], None, schema, skip, path_label, with_file=False)
+
+
+def checked_rows(
+    storage: Any,
+    rows: List[Dict[str, Any]],
+    schema: Dict[str, str],
+    skip: bool,
+    path_label: Optional[str],
+) -> LoadedRows:
+    """Rows a plugin storage returned (``Storage.rows``), checked like a file's."""
+    label = describe(storage, path_label)
+    if not rows:
+        raise DataError(f"{label}: storage_type '{storage.storage_type}' returned no rows")
+    if not all(isinstance(row, dict) for row in rows):
+        raise DataError(
+            f"{label}: storage_type '{storage.storage_type}' returned a row that is not a "
+            "dict (column -> value)"
+        )
+    part = FileRows(label, "row", list(range(1, len(rows) + 1)), rows=list(rows))
     return _checked(storage, [part], None, schema, skip, path_label, with_file=False)
 
 
@@ -206,7 +233,8 @@ def _checked(
     bad = [b for p in parts for b in sorted(p.bad, key=lambda b: b.number)]
     kept = sum(len(p) for p in parts)
     if bad and (not skip or kept == 0):
-        raise BadRowsError(_bad_rows_message(storage, path_label, bad, kept, skip), bad, len(bad))
+        message = _bad_rows_message(storage, path_label, bad, kept, skip, with_file)
+        raise BadRowsError(message, bad, len(bad))
     rows = datasets.Dataset(_concat(tables, storage, label))
     if features is not None:
         rows = rows.cast(features)
@@ -299,11 +327,15 @@ def _listing(bad: List[BadRow], with_file: bool) -> str:
 
 
 def _bad_rows_message(
-    storage: Any, path_label: Optional[str], bad: List[BadRow], kept: int, skip: bool
+    storage: Any,
+    path_label: Optional[str],
+    bad: List[BadRow],
+    kept: int,
+    skip: bool,
+    with_file: bool,
 ) -> str:
+    """``with_file``: the rows come from several files, so each bad row names its file."""
     label = describe(storage, path_label)
-    several = len({b.file for b in bad}) > 1 or bad[0].file != storage.path
-    with_file = several and storage.storage_type != "sql"  # a table is one source
     listing = _listing(bad, with_file)
     if kept == 0:
         note = "skip_bad_rows is set, but " if skip else ""
@@ -323,7 +355,7 @@ def _require_columns(
     present = list(dict.fromkeys(c for p in parts if len(p) for c in p.column_names()))
     missing = [c for c in columns if c not in present]
     if missing:
-        split = "" if storage.storage_type == "sql" else f" (split '{storage.split}')"
+        split = storage_kind(storage).selection(storage)
         raise DataError(
             f"{describe(storage, path_label)}{split}: column(s) {missing} "
             f"named in `format` are missing; the data has columns {present}"

@@ -11,7 +11,7 @@ from trinity.common.workflows.workflow import Task
 
 
 class TaskReader:
-    """Reads a taskset (``StorageConfig``, storage_type ``file`` or ``sql``) as ``Task`` batches.
+    """Reads a taskset (``StorageConfig`` of any kind that reads rows) as ``Task`` batches.
 
     Order follows ``storage.task_selector``; ``state_dict()`` records the position (epoch,
     index in the epoch, steps read) so a resumed run continues where it stopped. Every row is

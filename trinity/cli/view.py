@@ -23,7 +23,7 @@ from trinity.common.experience import Experience
 from trinity.utils.database import database_url, masked_url
 
 # The run's resolved config: ``config.yaml``, or for each side of a decoupled run (and a
-# bench of a run) ``<mode>_config.yaml`` (``decoupled_checks.resolved_config_name``); the
+# bench of a run) ``<mode>_config.yaml`` (``preflight.decoupled.resolved_config_name``); the
 # trainer's first, since it records which train step read each row.
 CONFIG_NAMES = ("config.yaml", "train_config.yaml", "explore_config.yaml", "bench_config.yaml")
 

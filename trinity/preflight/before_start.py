@@ -21,9 +21,9 @@ from trinity.algorithm import ALGORITHM_TYPE
 from trinity.algorithm.algorithm import PairExperienceModel
 from trinity.buffer.file_reader import load_rows
 from trinity.buffer.row_checks import row_schema
+from trinity.buffer.storages import path_missing, read_as_rows, storage_kind
 from trinity.common.config.base import ConfigError, is_set
 from trinity.common.config.config import Config, external_models
-from trinity.common.config.decoupled_checks import STORE_TYPES, reads_explorer_store
 from trinity.common.config.gpus import gpu_shares
 from trinity.common.config.lora_checks import lora_folder_problems, lora_handover_problems
 from trinity.common.config.schema_buffer import StorageConfig
@@ -33,6 +33,7 @@ from trinity.preflight.components import (
     is_builtin,
     resolve_workflow,
 )
+from trinity.preflight.decoupled import reads_explorer_store
 from trinity.preflight.derive import derive
 from trinity.preflight.hosting import ray_reasons
 from trinity.preflight.monitor_checks import monitor_problems
@@ -295,7 +296,8 @@ def _chat_template_problems(config: Config) -> List[str]:
             if workflow is not None and is_builtin(workflow):
                 users.append(f"{path} ({storage.default_workflow_type})")
     for path, storage in _storages(config, ("experience_buffer", "auxiliary_buffers")):
-        if storage.storage_type == "file" and storage.format.chat_template is None:
+        sft_data = read_as_rows(storage, _is_experience_buffer(path))
+        if sft_data and storage.format.chat_template is None:
             users.append(f"{path} (SFT/DPO data)")
     if not users:
         return []
@@ -327,14 +329,15 @@ def _storages(config: Config, kinds: Tuple[str, ...]) -> List[Tuple[str, Storage
 
 
 def _data_problems(config: Config) -> List[str]:
-    """Each file dataset the stage reads loads with the row checks of its reader, has the
-    columns its workflow reads, and can fill a step."""
+    """Each dataset the stage reads (of a kind that reads rows) loads with the row checks of
+    its reader, has the columns its workflow reads, and can fill a step."""
     problems, rows = [], {}
     kinds = ("tasksets", "eval_tasksets", "experience_buffer", "auxiliary_buffers")
     for path, storage in _storages(config, kinds):
-        tasks_in_sql = storage.storage_type == "sql" and path.startswith("buffer.explorer_input")
-        if not (storage.storage_type == "file" or tasks_in_sql) or not storage.path:
-            continue  # other storages hold no data yet; a missing path is reported already
+        if not read_as_rows(storage, _is_experience_buffer(path)):
+            continue  # a store holds no data yet
+        if path_missing(storage):
+            continue  # reported already
         # The reader's own row checks, so skip_bad_rows skips here what it skips in the run.
         schema = row_schema(storage.format, _reader_of(config, path))
         try:
@@ -346,6 +349,10 @@ def _data_problems(config: Config) -> List[str]:
         rows[path] = len(data)
         problems += _workflow_column_problems(config, path, storage, data.column_names)
     return problems + _row_count_problems(config, rows)
+
+
+def _is_experience_buffer(path: str) -> bool:
+    return path == "buffer.trainer_input.experience_buffer"
 
 
 def _first_lines(exc: BaseException, limit: int = 8) -> str:
@@ -435,11 +442,11 @@ def database_paths(config: Config) -> List[Tuple[str, str, bool]]:
     found: List[Tuple[str, str, bool]] = []
     storage = config.buffer.trainer_input.experience_buffer
     opened = config.mode in ("both", "colocate", "explore", "train")  # bench reads none
-    if opened and storage is not None and storage.path and storage.storage_type in STORE_TYPES:
+    if opened and storage is not None and storage.path and storage_kind(storage).holds_experiences:
         found.append(("buffer.trainer_input.experience_buffer.path", storage.path, True))
     if reads_explorer_store(config) and config.buffer.total_steps is None:
         for index, taskset in enumerate(config.buffer.explorer_input.tasksets):
-            if taskset.storage_type == "sql" and taskset.path:
+            if storage_kind(taskset).database_path and taskset.path:
                 key = f"buffer.explorer_input.tasksets[{index}].path"
                 found.append((key, taskset.path, False))
     return found

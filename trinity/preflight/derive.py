@@ -16,6 +16,7 @@ from trinity.algorithm.algorithm import PairExperienceModel
 from trinity.buffer import load_rows
 from trinity.buffer.pipelines import build_task_pipeline
 from trinity.buffer.row_checks import row_schema
+from trinity.buffer.storages import read_as_rows
 from trinity.common.config import gpus
 from trinity.common.config.base import ConfigError, assign, set_default
 from trinity.common.config.config import Config, external_models, rollouts_per_step
@@ -267,9 +268,9 @@ def planned_steps(config: Config) -> int:
         return len(bench_steps(config))
     if buf.total_steps:
         return int(buf.total_steps)
-    if config.mode == "train" and buf.trainer_input.experience_buffer.storage_type == "file":
+    storage = buf.trainer_input.experience_buffer
+    if config.mode == "train" and read_as_rows(storage, experience_buffer=True):  # SFT/DPO data
         paired = ALGORITHM_TYPE.get(config.algorithm.algorithm_type).schema is PairExperienceModel
-        storage = buf.trainer_input.experience_buffer
         # the rows its reader keeps (skip_bad_rows drops the others)
         columns = row_schema(storage.format, "dpo" if paired else "sft")
         rows = len(load_rows(storage, columns=columns))

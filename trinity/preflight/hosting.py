@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 from typing import Any, List
 
-from trinity.common.config.decoupled_checks import reads_explorer_store
 from trinity.common.config.gpus import gpu_shares
 from trinity.engine import ENGINES
+from trinity.preflight.decoupled import reads_explorer_store
 
 
 def ray_reasons(config: Any) -> List[str]:

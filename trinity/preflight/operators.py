@@ -16,6 +16,7 @@ from trinity.buffer.file_reader import load_rows
 from trinity.buffer.operators import OPERATORS
 from trinity.buffer.operators.data_juicer import service_url
 from trinity.buffer.pipelines import operator_kwargs, shared_args
+from trinity.buffer.storages import path_missing, read_as_rows
 from trinity.common.config.config import Config
 from trinity.preflight.components import bind_problems, is_builtin
 
@@ -66,17 +67,18 @@ def _operator_problems(
 def _target_field_problems(config: Config, fields: List[str]) -> List[str]:
     problems = []
     for index, storage in enumerate(config.buffer.explorer_input.tasksets):
-        if storage.storage_type != "file" or not storage.path:
+        if not read_as_rows(storage) or path_missing(storage):
             continue
         try:
             columns = load_rows(storage).column_names
         except Exception:  # noqa: BLE001 - the data checks report an unreadable taskset
             continue
         missing = [f for f in fields if f not in columns]
+        source = storage.path or storage.storage_type
         if missing:
             problems.append(
                 f"data_processor.task_pipeline.target_fields: '{missing[0]}' is not a column "
-                f"of buffer.explorer_input.tasksets[{index}] ({storage.path}; columns: "
+                f"of buffer.explorer_input.tasksets[{index}] ({source}; columns: "
                 f"{', '.join(columns)})"
             )
     return problems

@@ -21,9 +21,9 @@ from trinity.algorithm import (
     POLICY_LOSS_FN,
     SAMPLE_STRATEGY,
 )
+from trinity.buffer.storages import STORAGES, data_kinds, row_kinds, store_kinds
 from trinity.common.config.base import join_path
 from trinity.common.config.config import Config
-from trinity.common.config.decoupled_checks import STORE_TYPES
 from trinity.common.config.schema_buffer import MAX_TOP_LOGPROBS
 from trinity.common.registry import Registry
 from trinity.engine import DEFAULT_ENGINE, ENGINES
@@ -46,19 +46,33 @@ def _registered_monitors(config: Config) -> Tuple[Any, ...]:
     return tuple(MONITORS.names())
 
 
+# Storages: a plugin's kind is registered by the time configs are checked (plugins load
+# first); what each kind can be is asked of it (trinity/buffer/storages.py).
+def _row_storages(config: Config) -> Tuple[Any, ...]:
+    return tuple(row_kinds())
+
+
+def _data_storages(config: Config) -> Tuple[Any, ...]:
+    return tuple(data_kinds())
+
+
 def _experience_buffer_storage(config: Config) -> Tuple[Any, ...]:
-    # train mode reads SFT data from files; otherwise the explorer feeds the trainer a queue,
-    # kept in a database (sql: the same queue, its table in the database at `path`). A train
-    # run also reads the database a separate explore run writes (decoupled_checks.py).
+    # train mode reads SFT data (from files, ...); otherwise the explorer feeds the trainer a
+    # queue, kept in a database (sql: the same queue, its table in the database at `path`).
+    # A train run also reads the database a separate explore run writes (decoupled.py).
     # Bench reads no experiences: the training YAML's buffer is taken as it is.
-    return ("file", *STORE_TYPES) if config.mode in ("train", "bench") else STORE_TYPES
+    stores = store_kinds()
+    if config.mode in ("train", "bench"):
+        return tuple(sorted([*data_kinds(), *stores]))
+    return tuple(stores)
 
 
 def _replay_modes(config: Config) -> Tuple[Any, ...]:
     # The replay pool lives in the queue actor the trainer of a `both` run reads; the guide
     # gives replay_buffer to `queue` buffers only.
     storage = config.buffer.trainer_input.experience_buffer  # unset: the default queue
-    queue = storage is None or storage.storage_type == "queue"
+    name = storage.storage_type if storage is not None else None
+    queue = name is None or (name in STORAGES and STORAGES.get(name).replays)
     if config.mode == "bench":  # trains nothing: the training YAML's setting is kept
         return (False, True)
     return (False, True) if config.mode in ("both", "colocate") and queue else (False,)
@@ -89,11 +103,11 @@ SUPPORTED: Dict[str, Allowed] = {
     "model.rope_scaling": (None,),
     "model.rope_theta": (None,),
     "model.tinker.enable": (False,),
-    "buffer.explorer_input.tasksets.*.storage_type": ("file", "sql"),
-    "buffer.explorer_input.eval_tasksets.*.storage_type": ("file", "sql"),
+    "buffer.explorer_input.tasksets.*.storage_type": _row_storages,
+    "buffer.explorer_input.eval_tasksets.*.storage_type": _row_storages,
     "buffer.trainer_input.experience_buffer.storage_type": _experience_buffer_storage,
     "buffer.trainer_input.experience_buffer.replay_buffer.enable": _replay_modes,
-    "buffer.trainer_input.auxiliary_buffers.*.storage_type": ("file",),
+    "buffer.trainer_input.auxiliary_buffers.*.storage_type": _data_storages,
     "explorer.rollout_model.engine_type": _registered_engines,
     "explorer.auxiliary_models.*.engine_type": _registered_engines,
     "synchronizer.sync_method": (None, "memory", "checkpoint"),
@@ -126,23 +140,32 @@ def runnable_values(pattern: str) -> Tuple[Any, ...]:
     return tuple(values)
 
 
-# Name-valued keys (their values are registry names, not a fixed list in the schema) -> the
-# names Trinity-RFT's configuration documents for them. A value outside ``SUPPORTED`` that
-# those documents name is a feature this build lacks ("not supported yet"); one it does not
-# document names nothing ("unknown", with the closest supported name).
-DOCUMENTED: Dict[str, Tuple[str, ...]] = {
-    "algorithm.algorithm_type": ("ppo", "grpo", "opmd", "dpo", "sft", "mix"),
-    "explorer.rollout_model.engine_type": ("vllm", "tinker", "external"),
-    "explorer.auxiliary_models.*.engine_type": ("vllm", "tinker", "external"),
-    "monitor.monitor_type": ("wandb", "tensorboard", "mlflow"),
-}
-
 STORAGE_PATHS = (
     "buffer.explorer_input.tasksets.*",
     "buffer.explorer_input.eval_tasksets.*",
     "buffer.trainer_input.experience_buffer",
     "buffer.trainer_input.auxiliary_buffers.*",
 )
+
+
+def _storage_names() -> Tuple[str, ...]:
+    # The guide's file, queue and sql, and every plugin's kind: a registered kind that cannot
+    # serve at a path (a plugin's rows as the queue of a `both` run) is not unknown there.
+    return tuple(STORAGES.names())
+
+
+# Name-valued keys (their values are registry names, not a fixed list in the schema) -> the
+# names Trinity-RFT's configuration documents for them (or a function giving them). A value
+# outside ``SUPPORTED`` that those documents name is a feature this build lacks ("not
+# supported yet"); one it does not document names nothing ("unknown", with the closest
+# supported name).
+DOCUMENTED: Dict[str, Union[Tuple[str, ...], Callable[[], Tuple[str, ...]]]] = {
+    "algorithm.algorithm_type": ("ppo", "grpo", "opmd", "dpo", "sft", "mix"),
+    "explorer.rollout_model.engine_type": ("vllm", "tinker", "external"),
+    "explorer.auxiliary_models.*.engine_type": ("vllm", "tinker", "external"),
+    "monitor.monitor_type": ("wandb", "tensorboard", "mlflow"),
+    **{f"{path}.storage_type": _storage_names for path in STORAGE_PATHS},
+}
 
 # Sampling parameter -> (whether a value is allowed, the allowed range in words).
 # top_k: the transformers engine (trinity/engine/sampling.py), transformers and vLLM read 0 and -1

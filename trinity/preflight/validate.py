@@ -13,14 +13,15 @@ from typing import Any, List, Tuple
 from trinity.algorithm import SAMPLE_STRATEGY, needs_groups
 from trinity.buffer.priority import build_priority_fn
 from trinity.buffer.selector import TASK_SELECTORS
+from trinity.buffer.storages import path_missing, read_as_rows, storage_kind
 from trinity.common.config.base import did_you_mean, explicit_inert_values, is_set
 from trinity.common.config.config import Config, external_models
-from trinity.common.config.decoupled_checks import decoupled_problems
 from trinity.common.config.gpus import gpu_problems
 from trinity.common.config.lora_checks import lora_problems
 from trinity.common.config.nodes import node_problems
 from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.config.sync_checks import sync_problems
+from trinity.preflight.decoupled import decoupled_problems
 from trinity.preflight.ranks import rank_problems
 from trinity.preflight.support import (
     DOCUMENTED,
@@ -52,6 +53,7 @@ def _outside(pattern: str, path: str, value: Any, values: Tuple[Any, ...]) -> st
     choices = [show(v) for v in values if v is not None]
     choices += ["unset"] if None in values else []
     documented = DOCUMENTED.get(pattern)
+    documented = documented() if callable(documented) else documented
     if documented is not None and value not in documented:
         key = pattern.rsplit(".", 1)[-1]
         hint = did_you_mean(value, [v for v in values if v is not None])
@@ -282,7 +284,7 @@ def _check_buffer_path(config: Config) -> List[str]:
     """A queue's or sql buffer's ``path`` is a SQLite file or a database URL SQLAlchemy
     parses; whether it can be reached is checked before start (``preflight``)."""
     storage = config.buffer.trainer_input.experience_buffer
-    if storage is None or storage.storage_type not in ("queue", "sql") or not storage.path:
+    if storage is None or not storage.path or not storage_kind(storage).holds_experiences:
         return []
     key = "buffer.trainer_input.experience_buffer.path"
     if os.path.splitext(storage.path)[1].lower() in (".json", ".jsonl"):
@@ -333,10 +335,8 @@ def _check_datasets(config: Config) -> List[str]:
     if config.mode in ("both", "colocate", "explore") and not config.buffer.explorer_input.tasksets:
         problems.append(f"buffer.explorer_input.taskset is required in mode {config.mode}")
     for path, storage in storages_of(config):
-        needs_path = storage.storage_type == "file" or (
-            storage.storage_type == "sql" and path.startswith("buffer.explorer_input")
-        )
-        if needs_path and not storage.path:
+        as_rows = read_as_rows(storage, path == "buffer.trainer_input.experience_buffer")
+        if as_rows and path_missing(storage):
             problems.append(f"{path}.path is required for storage_type {storage.storage_type}")
         if storage.name in names:
             problems.append(f"{path}.name = {storage.name} is also used by {names[storage.name]}")

@@ -66,7 +66,7 @@ def run_stage(config: Any, plugin_dirs: List[str], printer: ProgressPrinter) -> 
     """Run one stage's roles to the end, in this process when it needs no other
     (``local_stage.py``), else on Ray; any failure becomes one ``RunFailed`` message."""
     from trinity.common.config import save_resolved_config
-    from trinity.common.config.decoupled_checks import resolved_config_name
+    from trinity.preflight.decoupled import resolved_config_name
     from trinity.preflight.derive import planned_steps
     from trinity.preflight.hosting import runs_in_process
     from trinity.runtime.local_stage import run_in_process
@@ -281,9 +281,9 @@ def stage_queue(config: Any, host: Callable[..., Any]) -> Any:
     On resume (same job dir) it puts back what train steps after the trainer's checkpoint
     consumed: their updates were lost with the process, so they are trained on again, once.
     """
-    from trinity.common.config.decoupled_checks import reads_explorer_store
+    from trinity.preflight.decoupled import reads_explorer_store
 
-    # train mode: the store a separate explore run writes (decoupled_checks.py), or files
+    # train mode: the store a separate explore run writes (preflight/decoupled.py), or files
     follow = reads_explorer_store(config)
     if config.mode not in ("both", "colocate", "explore") and not follow:
         return None

@@ -11,7 +11,7 @@ Modules: ``schema_*.py`` declare the config's sections (docs/reference/configura
 generated from them), ``verl.py`` the
 veRL keys of ``trainer.trainer_config``, ``loader.py`` reads and writes YAML; the checks that
 need only the config itself sit beside them (``gpus``, ``nodes``, ``lora_checks``,
-``sync_checks``, ``decoupled_checks``). What reads the registries of the packages above this
+``sync_checks``). What reads the registries of the packages above this
 one (algorithm defaults, engine names, buffer components, monitors) is ``trinity.preflight``:
 ``derive.py`` derives unset values (``finalize``), ``support.py`` holds the support and range
 tables that ``validate.py`` checks, and ``before_start.py`` is what ``trinity run`` checks

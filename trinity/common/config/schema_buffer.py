@@ -81,10 +81,11 @@ class StorageConfig(ConfigModel):
     """One dataset or buffer: a (eval) taskset, the experience buffer or an auxiliary buffer."""
 
     name: Name = Field("", description="Unique name (also the Ray actor name); unset: derived.")
-    storage_type: Literal["file", "queue", "sql"] = Field(
+    storage_type: str = Field(
         "file",
         description="file: jsonl/parquet; queue: the explorer-to-trainer queue, kept in a "
-        "database; sql: a table of a SQL database (SQLite file or SQLAlchemy URL).",
+        "database; sql: a table of a SQL database (SQLite file or SQLAlchemy URL); or a "
+        "storage registered by a plugin (docs/extending.md).",
     )
     path: Optional[str] = Field(
         None,

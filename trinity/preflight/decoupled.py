@@ -1,5 +1,6 @@
 """Decoupled runs: an ``explore`` run and a ``train`` run started separately, sharing an
-experience store (``queue``/``sql`` buffer) and the job dir's checkpoints.
+experience store (a ``queue``/``sql`` buffer: a kind that ``holds_experiences``) and the job
+dir's checkpoints.
 
 Both sides find the same store and job dir from the same ``checkpoint_root_dir``,
 ``project`` and ``name`` (the store is ``<job_dir>/buffer/<buffer name>.db`` unless the
@@ -12,13 +13,16 @@ from __future__ import annotations
 
 from typing import Any, List
 
-STORE_TYPES = ("queue", "sql")
+from trinity.buffer.storages import storage_kind
 
 
 def reads_explorer_store(config: Any) -> bool:
-    """A ``train`` run that trains on what a separate ``explore`` run writes to the store."""
+    """A ``train`` run that trains on what a separate ``explore`` run writes to the store
+    (an experience buffer whose kind holds experiences: ``storages.py``)."""
     storage = config.buffer.trainer_input.experience_buffer
-    return config.mode == "train" and storage is not None and storage.storage_type in STORE_TYPES
+    if config.mode != "train" or storage is None:
+        return False
+    return storage_kind(storage).holds_experiences
 
 
 def resolved_config_name(config: Any) -> str:
