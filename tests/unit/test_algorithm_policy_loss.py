@@ -103,6 +103,7 @@ def test_select_keys_and_defaults():
         "old_logprob",
         "action_mask",
         "advantages",
+        "rollout_is_weights",  # optional: only with algorithm.rollout_correction.rollout_is
     )
     assert POLICY_LOSS_FN.get("sft").select_keys == ("logprob", "action_mask")
     assert ppo().select_keys == POLICY_LOSS_FN.get("ppo").select_keys  # on instances too

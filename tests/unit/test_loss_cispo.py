@@ -68,6 +68,12 @@ def test_cispo_defaults():
         "clip_range_high": 0.28,
         "loss_agg_mode": "token-mean",
     }
-    assert cls.select_keys == ("logprob", "old_logprob", "action_mask", "advantages")
+    assert cls.select_keys == (
+        "logprob",
+        "old_logprob",
+        "action_mask",
+        "advantages",
+        "rollout_is_weights",
+    )
     with pytest.raises(ValueError, match="clip_range_high"):
         cls(clip_range_high=-0.1)
