@@ -154,8 +154,8 @@ def rejection_mask(
 def veto_mask(
     log_ratio: torch.Tensor, mask: torch.Tensor, threshold: float
 ) -> Tuple[torch.Tensor, Dict[str, float]]:
-    """(B, 1) 0.0 on rows holding a valid token whose (unclamped) ratio is below
-    ``threshold``, else 1.0 (``log_ratio`` outside ``mask`` is never read). Metrics:
+    """(B, R) 0.0 on the valid tokens of rows holding a valid token whose (unclamped) ratio
+    is below ``threshold``, else 1.0 (``log_ratio`` outside ``mask`` is never read). Metrics:
     ``rollout_is_veto_fraction`` (share of rows with a valid token that are vetoed) and
     ``rollout_is_catastrophic_token_fraction`` (share of valid tokens below ``threshold``)."""
     catastrophic = (log_ratio < math.log(threshold)) & (mask > 0)
@@ -164,7 +164,7 @@ def veto_mask(
         "rollout_is_veto_fraction": vetoed.squeeze(-1)[_rows(mask)].float().mean().item(),
         "rollout_is_catastrophic_token_fraction": _token_mean(catastrophic.float(), mask).item(),
     }
-    return (~vetoed).to(mask.dtype), metrics
+    return (~(vetoed & (mask > 0))).to(mask.dtype), metrics
 
 
 def mismatch_metrics(
