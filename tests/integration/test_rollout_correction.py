@@ -18,6 +18,7 @@ RC = "algorithm.rollout_correction"
 
 def trainer_records(tmp_path, micro_model, arithmetic_data, *extra: str) -> list:
     overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
+        "cluster.gpu_per_node=0",  # fp32 on CPU on a GPU machine too: the bounds assume it
         "buffer.total_steps=2",
         "explorer.eval_on_startup=false",
         "explorer.eval_interval=100",
