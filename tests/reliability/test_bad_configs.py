@@ -45,6 +45,7 @@ class Bad:
 TASKSET = "buffer.explorer_input.taskset"
 EVAL = "buffer.explorer_input.eval_tasksets.0"
 ALGO = "algorithm"
+RC = "algorithm.rollout_correction"
 
 
 def _parent(data: Dict[str, Any], path: str, create: bool) -> tuple:
@@ -760,6 +761,48 @@ CASES: List[Bad] = [
         "data-juicer-service-without-url",
         ["service.data_juicer.server_url is not set"],
         set={"service.data_juicer": {"auto_start": False}},
+    ),
+    # ---- rollout correction ------------------------------------------------------------------
+    Bad(
+        "rollout-rs-without-threshold",
+        [f"{RC}.rollout_rs_threshold: required with rollout_rs = geometric"],
+        set={RC: {"rollout_rs": "geometric"}},
+    ),
+    Bad(
+        "rollout-rs-threshold-without-rs",
+        [f"{RC}.rollout_rs_threshold: 2.0 has no effect while rollout_rs is null"],
+        set={RC: {"rollout_rs_threshold": 2.0}},
+    ),
+    Bad(
+        "rollout-is-threshold-below-one",
+        [f"{RC}.rollout_is_threshold = 0.5 must be >= 1.0"],
+        set={RC: {"rollout_is": "token", "rollout_is_threshold": 0.5}},
+    ),
+    Bad(
+        "rollout-is-level-typo",
+        [f"{RC}.rollout_is", "did you mean 'sequence'?"],
+        set={RC: {"rollout_is": "sequense"}},
+    ),
+    Bad(
+        "rollout-correction-key-typo",
+        [f"{RC}.rollout_is_treshold", "did you mean 'rollout_is_threshold'?"],
+        set={RC: {"rollout_is_treshold": 2.0}},
+    ),
+    Bad(
+        "rollout-correction-bypass-mode",
+        [f"{RC}.bypass_mode = true is not supported yet"],
+        set={RC: {"bypass_mode": True}},
+    ),
+    Bad(
+        "rollout-correction-on-sft",
+        [f"{RC}.rollout_is = token: algorithm_type sft trains on data"],
+        prepare=lambda tmp_path, data: sft_stage(data, sft_data(data)),
+        overrides=[f"{RC}.rollout_is=token"],
+    ),
+    Bad(
+        "rollout-is-with-a-loss-without-weights",
+        [f"{RC}.rollout_is = sequence is not supported yet with policy_loss_fn sft"],
+        set={ALGO: {"policy_loss_fn": "sft", "rollout_correction": {"rollout_is": "sequence"}}},
     ),
 ]
 

@@ -56,6 +56,25 @@ def test_ppo_gradient_flows_only_through_unclipped_tokens():
     assert torch.allclose(logprob.grad, expected, atol=1e-6)
 
 
+def test_rollout_is_weights_scale_each_token_term_not_the_normaliser():
+    # weights (2, 0.5, 1) and (1, 3, -): token terms row 0 [-2.4, -0.35, -1.1] (sum -3.85),
+    # row 1 [3.0, 4.8] (sum 7.8); token-mean still divides by the 5 valid tokens
+    weights = torch.tensor([[2.0, 0.5, 1.0], [1.0, 3.0, 1.0]])
+    logprob = RATIOS.log().requires_grad_()
+    loss, metrics = ppo()(
+        logprob=logprob,
+        old_logprob=OLD,
+        action_mask=MASK,
+        advantages=ADV,
+        rollout_is_weights=weights,
+    )
+    assert loss.item() == pytest.approx((-3.85 + 7.8) / 5, abs=1e-6)
+    assert metrics["pg_clipfrac"] == pytest.approx(2 / 5)  # clipping ignores the weights
+    loss.backward()  # the weights are constants: each token's gradient is scaled by its own
+    plain = torch.tensor([[0.0, -0.7 / 5, -1.1 / 5], [3.0 / 5, 0.0, 0.0]])
+    assert torch.allclose(logprob.grad, plain * weights, atol=1e-6)
+
+
 def test_ppo_asymmetric_clip():
     # clip_range_high 0.28: row 0 token 0 is clipped at 1.28 instead of 1.2 -> -1.28.
     loss, _ = ppo(clip_range=0.2, clip_range_high=0.28)(
@@ -103,6 +122,7 @@ def test_select_keys_and_defaults():
         "old_logprob",
         "action_mask",
         "advantages",
+        "rollout_is_weights",  # optional: only with algorithm.rollout_correction.rollout_is
     )
     assert POLICY_LOSS_FN.get("sft").select_keys == ("logprob", "action_mask")
     assert ppo().select_keys == POLICY_LOSS_FN.get("ppo").select_keys  # on instances too

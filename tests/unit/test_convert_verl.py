@@ -155,3 +155,24 @@ def test_unknown_keys_are_listed_not_dropped():
         "algorithm.adv_estimator=magic: no Trinity advantage function of that name",
         "foo.bar=1: no Trinity key holds it",
     ]
+
+
+def test_rollout_correction_keys_keep_their_names():
+    command = (
+        "algorithm.adv_estimator=grpo algorithm.rollout_correction.rollout_is=sequence "
+        "algorithm.rollout_correction.rollout_is_threshold=2.0 "
+        "algorithm.rollout_correction.rollout_rs=geometric "
+        "algorithm.rollout_correction.rollout_rs_threshold=1.001 "
+        "algorithm.rollout_correction.rollout_rs_threshold_lower=0.999 "
+        "algorithm.rollout_correction.rollout_token_veto_threshold=1e-4"
+    )
+    config, unmapped = convert(read_command(command))
+    assert unmapped == []
+    assert config["algorithm"]["rollout_correction"] == {
+        "rollout_is": "sequence",
+        "rollout_is_threshold": 2.0,
+        "rollout_rs": "geometric",
+        "rollout_rs_threshold": 1.001,
+        "rollout_rs_threshold_lower": 0.999,
+        "rollout_token_veto_threshold": 1e-4,
+    }

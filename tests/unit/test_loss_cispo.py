@@ -68,6 +68,6 @@ def test_cispo_defaults():
         "clip_range_high": 0.28,
         "loss_agg_mode": "token-mean",
     }
-    assert cls.select_keys == ("logprob", "old_logprob", "action_mask", "advantages")
+    assert cls.select_keys == POLICY_LOSS_FN.get("ppo").select_keys  # rollout_is_weights too
     with pytest.raises(ValueError, match="clip_range_high"):
         cls(clip_range_high=-0.1)

@@ -55,7 +55,7 @@ def test_gspo_defaults():
         "clip_range_high": 4e-4,
         "loss_agg_mode": "seq-mean-token-mean",
     }
-    assert cls.select_keys == ("logprob", "old_logprob", "action_mask", "advantages")
+    assert cls.select_keys == POLICY_LOSS_FN.get("ppo").select_keys  # rollout_is_weights too
     # With the paper's tiny clip range, row 0 (s0 = 1.35) is clipped at 1.0004:
     # loss = (-1.0004 + 2.0) / 2.
     loss, _ = cls()(logprob=LOGPROB, old_logprob=OLD, action_mask=MASK, advantages=ADV)

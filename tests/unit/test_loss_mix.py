@@ -87,6 +87,7 @@ def test_mix_checks():
         "action_mask",
         "advantages",
         "expert_mask",
+        "rollout_is_weights",
     )
     assert cls.default_args() == {
         "mu": 0.1,

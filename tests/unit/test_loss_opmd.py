@@ -48,7 +48,7 @@ def test_opmd_tau_and_gradient():
 def test_opmd_args_and_keys():
     cls = POLICY_LOSS_FN.get("opmd")
     assert cls.default_args() == {"tau": 1.0, "loss_agg_mode": "token-mean"}
-    assert cls.select_keys == ("logprob", "action_mask", "advantages")
+    assert cls.select_keys == ("logprob", "action_mask", "advantages", "rollout_is_weights")
     with pytest.raises(ValueError, match="tau"):
         cls(tau=-1.0)
     with pytest.raises(ValueError, match="loss_agg_mode"):

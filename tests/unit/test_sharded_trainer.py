@@ -229,6 +229,12 @@ def test_two_ranks_step_equals_the_one_rank_step(two_ranks, one_rank):
     for key in actor:
         assert two[key] == pytest.approx(one[key], abs=1e-5), key
     assert two["actor/grad_norm"] > 0
+    # the mismatch metrics come from each rank's own rows, gathered back in batch order
+    mismatch = sorted(k for k in one if k.startswith(("rollout_corr/", "training/rollout")))
+    assert "rollout_corr/k3_kl" in mismatch
+    assert mismatch == sorted(k for k in two if k.startswith(("rollout_corr/", "training/rollout")))
+    for key in mismatch:
+        assert two[key] == pytest.approx(one[key], rel=1e-5, abs=1e-6), key
     _assert_close(two_ranks["grads"], one_rank["grads"])
     _assert_close(two_ranks["weights"], one_rank["weights"])
     _assert_close(two_ranks["optim"], one_rank["optim"])

@@ -50,6 +50,7 @@ def aggregate_loss(
     mask: torch.Tensor,
     mode: str = "token-mean",
     norm: Optional[float] = None,
+    weights: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """Reduce a per-token loss matrix to a scalar (veRL's ``loss_agg_mode``).
 
@@ -69,6 +70,9 @@ def aggregate_loss(
               per-row scale, so micro-batches can be weighted by their row count.
         norm: divisor of ``"seq-mean-token-sum-norm"``; set it to a fixed budget (e.g. the
             maximum response length) to keep it constant across batches.
+        weights: ``(B, R)`` factors of the per-token losses, applied before the reduction
+            and leaving the normaliser alone (the trainer's detached rollout-correction
+            importance weights, ``trinity/algorithm/rollout_correction.py``); None: 1.
 
     Rows are averaged over all ``B`` rows, fully masked ones included, as veRL does.
 
@@ -76,6 +80,8 @@ def aggregate_loss(
         A scalar tensor.
     """
     mask = mask.to(loss_mat.dtype)
+    if weights is not None:
+        loss_mat = loss_mat * weights
     if mode == "token-mean":
         return masked_mean(loss_mat, mask)
     if mode == "seq-mean-token-sum":

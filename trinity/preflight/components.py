@@ -12,8 +12,9 @@ from __future__ import annotations
 import inspect
 from typing import Any, Collection, Dict, Iterator, List, Tuple
 
-from trinity.algorithm import ALGORITHM_TYPE, needs_reference
+from trinity.algorithm import ALGORITHM_TYPE, POLICY_LOSS_FN, needs_reference
 from trinity.algorithm.kl_fn.controller import build_kl_controller
+from trinity.algorithm.rollout_correction import IS_WEIGHTS_KEY
 from trinity.common.config.base import did_you_mean, is_set
 from trinity.common.config.config import Config
 from trinity.common.config.schema_buffer import StorageConfig
@@ -188,7 +189,38 @@ def _algorithm_problems(config: Config, construct: bool) -> List[str]:
             found = _construct(config, key, cls, args, path)
         problems += found
     problems += _reference_problems(config, algorithm_cls)
+    problems += _rollout_correction_problems(config, algorithm_cls)
     return problems
+
+
+def _rollout_correction_problems(config: Config, algorithm_cls: Any) -> List[str]:
+    """Rollout correction weighs and masks the policy loss of sampled tokens: it needs an
+    algorithm that trains on rollouts, and (for the weights) a loss that takes them."""
+    algorithm = config.algorithm
+    correction = algorithm.rollout_correction
+    if not correction.enabled:
+        return []
+    keys = ("rollout_is", "rollout_rs", "rollout_token_veto_threshold")
+    key = next(k for k in keys if getattr(correction, k) is not None)
+    path = f"algorithm.rollout_correction.{key} = {getattr(correction, key)}"
+    if not algorithm_cls.use_advantage:
+        return [
+            f"{path}: algorithm_type {algorithm.algorithm_type} trains on data, not on rollouts "
+            "with engine logprobs; rollout correction applies to RL algorithms"
+        ]
+    if correction.rollout_is is None:
+        return []
+    try:
+        loss = POLICY_LOSS_FN.get(algorithm.policy_loss_fn)
+    except KeyError:  # reported by derive.py
+        return []
+    if IS_WEIGHTS_KEY in loss.select_keys:
+        return []
+    return [
+        f"algorithm.rollout_correction.rollout_is = {correction.rollout_is} is not supported "
+        f"yet with policy_loss_fn {algorithm.policy_loss_fn}: its __call__ takes no "
+        f"{IS_WEIGHTS_KEY} (docs/extending.md)"
+    ]
 
 
 def _kl_ctrl_problems(kl_ctrl: Any, path: str) -> List[str]:

@@ -99,6 +99,9 @@ Allowed = Union[Tuple[Any, ...], Callable[[Config], Tuple[Any, ...]]]
 SUPPORTED: Dict[str, Allowed] = {
     "mode": ("both", "colocate", "train", "explore", "bench"),
     "algorithm.algorithm_type": _registered_algorithms,
+    # veRL's bypass mode (and its policy-gradient loss): only the decoupled mode is built
+    "algorithm.rollout_correction.bypass_mode": (False,),
+    "algorithm.rollout_correction.use_policy_gradient": (False,),
     "model.lora_configs.*.lora_dtype": ("auto", "float32", "bfloat16", "float16"),
     "model.rope_scaling": (None,),
     "model.rope_theta": (None,),

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from trinity.algorithm.rollout_correction import IS_WEIGHTS_KEY
 from trinity.common.experience import ExperienceBatch
 from trinity.trainer.shared_prefix import shared_prefix_logits
 
@@ -118,9 +119,14 @@ def micro_batches(
 def _loss_inputs(
     fns: LossFns, mb: ExperienceBatch, logprob: torch.Tensor
 ) -> Dict[str, torch.Tensor]:
-    inputs = {}
+    inputs: Dict[str, Optional[torch.Tensor]] = {}
     for key in fns.policy_loss.select_keys:
-        inputs[key] = logprob if key == "logprob" else mb.tensor(key)
+        if key == "logprob":
+            inputs[key] = logprob
+        elif key == IS_WEIGHTS_KEY:  # only there with algorithm.rollout_correction.rollout_is
+            inputs[key] = mb.extra.get(key)
+        else:
+            inputs[key] = mb.tensor(key)
     return inputs
 
 
@@ -131,12 +137,14 @@ def accumulate_gradients(
     micro_batch_size: int,
     max_tokens: Optional[int] = None,
     lockstep: Optional[Any] = None,
+    keep: Optional[List[torch.Tensor]] = None,
 ) -> Dict[str, float]:
     """Backward of the full loss over micro-batches (gradients summed, each scaled by its share).
 
     With ``lockstep`` (``distributed.Lockstep``) ``batch`` is this rank's part of the step's
     batch: shares are of the whole batch over all ranks, and zero-weight passes keep the
-    ranks' model calls in step.
+    ranks' model calls in step. ``keep`` (a list) receives each micro-batch's detached
+    logprobs, in row order, on ``batch``'s device.
     """
     totals: Dict[str, float] = {}
     # Each micro-batch's loss is a mean over its own rows/tokens; weighting it by its share of
@@ -160,6 +168,8 @@ def accumulate_gradients(
         logprob, entropy = response_logprobs(
             model, mb, fns.temperature, share_prefix=lockstep is None
         )
+        if keep is not None:
+            keep.append(logprob.detach().to(batch.input_ids.device))
         pg_loss, metrics = fns.policy_loss(**_loss_inputs(fns, mb, logprob))
         loss = pg_loss
         if mb.ref_logprob is not None:

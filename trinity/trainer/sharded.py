@@ -97,12 +97,21 @@ class ShardedTrainer(Trainer):
         )
         return gather_rows(self.ranks, local, self._shares(batch))
 
-    def _accumulate(self, batch: ExperienceBatch, max_tokens: Optional[int]) -> Dict[str, float]:
+    def _accumulate(
+        self,
+        batch: ExperienceBatch,
+        max_tokens: Optional[int],
+        scored: Optional[List[torch.Tensor]] = None,
+    ) -> Dict[str, float]:
         own, lockstep = self._own(batch)
         micro_batch_size = self.settings["micro_batch_size_per_device"]
+        local: Optional[List[torch.Tensor]] = [] if scored is not None else None
         totals = accumulate_gradients(
-            self.model, own, self.fns, micro_batch_size, max_tokens, lockstep
+            self.model, own, self.fns, micro_batch_size, max_tokens, lockstep, keep=local
         )
+        if scored is not None:  # every rank's rows, back in batch order (collective)
+            mine = torch.cat(local) if local else own.old_logprob[:0]
+            scored.append(gather_rows(self.ranks, mine, self._shares(batch)))
         return self.ranks.sum_metrics(totals)
 
     # ---- checkpoints -----------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -22,6 +23,7 @@ from trinity.algorithm import (
 from trinity.algorithm.algorithm import PairExperienceModel, needs_reference
 from trinity.algorithm.kl_fn import build_kl_controller
 from trinity.algorithm.optimizer import build_lr_scheduler, build_optimizer
+from trinity.algorithm.rollout_correction import IS_WEIGHTS_KEY, correct_rollout, mismatch_metrics
 from trinity.common.config import effective_trainer_settings
 from trinity.common.experience import Experience, ExperienceBatch
 from trinity.common.weights import weights_path
@@ -34,6 +36,17 @@ from trinity.utils.device import DTYPES, attention_kwargs, compute_in, peak_memo
 from trinity.utils.openmp import release_workers
 
 logger = logging.getLogger(__name__)
+
+# Where the engine's logprobs go once rollout correction rescores old_logprob (veRL's name).
+ROLLOUT_LOGPROBS = "rollout_log_probs"
+
+
+def sampled_tokens(batch: ExperienceBatch) -> torch.Tensor:
+    """(B, R) 1.0 on the action tokens whose rollout-engine logprob the batch holds (rows
+    without logprobs, e.g. expert demonstrations, have none)."""
+    rows = [e.logprobs is not None for e in batch.experiences]
+    has = torch.tensor(rows, dtype=batch.action_mask.dtype, device=batch.action_mask.device)
+    return batch.action_mask * has[:, None]
 
 
 def _stats(prefix: str, values: torch.Tensor) -> Dict[str, float]:
@@ -113,6 +126,7 @@ class Trainer:
             else 1.0,
         )
         self.fns.loss_agg_mode = self.fns.policy_loss.loss_agg_mode
+        self.correction = algo.rollout_correction if algo.rollout_correction.enabled else None
         self.fns.row_multiple = 2 if self.algorithm.schema is PairExperienceModel else 1
         # veRL's kl_ctrl (fixed | adaptive) steers the in-reward KL coefficient over training.
         penalty_args = dict(algo.kl_penalty_fn_args)
@@ -262,11 +276,38 @@ class Trainer:
                 batch.advantages = batch.advantages * batch.extra["sample_weight"].unsqueeze(-1)
         return metrics
 
+    def _rescore(self, batch: ExperienceBatch) -> None:
+        """Rollout correction's old logprobs: the batch scored by the policy before this
+        step's update (veRL's decoupled mode); the engine's move to ``ROLLOUT_LOGPROBS``."""
+        batch.extra[ROLLOUT_LOGPROBS] = batch.old_logprob
+        batch.old_logprob = self._score(self.model, batch)
+
+    def _actor_batch(self, batch: ExperienceBatch) -> Tuple[ExperienceBatch, Dict[str, float]]:
+        """The batch the actor trains on and the rollout correction's metrics: the IS
+        weights in ``extra`` and rejected tokens out of ``action_mask``. The critic and the
+        batch metrics keep the whole batch."""
+        if self.correction is None:
+            return batch, {}
+        settings = self.correction.model_dump(exclude={"bypass_mode", "use_policy_gradient"})
+        weights, keep, metrics = correct_rollout(
+            batch.old_logprob, batch.extra[ROLLOUT_LOGPROBS], sampled_tokens(batch), **settings
+        )
+        extra = dict(batch.extra)
+        if weights is not None:
+            extra[IS_WEIGHTS_KEY] = weights
+        return dataclasses.replace(
+            batch, action_mask=batch.action_mask * keep, extra=extra
+        ), metrics
+
     def _update_actor(self, batch: ExperienceBatch) -> Dict[str, float]:
         max_tokens = self._tokens("max_token_len_per_device", "use_dynamic_bsz")
-        for _ in range(self.settings["ppo_epochs"]):
+        # Without rollout correction the mismatch metrics take the trainer's side from the
+        # first pass, which scores with the weights the explorer sampled from (before any
+        # update): no extra forward pass.
+        scored: Optional[List[torch.Tensor]] = [] if self.correction is None else None
+        for epoch in range(self.settings["ppo_epochs"]):
             self.optimizer.zero_grad(set_to_none=True)
-            totals = self._accumulate(batch, max_tokens)
+            totals = self._accumulate(batch, max_tokens, scored if epoch == 0 else None)
             grad_norm = as_number(
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings["grad_clip"])
             )
@@ -278,23 +319,40 @@ class Trainer:
         metrics["actor/grad_norm"] = grad_norm
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
+        if scored:
+            trainer_logprob = torch.cat(scored)
+            metrics.update(
+                mismatch_metrics(trainer_logprob, batch.old_logprob, sampled_tokens(batch))
+            )
         return metrics
 
-    def _accumulate(self, batch: ExperienceBatch, max_tokens: Optional[int]) -> Dict[str, float]:
-        """Gradients of the batch's loss; the loss terms' values (batch means)."""
+    def _accumulate(
+        self,
+        batch: ExperienceBatch,
+        max_tokens: Optional[int],
+        scored: Optional[List[torch.Tensor]] = None,
+    ) -> Dict[str, float]:
+        """Gradients of the batch's loss; the loss terms' values (batch means). ``scored``
+        (a list) receives the batch's (B, R) logprobs of this pass."""
         micro_batch_size = self.settings["micro_batch_size_per_device"]
-        return accumulate_gradients(self.model, batch, self.fns, micro_batch_size, max_tokens)
+        return accumulate_gradients(
+            self.model, batch, self.fns, micro_batch_size, max_tokens, keep=scored
+        )
 
     def train_step(self, experiences: List[Experience]) -> Dict[str, float]:
         """One update from one batch; ``self.step`` is the (1-based) step being trained."""
         start = time.monotonic()
         batch = self._batch(experiences)
+        if self.correction is not None:
+            self._rescore(batch)
         metrics = self._prepare_batch(batch)
         if self.critic is not None:
             metrics.update(self.critic.update(batch))
         # veRL's critic_warmup: the first steps train only the critic.
         if self.critic is None or self.step > self.settings["critic_warmup"]:
-            metrics.update(self._update_actor(batch))
+            actor_batch, correction_metrics = self._actor_batch(batch)
+            metrics.update(correction_metrics)
+            metrics.update(self._update_actor(actor_batch))
         metrics.update(self._batch_metrics(batch))
         metrics["time/train_step"] = time.monotonic() - start
         metrics.update(self._perf_metrics(batch, metrics["time/train_step"]))

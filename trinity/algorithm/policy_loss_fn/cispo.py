@@ -45,17 +45,20 @@ class CISPOPolicyLossFn(PolicyLossFn):
         old_logprob: torch.Tensor,
         action_mask: torch.Tensor,
         advantages: torch.Tensor,
+        rollout_is_weights: Optional[torch.Tensor] = None,
         **kwargs,
     ) -> Tuple[torch.Tensor, Dict]:
         """All inputs ``(B, R)``. Metrics: ``pg_loss``, ``is_clipfrac`` (share of action
-        tokens whose weight was clipped) and ``ppo_kl``."""
+        tokens whose weight was clipped) and ``ppo_kl``. ``rollout_is_weights``: as for PPO."""
         log_ratio = logprob - old_logprob
         # Same overflow guard as PPO: exp(+-20) stays finite, so padding never makes NaN.
         ratio = torch.exp(log_ratio.detach().clamp(-20.0, 20.0))
         low = None if self.clip_range_low is None else 1.0 - self.clip_range_low
         weight = ratio.clamp(min=low, max=1.0 + self.clip_range_high)
         pg_losses = -weight * advantages * logprob
-        pg_loss = aggregate_loss(pg_losses, action_mask, self.loss_agg_mode)
+        pg_loss = aggregate_loss(
+            pg_losses, action_mask, self.loss_agg_mode, weights=rollout_is_weights
+        )
         metrics = {
             "pg_loss": pg_loss.item(),
             "is_clipfrac": masked_mean((weight != ratio).float(), action_mask).item(),

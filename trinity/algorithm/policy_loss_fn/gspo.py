@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 
@@ -47,10 +47,12 @@ class GSPOPolicyLossFn(PolicyLossFn):
         old_logprob: torch.Tensor,
         action_mask: torch.Tensor,
         advantages: torch.Tensor,
+        rollout_is_weights: Optional[torch.Tensor] = None,
         **kwargs,
     ) -> Tuple[torch.Tensor, Dict]:
         """All inputs ``(B, R)``. Metrics: ``pg_loss``, ``pg_clipfrac`` (share of action
-        tokens whose clipped term was taken) and ``ppo_kl`` (token-level, as for PPO)."""
+        tokens whose clipped term was taken) and ``ppo_kl`` (token-level, as for PPO).
+        ``rollout_is_weights``: as for PPO."""
         log_ratio = logprob - old_logprob
         seq_log_ratio = masked_mean(log_ratio, action_mask, dim=-1).unsqueeze(-1)
         # Value log s_i on every token; gradient d logprob only (the GSPO-token form).
@@ -60,6 +62,7 @@ class GSPOPolicyLossFn(PolicyLossFn):
             old_logprob=torch.zeros_like(logprob),
             action_mask=action_mask,
             advantages=advantages,
+            rollout_is_weights=rollout_is_weights,
         )
         metrics["ppo_kl"] = masked_mean(-log_ratio, action_mask).item()
         return loss, metrics

@@ -64,10 +64,12 @@ class MIXPolicyLossFn(PolicyLossFn):
         action_mask: torch.Tensor,
         advantages: torch.Tensor,
         expert_mask: Optional[torch.Tensor],
+        rollout_is_weights: Optional[torch.Tensor] = None,
         **kwargs,
     ) -> Tuple[torch.Tensor, Dict]:
         """Token inputs ``(B, R)``, ``expert_mask`` ``(B,)``. Metrics: the PPO ones prefixed
-        ``usual/`` (``usual/pg_loss``, ...) and ``expert/sft_loss``."""
+        ``usual/`` (``usual/pg_loss``, ...) and ``expert/sft_loss``. ``rollout_is_weights``
+        weigh the PPO term only (expert rows have no rollout to correct)."""
         expert = expert_rows(expert_mask, logprob.shape[0])
         usual = ~expert
         loss = logprob.new_zeros(())
@@ -78,6 +80,9 @@ class MIXPolicyLossFn(PolicyLossFn):
                 old_logprob=old_logprob[usual],
                 action_mask=action_mask[usual],
                 advantages=advantages[usual],
+                rollout_is_weights=None
+                if rollout_is_weights is None
+                else rollout_is_weights[usual],
             )
             loss = loss + (1.0 - self.mu) * pg_loss
             metrics.update({f"usual/{k}": v for k, v in pg_metrics.items()})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 
@@ -35,11 +35,15 @@ class OPMDPolicyLossFn(PolicyLossFn):
         logprob: torch.Tensor,
         action_mask: torch.Tensor,
         advantages: torch.Tensor,
+        rollout_is_weights: Optional[torch.Tensor] = None,
         **kwargs,
     ) -> Tuple[torch.Tensor, Dict]:
         """All inputs ``(B, R)``. Metrics: ``opmd_loss`` (the guide's name) and the same value
-        as ``pg_loss``, so progress displays that show ``actor/pg_loss`` keep working."""
-        loss = aggregate_loss(-advantages * logprob, action_mask, self.loss_agg_mode)
+        as ``pg_loss``, so progress displays that show ``actor/pg_loss`` keep working.
+        ``rollout_is_weights``: as for PPO."""
+        loss = aggregate_loss(
+            -advantages * logprob, action_mask, self.loss_agg_mode, weights=rollout_is_weights
+        )
         loss = loss / (1.0 + self.tau)
         value = loss.item()
         return loss, {"opmd_loss": value, "pg_loss": value}

@@ -43,9 +43,12 @@ class PPOPolicyLossFn(PolicyLossFn):
         old_logprob: torch.Tensor,
         action_mask: torch.Tensor,
         advantages: torch.Tensor,
+        rollout_is_weights: Optional[torch.Tensor] = None,
         **kwargs,
     ) -> Tuple[torch.Tensor, Dict]:
-        """All inputs ``(B, R)``; returns the aggregated loss and its metrics."""
+        """All inputs ``(B, R)``; returns the aggregated loss and its metrics.
+        ``rollout_is_weights`` (detached, from ``algorithm.rollout_correction``) multiply
+        each token's term; None leaves them alone."""
         log_ratio = logprob - old_logprob
         # A huge log-ratio would overflow exp() to inf (and inf * 0 = NaN on padding); veRL
         # clamps at +-20 as well.
@@ -63,7 +66,9 @@ class PPOPolicyLossFn(PolicyLossFn):
             lower = (pg_losses > capped) & negative
             metrics["pg_clipfrac_lower"] = masked_mean(lower.float(), action_mask).item()
             pg_losses = torch.where(negative, torch.minimum(pg_losses, capped), pg_losses)
-        pg_loss = aggregate_loss(pg_losses, action_mask, self.loss_agg_mode)
+        pg_loss = aggregate_loss(
+            pg_losses, action_mask, self.loss_agg_mode, weights=rollout_is_weights
+        )
         metrics["pg_loss"] = pg_loss.item()
         return pg_loss, metrics
 

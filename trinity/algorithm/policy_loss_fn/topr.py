@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 
@@ -36,18 +36,24 @@ class TOPRPolicyLossFn(PolicyLossFn):
         old_logprob: torch.Tensor,
         action_mask: torch.Tensor,
         advantages: torch.Tensor,
+        rollout_is_weights: Optional[torch.Tensor] = None,
         **kwargs,
     ) -> Tuple[torch.Tensor, Dict]:
         """All inputs ``(B, R)``; a sequence's advantage is that of its action tokens (the
         sign of their sum decides). Metrics: ``pg_loss``, ``tapered_frac`` (share of
-        sequences with a weight below 1) and ``ppo_kl``."""
+        sequences with a weight below 1) and ``ppo_kl``. ``rollout_is_weights``: as for PPO."""
         mask = action_mask.to(logprob.dtype)
         log_ratio = (logprob - old_logprob).detach()
         # clip(exp(x), 0, 1) = exp(min(x, 0)): never overflows, however off-policy
         weight = torch.exp((log_ratio * mask).sum(-1).clamp(max=0.0))
         negative = (advantages * mask).sum(-1) < 0
         weight = torch.where(negative, weight, torch.ones_like(weight)).unsqueeze(-1)
-        pg_loss = aggregate_loss(-weight * advantages * logprob, action_mask, self.loss_agg_mode)
+        pg_loss = aggregate_loss(
+            -weight * advantages * logprob,
+            action_mask,
+            self.loss_agg_mode,
+            weights=rollout_is_weights,
+        )
         metrics = {
             "pg_loss": pg_loss.item(),
             "tapered_frac": (weight.squeeze(-1) < 1).float().mean().item(),

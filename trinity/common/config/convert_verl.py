@@ -19,9 +19,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, get_origin
 import yaml
 from pydantic import BaseModel
 
+from trinity.common.config.schema_algorithm import RolloutCorrectionConfig
 from trinity.common.config.verl import VerlOptimConfig, VerlTrainerConfig
 
 _ACTOR = "actor_rollout_ref.actor"
+_CORRECTION = "algorithm.rollout_correction"
 _ROLLOUT = "actor_rollout_ref.rollout"
 
 # veRL key -> Trinity key, one row each (docs/reference/verl.md lists them)
@@ -58,6 +60,11 @@ TABLE: Dict[str, str] = {
     "trainer.total_training_steps": "buffer.total_steps",
     "trainer.critic_warmup": "trainer.trainer_config.trainer.critic_warmup",
     "trainer.val_before_train": "explorer.eval_on_startup",
+    # the same section under the same name (bypass_mode: refused as not supported yet)
+    **{
+        f"{_CORRECTION}.{key}": f"{_CORRECTION}.{key}"
+        for key in RolloutCorrectionConfig.model_fields
+    },
 }
 
 # veRL adv_estimator -> (algorithm.algorithm_type, algorithm.advantage_fn)

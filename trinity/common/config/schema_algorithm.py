@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, Literal, Optional, Tuple
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from trinity.common.config.base import ConfigModel
 
@@ -56,6 +56,104 @@ class OptimizerConfig(ConfigModel):
         self.warmup_style = None
         self.model_fields_set.discard("warmup_style")
         return self
+
+
+# rollout_correction keys that rollout_is / rollout_rs (the switch their name starts with)
+# needs set, with what they mean, and keys that do nothing while it is null.
+_REQUIRED = {
+    "rollout_is_threshold": "the cap of the importance weights, e.g. 2.0",
+    "rollout_rs_threshold": "the upper end of the kept ratio band, e.g. 2.0",
+}
+_IDLE = ("rollout_is_batch_normalize", "rollout_rs_threshold", "rollout_rs_threshold_lower")
+_LEVELS = {"rollout_is": "token or sequence", "rollout_rs": "token, sequence or geometric"}
+
+
+class RolloutCorrectionConfig(ConfigModel):
+    """``algorithm.rollout_correction``: correct for the rollout engine's logprobs differing
+    from the trainer's (veRL's keys; trinity/algorithm/rollout_correction.py has the math).
+
+    With any of ``rollout_is``, ``rollout_rs`` or ``rollout_token_veto_threshold`` set, the
+    trainer rescores each batch with the weights the explorer sampled from (one more forward
+    pass), uses those logprobs as PPO's old logprobs, and weighs or masks each sampled token
+    by its ratio ``pi_old / pi_rollout`` (veRL's decoupled mode).
+    """
+
+    rollout_is: Optional[Literal["token", "sequence"]] = Field(
+        None,
+        description="Truncated importance weight on the policy loss: each token's own ratio "
+        "(token), its sequence's product of ratios (sequence), or none (null).",
+    )
+    rollout_is_threshold: Optional[float] = Field(
+        2.0, ge=1.0, description="Upper cap of the importance weights (truncated IS)."
+    )
+    rollout_is_batch_normalize: bool = Field(
+        False,
+        description="Divide the capped weights by their batch mean (over tokens, or over "
+        "sequences with rollout_is: sequence).",
+    )
+    rollout_rs: Optional[Literal["token", "sequence", "geometric"]] = Field(
+        None,
+        description="Reject (mask out of the loss) tokens whose ratio (token), or sequences "
+        "whose product (sequence) or geometric mean (geometric) of ratios, is outside "
+        "[rollout_rs_threshold_lower, rollout_rs_threshold]; null rejects nothing.",
+    )
+    rollout_rs_threshold: Optional[float] = Field(
+        None,
+        ge=1.0,
+        validate_default=True,  # its check says it is missing when rollout_rs is set
+        description="Upper end of the kept ratio band; required with rollout_rs.",
+    )
+    rollout_rs_threshold_lower: Optional[float] = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="Lower end of the kept ratio band; null: 1 / rollout_rs_threshold.",
+    )
+    rollout_token_veto_threshold: Optional[float] = Field(
+        None,
+        gt=0.0,
+        lt=1.0,
+        description="Reject a whole sequence holding any token whose ratio is below this "
+        "(e.g. 1e-4); null: no veto.",
+    )
+    bypass_mode: bool = Field(
+        False,
+        description="veRL's bypass mode (the engine's logprobs as PPO's old logprobs, no "
+        "rescoring); only false, the decoupled mode, is built.",
+    )
+    use_policy_gradient: bool = Field(
+        False,
+        description="veRL's policy-gradient loss for bypass mode; only false is built.",
+    )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the trainer rescores batches and corrects them."""
+        return (
+            self.rollout_is is not None
+            or self.rollout_rs is not None
+            or self.rollout_token_veto_threshold is not None
+        )
+
+    @field_validator(*_REQUIRED, *_IDLE, mode="after")
+    @classmethod
+    def _needs_its_switch(cls, value: Any, info: ValidationInfo) -> Any:
+        # Each switch is declared before the keys it governs, so info.data holds it; one
+        # that failed its own check is missing there and reported alone.
+        name = info.field_name or ""
+        switch = "rollout_is" if name.startswith("rollout_is_") else "rollout_rs"
+        if switch not in info.data:
+            return value
+        on = info.data[switch]
+        if on is not None and value is None and name in _REQUIRED:
+            raise ValueError(f"required with {switch} = {on} ({_REQUIRED[name]})")
+        if on is None and name in _IDLE and value not in (None, False):
+            shown = "true" if value is True else value
+            raise ValueError(
+                f"{shown} has no effect while {switch} is null: set {switch} "
+                f"({_LEVELS[switch]}) or remove it"
+            )
+        return value
 
 
 class AlgorithmConfig(ConfigModel):
@@ -109,6 +207,11 @@ class AlgorithmConfig(ConfigModel):
     )
     entropy_loss_fn_args: Dict[str, Any] = Field(
         default_factory=dict, description="Arguments of the entropy loss, e.g. entropy_coef."
+    )
+    rollout_correction: RolloutCorrectionConfig = Field(
+        default_factory=RolloutCorrectionConfig,
+        description="Importance weighting and rejection of sampled tokens by their ratio of "
+        "trainer to rollout-engine probability.",
     )
     loss_agg_mode: Literal[
         "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
