@@ -9,7 +9,9 @@
   ``examples/calculator_agent``), each with its own SFT warm-up then GRPO on whole episodes:
   success rate on held-out games / questions, sampled at temperature 1; ``--plot`` draws it.
   Without ``--preset``, ``--n-sft``, ``--sft-epochs``, ``--steps`` they run what the example
-  ships (its ``prepare_*`` defaults and YAML).
+  ships (its ``prepare_*`` defaults and YAML). ``guess_number_gigpo`` is the same example
+  with ``algorithm_type: gigpo``, trained from the SFT warm-up ``guess_number`` wrote (the
+  finished SFT stage is resumed, not rerun) when both run in one call.
 - ``smollm2`` (and ``smollm2_lora``, ``smollm2_sft``, ``smollm2_dpo``): the real model of
   ``examples/smollm2`` (needs the ``smollm2`` extra), GRPO as shipped with held-out greedy
   accuracy; SFT on chat ``messages``, held-out answer NLL; DPO, held-out margin.
@@ -19,6 +21,8 @@ Usage::
     python bench/learning_checks.py --sft-checkpoint CKPT/hf --data ./quickstart --out out.json
     python bench/learning_checks.py --only guess_number --out docs/results/guess_number.json \
         --plot docs/results/guess_number.png
+    python bench/learning_checks.py --only guess_number guess_number_gigpo --steps 40 \
+        --out docs/results/guess_number_gigpo.json
     python bench/learning_checks.py --only smollm2 --out docs/results/smollm2.json \
         --plot docs/results/smollm2.png
 
@@ -189,6 +193,9 @@ class MultiTurnExample:
     heldout: str  # the eval taskset's name
     what: str  # what the success rate counts
     plugin_dirs: Tuple[str, ...] = ()
+    folder: str = ""  # its data and runs under TRINITY_CHECKPOINT_ROOT_DIR (default: its name)
+    overrides: Tuple[str, ...] = ()  # a variant of the example: what it changes
+    stage: str = "grpo"  # the RL stage's name, so a variant writes a run of its own
 
 
 MULTI_TURN = {
@@ -198,6 +205,17 @@ MULTI_TURN = {
         prepare_guess_number,
         "guess_number_test",
         "held-out games (opening ranges never trained on) won within max_turns",
+    ),
+    # The RL stage renamed: the SFT stage's run is guess_number's, resumed finished.
+    "guess_number_gigpo": MultiTurnExample(
+        os.path.join(ROOT, "examples", "guess_number", "guess_number.yaml"),
+        "TRINITY_GUESS_NUMBER_DIR",
+        prepare_guess_number,
+        "guess_number_test",
+        "held-out games (opening ranges never trained on) won within max_turns",
+        folder="guess_number",
+        overrides=("algorithm.algorithm_type=gigpo", "stages.1.stage_name=gigpo"),
+        stage="gigpo",
     ),
     "calculator": MultiTurnExample(
         os.path.join(ROOT, "examples", "calculator_agent", "calculator_agent.yaml"),
@@ -213,13 +231,13 @@ MULTI_TURN = {
 def multi_turn_check(name: str, args: argparse.Namespace) -> Dict[str, Any]:
     """Both stages (SFT warm-up, GRPO) of example ``name`` on fresh data; held-out curves."""
     example = MULTI_TURN[name]
-    root = os.path.join(os.environ["TRINITY_CHECKPOINT_ROOT_DIR"], name)
+    root = os.path.join(os.environ["TRINITY_CHECKPOINT_ROOT_DIR"], example.folder or name)
     shipped = inspect.signature(example.prepare).parameters
     preset = args.preset or shipped["preset"].default
     n_sft = args.n_sft or shipped["n_sft"].default
     paths = example.prepare(os.path.join(root, "data"), preset=preset, n_sft=n_sft)
     os.environ[example.data_env] = os.path.join(root, "data")
-    overrides = [f"checkpoint_root_dir={root}"]
+    overrides = [f"checkpoint_root_dir={root}", *example.overrides]
     if args.sft_epochs:
         overrides.append(f"stages.0.buffer.total_epochs={args.sft_epochs}")
     if args.steps:  # the GRPO stage's steps; a global total_steps would cut the SFT stage too
@@ -228,13 +246,13 @@ def multi_turn_check(name: str, args: argparse.Namespace) -> Dict[str, Any]:
         overrides += [f"explorer.eval_interval={interval}"]
     overrides += args.override
     start = time.monotonic()
-    _, grpo = run(example.config, overrides, list(example.plugin_dirs))
-    explorer = read_metrics(os.path.join(grpo.job_dir, "monitor", "explorer.jsonl"))
+    _, rl = run(example.config, overrides, list(example.plugin_dirs))
+    explorer = read_metrics(os.path.join(rl.job_dir, "monitor", "explorer.jsonl"))
     eval_key = f"eval/{example.heldout}"
     heldout = curve(explorer, f"{eval_key}/accuracy/mean")
     result = {
         "metric": f"success rate: {example.what}, sampled at temperature 1, after the SFT "
-        "warm-up (step 0) and along GRPO",
+        f"warm-up (step 0) and along the {example.stage} stage",
         "before": heldout[0][1],
         "after": heldout[-1][1],
         "heldout_success": heldout,
@@ -245,7 +263,10 @@ def multi_turn_check(name: str, args: argparse.Namespace) -> Dict[str, Any]:
     for metric in ("turns", "tool_calls"):  # what the example's workflow reports
         if curve(explorer, f"{eval_key}/{metric}/mean"):
             result[f"heldout_{metric}"] = curve(explorer, f"{eval_key}/{metric}/mean")
-    if name == "guess_number":
+    trainer = read_metrics(os.path.join(rl.job_dir, "monitor", "trainer.jsonl"))
+    if curve(trainer, "gigpo/anchor_group_hit_ratio"):  # turns that share their state
+        result["anchor_group_hit_ratio"] = curve(trainer, "gigpo/anchor_group_hit_ratio")
+    if example.prepare is prepare_guess_number:
         test_rows = read_jsonl(os.path.join(paths["rl_path"], "test.jsonl"))
         result["random_policy_success"] = random_policy_success(test_rows)
     return result

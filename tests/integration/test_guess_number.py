@@ -63,6 +63,17 @@ def test_sft_then_grpo_on_whole_episodes(tmp_path, monkeypatch, ray_cluster):
         response = zip(exp.tokens[exp.prompt_length :].tolist(), exp.action_mask, strict=True)
         context = tokenizer.decode([t for t, m in response if not m])
         assert len(re.findall(r"(higher|lower) \d+-\d+", context)) == exp.info["turns"] - 1
+        assert len(exp.turn_states) == exp.info["turns"] == len(exp.turn_starts)
+
+    # GiGPO from the same warm-up: the finished SFT stage is resumed, not trained again
+    sft_again, gigpo = run(
+        CONFIG, overrides + ["algorithm.algorithm_type=gigpo", "stages.1.stage_name=gigpo"], []
+    )
+    assert sft_again.final_hf == sft.final_hf
+    assert len(records(sft.job_dir, "trainer")) == len(records(sft_again.job_dir, "trainer"))
+    trained = records(gigpo.job_dir, "trainer")
+    assert [r["step"] for r in trained] == [1, 2]
+    assert all(r["gigpo/anchor_groups_total"] >= 4 for r in trained)  # an opening per game
 
 
 def expected_mask(tokenizer, exp, max_tokens: int) -> list:

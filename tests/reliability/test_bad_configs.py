@@ -550,6 +550,11 @@ CASES: List[Bad] = [
         ["buffer.explorer_input.tasksets[0].workflow_args.greedy_baseline must be true", "remax"],
         set={"algorithm": {"algorithm_type": "remax", "repeat_times": 1}},
     ),
+    Bad(
+        "gigpo-without-turn-states",
+        ["buffer.explorer_input.default_workflow_type = math_workflow", "advantage_fn gigpo"],
+        set={"algorithm": {"algorithm_type": "gigpo", "repeat_times": 2}},
+    ),
     # ---- buffer paths ------------------------------------------------------------------
     Bad(
         "postgres-buffer",

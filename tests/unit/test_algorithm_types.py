@@ -30,6 +30,7 @@ def test_registry_names():
             "dapo",
             "dpo",
             "drgrpo",
+            "gigpo",
             "grpo",
             "gspo",
             "mix",
@@ -40,7 +41,7 @@ def test_registry_names():
         + ["reinforceplusplus", "remax", "rloo", "sft", "topr"]
     )
     assert ADVANTAGE_FN.names() == sorted(
-        ["asymre", "grpo", "on_policy_distill", "opmd", "ppo", "reinforceplusplus"]
+        ["asymre", "gigpo", "grpo", "on_policy_distill", "opmd", "ppo", "reinforceplusplus"]
         + ["reinforceplusplus_baseline", "remax", "rloo"]
     )
     assert POLICY_LOSS_FN.names() == [

@@ -25,6 +25,8 @@ def _full() -> Experience:
         model_version=7,
         prompt_text="2+2=",
         response_text="4",
+        turn_starts=[0, 2],
+        turn_states=["0-14 with 4 left", "8-14 with 3 left"],
     )
     exp.advantages = torch.tensor([0.1, -0.2, 0.3])
     exp.returns = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)

@@ -124,6 +124,18 @@ def test_each_episode_is_one_experience_trained_on_the_guesses_only():
     assert model.history == []  # every recorded call was taken
 
 
+def test_each_turn_records_the_state_it_answered_and_where_its_reply_starts():
+    model = RecordingModel(halving)
+    (exp,) = task(n=1).to_workflow(model).run()
+    # 0-14 with 4 guesses -> "7" -> higher 8-14, 3 left -> "11" -> lower 8-10, 2 left -> "9"
+    assert exp.turn_states == ["0-14 with 4 left", "8-14 with 3 left", "8-10 with 2 left"]
+    response = exp.tokens[exp.prompt_length :].tolist()
+    replies = [decode(response[a : a + 2]) for a in exp.turn_starts[:2]]
+    assert exp.turn_starts[0] == 0 and replies == [f"7{IM_END}", "11"]
+    assert decode(response[exp.turn_starts[2] :]) == f"9{IM_END}"
+    assert type(task().to_workflow(model)).records_turn_states
+
+
 def test_a_game_not_won_in_max_turns_scores_zero_and_its_last_answer_is_never_sent():
     model = RecordingModel(lowest)
     (exp,) = task(low=0, high=6, secret=6, max_turns=3, n=1).to_workflow(model).run()

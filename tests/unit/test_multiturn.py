@@ -101,6 +101,13 @@ def test_three_turn_episode_is_one_experience_trained_on_exactly_the_sampled_spa
     assert exp.action_mask.int().tolist() == expected_mask
     expected_lp = [-0.5] * len(s1) + [0.0] * len(d1) + [-1.5] * len(s2) + [0.0] * len(d2)
     assert exp.logprobs.tolist() == expected_lp + [-2.5] * len(s3)
+    # each reply's offset into the response; no states unless the workflow gives them
+    assert exp.turn_starts == [0, len(s1) + len(d1), len(s1) + len(d1) + len(s2) + len(d2)]
+    assert exp.turn_states is None
+    with_states = merge_turns(recorded, reward=1.0, states=["a", "b", "a"])
+    assert with_states.turn_states == ["a", "b", "a"]
+    with pytest.raises(ValueError, match="2 states for 3 calls"):
+        merge_turns(recorded, states=["a", "b"])
 
 
 def test_a_reply_cut_by_length_is_closed_by_the_template(tokenizer):

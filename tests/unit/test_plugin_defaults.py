@@ -78,7 +78,9 @@ def test_guide_opmd_without_schema_trains_a_step(
 
 def test_needs_groups_is_declared_by_the_group_based_advantages():
     grouped = {name for name in ADVANTAGE_FN if ADVANTAGE_FN.get(name).needs_groups}
-    assert grouped == {"asymre", "grpo", "opmd", "rloo", "reinforceplusplus_baseline"}
+    assert grouped == {"asymre", "gigpo", "grpo", "opmd", "rloo", "reinforceplusplus_baseline"}
+    by_turn = {name for name in ADVANTAGE_FN if ADVANTAGE_FN.get(name).needs_turn_states}
+    assert by_turn == {"gigpo"}
 
 
 def test_needs_groups_defaults_to_false_for_a_plugin():
@@ -87,6 +89,7 @@ def test_needs_groups_defaults_to_false_for_a_plugin():
             return exps, {}
 
     assert MyAdvantage.needs_groups is False
+    assert MyAdvantage.needs_turn_states is False
 
 
 def test_kl_fn_without_super_init_has_a_coefficient():

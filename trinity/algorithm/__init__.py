@@ -27,6 +27,7 @@ from trinity.algorithm.algorithm import (
     ALGORITHM_TYPE,
     AlgorithmType,
     ExperienceModel,
+    advantage_fn_class,
     needs_groups,
     needs_reference,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "KLFn",
     "PolicyLossFn",
     "SampleStrategy",
+    "advantage_fn_class",
     "needs_groups",
     "needs_reference",
 ]

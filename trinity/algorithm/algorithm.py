@@ -195,6 +195,13 @@ BUILTIN_ALGORITHMS: Dict[str, BuiltinAlgorithm] = {
             kl_loss_fn="none",
         ),
     ),
+    "gigpo": BuiltinAlgorithm(
+        "GiGPOAlgorithm",
+        "GiGPO: GRPO for multi-turn agents whose advantage adds, to the episode's group "
+        "advantage, a step-level one comparing the turns that answered the same environment "
+        "state (the workflow records turn_states); PPO clipped loss, k2 KL loss as GRPO.",
+        _rl(repeat_times=8, advantage_fn="gigpo"),
+    ),
     "mix": BuiltinAlgorithm(
         "MIXAlgorithm",
         "RL experiences plus expert SFT data (an auxiliary_buffers entry) in one loss.",
@@ -268,16 +275,21 @@ def needs_reference(
     return bool(users)
 
 
+def advantage_fn_class(config: Any) -> Optional[type]:
+    """The advantage fn class the trainer will build, or None (the algorithm uses none, or a
+    name is unknown: the config checks in trinity/preflight/derive.py report that)."""
+    algorithm = config.algorithm
+    if algorithm.advantage_fn is None or algorithm.algorithm_type not in ALGORITHM_TYPE:
+        return None
+    if not getattr(ALGORITHM_TYPE.get(algorithm.algorithm_type), "use_advantage", True):
+        return None  # the advantage fn is never built
+    try:
+        return ADVANTAGE_FN.get(algorithm.advantage_fn)
+    except KeyError:
+        return None
+
+
 def needs_groups(config: Any) -> bool:
     """Whether the algorithm's advantage fn compares the rollouts of one task (it declares
     ``needs_groups``), so batches must hold whole groups of ``repeat_times`` experiences."""
-    algorithm = config.algorithm
-    if algorithm.advantage_fn is None or algorithm.algorithm_type not in ALGORITHM_TYPE:
-        return False
-    if not getattr(ALGORITHM_TYPE.get(algorithm.algorithm_type), "use_advantage", True):
-        return False  # the advantage fn is never built
-    try:
-        advantage_fn = ADVANTAGE_FN.get(algorithm.advantage_fn)
-    except KeyError:  # reported by the config checks (trinity/preflight/derive.py)
-        return False
-    return bool(getattr(advantage_fn, "needs_groups", False))
+    return bool(getattr(advantage_fn_class(config), "needs_groups", False))

@@ -50,6 +50,10 @@ class Experience:
     model_version: int = 0  # trainer step of the weights that produced it; set by the runner
     prompt_text: Optional[str] = None
     response_text: Optional[str] = None
+    # Multi-turn episodes (``merge_turns``): where each turn's reply starts, as an offset into
+    # the response, and the environment state each reply answered (GiGPO groups turns by it).
+    turn_starts: Optional[List[int]] = None
+    turn_states: Optional[List[str]] = None
 
     def __post_init__(self) -> None:
         self.tokens = _as_long(self.tokens)
@@ -73,6 +77,11 @@ class Experience:
                     f"Experience.{name} has length {len(value)}, expected the response "
                     f"length {n_resp} (len(tokens) - prompt_length)"
                 )
+        if self.turn_states is not None and len(self.turn_states) != len(self.turn_starts or ()):
+            raise ValueError(
+                f"Experience.turn_states has {len(self.turn_states)} entries and turn_starts "
+                f"{len(self.turn_starts or ())}: give one state per turn"
+            )
 
     @property
     def response_length(self) -> int:

@@ -81,6 +81,11 @@ class GuessNumberEnv:
         self.done = False
         self.success = False
 
+    def state(self) -> str:
+        """The state the next reply answers: the interval left and the guesses left. Two
+        episodes in equal states face the same game from there on, whatever led to it."""
+        return f"{self.low}-{self.high} with {self.task.max_turns - self.turns} left"
+
     def opening(self) -> str:
         """The first message of the episode."""
         return f"guess {self.task.low}-{self.task.high}"

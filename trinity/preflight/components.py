@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Collection, Dict, Iterator, List, Tuple
 
-from trinity.algorithm import ALGORITHM_TYPE, POLICY_LOSS_FN, needs_reference
+from trinity.algorithm import ALGORITHM_TYPE, POLICY_LOSS_FN, advantage_fn_class, needs_reference
 from trinity.algorithm.kl_fn.controller import build_kl_controller
 from trinity.algorithm.rollout_correction import IS_WEIGHTS_KEY
 from trinity.common.config.base import did_you_mean, is_set
@@ -122,6 +122,8 @@ def _taskset_problems(config: Config) -> List[str]:
         problems += found
         if workflow is not None and is_builtin(workflow):
             problems += _workflow_args_problems(config, path, storage, is_eval)
+        if workflow is not None and not is_eval:
+            problems += _turn_state_problems(config, path, storage, workflow)
         key = origin_of(config, path, storage, "default_reward_fn_type")
         name = storage.default_reward_fn_type or getattr(workflow, "default_reward_fn", None)
         if name is None:
@@ -162,6 +164,28 @@ def _workflow_args_problems(
             f"{config.algorithm.advantage_fn} needs what {name} only adds then"
         )
     return problems
+
+
+def _turn_state_problems(
+    config: Config, path: str, storage: StorageConfig, workflow: Any
+) -> List[str]:
+    """An advantage that compares turns by environment state (GiGPO) trains on a workflow
+    that records each turn's state (``Workflow.records_turn_states``)."""
+    advantage_fn = advantage_fn_class(config)
+    if config.mode not in ("both", "colocate") or not getattr(
+        advantage_fn, "needs_turn_states", False
+    ):
+        return []
+    if getattr(workflow, "records_turn_states", False):
+        return []
+    return [
+        f"{origin_of(config, path, storage, 'default_workflow_type')} = "
+        f"{storage.default_workflow_type} (taskset '{storage.name}'): advantage_fn "
+        f"{config.algorithm.advantage_fn} compares turns that answered the same environment "
+        "state, and this workflow records no per-turn state; use one that does "
+        "(guess_number_workflow), or a workflow with records_turn_states = True that passes "
+        "states to merge_turns"
+    ]
 
 
 def _algorithm_problems(config: Config, construct: bool) -> List[str]:

@@ -3,14 +3,16 @@
 To add one: subclass ``AdvantageFn`` in a new file of this package, implement
 ``__call__(exps, **kwargs) -> (exps, metrics)`` setting ``exps.advantages`` and
 ``exps.returns``, give ``default_args()``, set ``needs_groups = True`` if it compares the
-rollouts of one task, decorate the class with ``@ADVANTAGE_FN.register_module("name")`` and
-import the file below. ``exps`` also reads as veRL's ``DataProto`` (``exps.batch[...]``,
+rollouts of one task and ``needs_turn_states = True`` if it reads ``Experience.turn_states``,
+decorate the class with ``@ADVANTAGE_FN.register_module("name")`` and import the file below.
+``exps`` also reads as veRL's ``DataProto`` (``exps.batch[...]``,
 ``exps.non_tensor_batch["uid"]``). A plugin (a ``--plugin-dir`` file) registers the same way;
 see docs/extending.md.
 """
 
 from trinity.algorithm.advantage_fn.asymre import AsymREAdvantageFn
 from trinity.algorithm.advantage_fn.base import ADVANTAGE_FN, AdvantageFn
+from trinity.algorithm.advantage_fn.gigpo import GiGPOAdvantageFn
 from trinity.algorithm.advantage_fn.grpo import GRPOAdvantageFn
 from trinity.algorithm.advantage_fn.on_policy_distill import OnPolicyDistillAdvantageFn
 from trinity.algorithm.advantage_fn.opmd import OPMDAdvantageFn
@@ -26,6 +28,7 @@ __all__ = [
     "ADVANTAGE_FN",
     "AdvantageFn",
     "AsymREAdvantageFn",
+    "GiGPOAdvantageFn",
     "GRPOAdvantageFn",
     "OnPolicyDistillAdvantageFn",
     "OPMDAdvantageFn",

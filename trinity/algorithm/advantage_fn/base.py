@@ -23,9 +23,13 @@ class AdvantageFn(ABC):
         needs_groups: the advantage compares the rollouts of one task, so it needs
             ``repeat_times > 1`` and whole groups in a batch (default False). The config
             check and the trainer read it; a group-based plugin sets it to True.
+        needs_turn_states: it reads each experience's ``turn_starts`` and ``turn_states``
+            (the environment state of every turn), so the config check refuses a training
+            taskset whose workflow does not declare ``records_turn_states`` (default False).
     """
 
     needs_groups: bool = False
+    needs_turn_states: bool = False
 
     @abstractmethod
     def __call__(self, exps: ExperienceBatch, **kwargs) -> Tuple[ExperienceBatch, Dict]:

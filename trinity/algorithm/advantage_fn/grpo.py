@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from collections.abc import Hashable
+from typing import Dict, Sequence, Tuple
 
 import torch
 
@@ -17,7 +18,7 @@ from trinity.common.experience import ExperienceBatch
 
 def group_normalized_scores(
     scores: torch.Tensor,
-    group_ids: List[str],
+    group_ids: Sequence[Hashable],
     epsilon: float = 1e-6,
     norm_by_std: bool = True,
 ) -> torch.Tensor:
@@ -25,7 +26,7 @@ def group_normalized_scores(
 
     Args:
         scores: ``(B,)`` one score per sequence.
-        group_ids: ``B`` ids; rows sharing an id answer the same task.
+        group_ids: ``B`` ids; rows sharing an id form a group (answer the same task).
         epsilon: added to the group std so a group of equal scores gives 0, not 0/0.
         norm_by_std: False drops the division by the std (Dr. GRPO); the mean is still
             subtracted.
@@ -36,7 +37,7 @@ def group_normalized_scores(
         to compare against and gets 0 (veRL instead uses mean 0, std 1 there, i.e. the
         raw score).
     """
-    index_of: Dict[str, int] = {}
+    index_of: Dict[Hashable, int] = {}
     ids = [index_of.setdefault(g, len(index_of)) for g in group_ids]
     idx = torch.tensor(ids, device=scores.device)
     scores = scores.float()

@@ -8,7 +8,8 @@ call with its exact prompt and sampled tokens; after each episode the workflow t
 record (``extract_experience_from_history``) and merges it into one experience
 (``merge_turns``): the tokens the model sampled are trained on, the environment's messages
 are context. Reward: 1.0 if the secret was found within ``max_turns``, else 0.0; metrics
-``accuracy`` (the same 1/0) and ``turns``.
+``accuracy`` (the same 1/0) and ``turns``. Each turn's environment state (the interval and
+the guesses left, ``GuessNumberEnv.state``) goes into the experience's ``turn_states``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ Episodes = Generator[Messages, Experience, List[Experience]]
 class GuessNumberWorkflow(Workflow):
     """Plays ``rollout_args.n`` episodes of one guess-the-number game (needs
     ``explorer.rollout_model.enable_history: true``)."""
+
+    records_turn_states = True
 
     def __init__(self, model: Any, task: Task, auxiliary_models: Optional[List] = None) -> None:
         super().__init__(model, task, auxiliary_models)
@@ -79,7 +82,9 @@ class GuessNumberWorkflow(Workflow):
         for _ in range(self.task.rollout_args.n):
             env = GuessNumberEnv(self.game)
             messages: Messages = [{"role": "user", "content": env.opening()}]
+            states = []
             while True:
+                states.append(env.state())
                 reply = yield messages
                 feedback = env.step(reply.response_text or "")
                 # The reply as returned: the wrapper continues its sampled tokens from it.
@@ -87,10 +92,10 @@ class GuessNumberWorkflow(Workflow):
                 if feedback.done:
                     break
                 messages = messages + [{"role": "user", "content": feedback.text}]
-            experiences.append(self._experience(env))
+            experiences.append(self._experience(env, states))
         return experiences
 
-    def _experience(self, env: GuessNumberEnv) -> Experience:
+    def _experience(self, env: GuessNumberEnv, states: List[str]) -> Experience:
         """The episode just played, from the wrapper's record of its calls."""
         calls = self.model.extract_experience_from_history()
         if len(calls) != env.turns:
@@ -99,6 +104,6 @@ class GuessNumberWorkflow(Workflow):
                 "turn(s): calls from elsewhere were recorded with it (history must be per task)"
             )
         success = float(env.success)
-        exp = merge_turns(calls, reward=success, info={"success": env.success})
+        exp = merge_turns(calls, reward=success, info={"success": env.success}, states=states)
         exp.metrics.update(accuracy=success, turns=float(env.turns))
         return exp

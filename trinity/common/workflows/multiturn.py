@@ -10,7 +10,9 @@ call's tokens hold the whole episode, and the earlier calls say which spans the 
 
 The result's ``action_mask`` is 1 exactly on sampled tokens; tool results, user turns and
 chat-template tokens between replies are 0 (kept as context, not trained on), and so are
-their ``logprobs``.
+their ``logprobs``. ``turn_starts`` says where each reply begins in the response; a workflow
+that knows its environment's state before each reply passes it as ``states`` (one string per
+call, equal strings for equal states), which GiGPO's step-level groups need.
 """
 
 from __future__ import annotations
@@ -30,16 +32,20 @@ def merge_turns(
     turns: Sequence[Experience],
     reward: Optional[float] = None,
     info: Optional[Dict[str, Any]] = None,
+    states: Optional[Sequence[str]] = None,
 ) -> Experience:
     """The episode of ``turns`` (recorded calls, oldest first) as one ``Experience``.
 
     Tokens are the last call's prompt and reply; the prompt part is the first call's prompt.
+    ``states``: the environment's state each call answered (``Experience.turn_states``).
     Raises ``EpisodeBreak`` naming the turn whose prompt does not start with the previous
     call's prompt and reply (the conversation was re-rendered, truncated or branched: split
     the episode there, e.g. one experience per branch).
     """
     if not turns:
         raise ValueError("merge_turns needs at least one recorded call")
+    if states is not None and len(states) != len(turns):
+        raise ValueError(f"merge_turns got {len(states)} states for {len(turns)} calls: one each")
     for k in range(1, len(turns)):
         before, now = turns[k - 1].tokens, turns[k].tokens
         if len(now) < len(before) or not torch.equal(now[: len(before)], before):
@@ -50,8 +56,10 @@ def merge_turns(
     last, prompt_length = turns[-1], turns[0].prompt_length
     mask = torch.zeros(len(last.tokens) - prompt_length, dtype=torch.bool)
     logprobs = torch.zeros(len(mask), dtype=torch.float)
+    starts = []
     for turn in turns:
         start, end = turn.prompt_length - prompt_length, len(turn.tokens) - prompt_length
+        starts.append(start)
         mask[start:end] = turn.action_mask
         if turn.logprobs is not None:
             logprobs[start:end] = turn.logprobs
@@ -65,4 +73,6 @@ def merge_turns(
         prompt_text=turns[0].prompt_text,
         response_text=last.response_text,
         model_version=min(t.model_version for t in turns),
+        turn_starts=starts,
+        turn_states=[str(state) for state in states] if states is not None else None,
     )

@@ -52,7 +52,14 @@ class Workflow:
     ``explorer.concurrent_mode`` is ``sequential`` or ``multi-threading`` and ``run_async`` when
     it is ``asynchronous``; whichever one is missing runs the other, so every workflow works in
     every mode.
+
+    Class attributes:
+        records_turn_states: its experiences carry ``turn_states`` (the environment's state at
+            each turn, ``merge_turns(states=...)``); the config check holds an advantage fn
+            that needs them (GiGPO) to workflows declaring it (default False).
     """
+
+    records_turn_states: bool = False
 
     def __init__(self, model: ModelWrapper, task: Task, auxiliary_models: Optional[List] = None):
         self.model = model
