@@ -97,6 +97,12 @@ def test_either_key_makes_an_auxiliary_model_external(tmp_path, aux):
             "explorer.rollout_model.enable_thinking with engine_type external is not supported "
             "yet: the API's server applies its own chat template; remove the key",
         ),
+        (
+            ["mode=explore"]
+            + [f"{AUX}=[{{engine_type: external, model_path: j, enable_auto_tool_choice: true}}]"],
+            f"{AUX}[0].enable_auto_tool_choice with engine_type external is not supported yet: "
+            "the API's server decides whether it takes tool_choice auto; remove the key",
+        ),
     ],
 )
 def test_external_config_mistakes(tmp_path, overrides, expected):

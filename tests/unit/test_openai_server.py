@@ -85,7 +85,7 @@ def make_engine(micro_model: str, **kwargs: Any) -> TransformersInferenceModel:
         max_prompt_tokens=None,
         max_response_tokens=8,
         chat_template=HERMES_TEMPLATE,
-        **kwargs,
+        **{"enable_auto_tool_choice": True, **kwargs},
     )
 
 
@@ -253,7 +253,9 @@ class ScriptedModel:
 
 def _scripted(text: str, **parsers: Any) -> LocalServer:
     """A server whose model always replies ``text`` (``parsers``: ServedModel's
-    ``reasoning_parser`` / ``tool_call_parser``)."""
+    ``reasoning_parser`` / ``tool_call_parser`` / ``enable_auto_tool_choice``, on unless
+    given)."""
+    parsers.setdefault("enable_auto_tool_choice", True)
     served = ServedModel(
         model=ScriptedModel(text),
         name="scripted",
@@ -284,6 +286,39 @@ def test_tool_calls_in_the_reply_are_parsed(local):
         assert none.message.tool_calls is None and none.finish_reason == "stop"
     finally:
         scripted.close()
+
+
+def test_without_enable_auto_tool_choice_auto_is_refused_as_vllm_refuses_it(micro_model):
+    text = '<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>'
+    scripted = _scripted(text, enable_auto_tool_choice=False)
+    try:
+        client = scripted.client()
+        for kwargs in (dict(tools=[ADD_TOOL]), dict(tools=[ADD_TOOL], tool_choice="auto")):
+            error = _error(lambda kwargs=kwargs: _chat(client, **kwargs))
+            assert isinstance(error, openai.BadRequestError)
+            assert error.body["param"] == "tool_choice"
+            assert "enable_auto_tool_choice: true" in error.message
+        # "none" samples as usual and returns the text whole; no tools, no tool choice
+        none = _chat(client, tools=[ADD_TOOL], tool_choice="none").choices[0].message
+        assert none.content == text and none.tool_calls is None
+        assert _chat(client).choices[0].message.content == text
+        # whatever the flag: required and named choices (vLLM: structured outputs), a choice
+        # without tools, and a value that is no choice
+        named = {"type": "function", "function": {"name": "add"}}
+        for choice, words in (
+            ("required", "not supported yet"),
+            (named, "not supported yet"),
+            ("sometimes", "invalid tool_choice"),
+        ):
+            error = _error(lambda c=choice: _chat(client, tools=[ADD_TOOL], tool_choice=c))
+            assert error.status_code == 400 and words in error.message
+        error = _error(lambda: _chat(client, tool_choice="auto"))
+        assert error.status_code == 400 and "tools must be set" in error.message
+    finally:
+        scripted.close()
+    off = make_engine(micro_model, enable_auto_tool_choice=False, num_threads=1)
+    assert ServedModel.from_transformers(off, "m").enable_auto_tool_choice is False
+    assert ServedModel.from_transformers(make_engine(micro_model), "m").enable_auto_tool_choice
 
 
 def test_parse_tool_calls_on_text():

@@ -101,6 +101,7 @@ class TransformersEngine:
         enable_thinking: bool = False,
         reasoning_parser: Optional[str] = None,
         tool_call_parser: str = "hermes",
+        enable_auto_tool_choice: bool = False,
     ) -> None:
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got '{dtype}'")
@@ -141,8 +142,10 @@ class TransformersEngine:
         # A chat template variable (Qwen3's switch for its <think> block); templates that do
         # not read it ignore it, as Jinja ignores any unused variable.
         self.template_kwargs = {"enable_thinking": enable_thinking}
-        # how its OpenAI API reads replies: <think> blocks, and the tool-call format
+        # how its OpenAI API reads replies: <think> blocks, the tool-call format, and whether
+        # it takes tool_choice auto (vLLM's --enable-auto-tool-choice)
         self.reasoning_parser, self.tool_call_parser = reasoning_parser, tool_call_parser
+        self.enable_auto_tool_choice = enable_auto_tool_choice
 
     def _eos_ids(self) -> List[int]:
         ids = self.model.generation_config.eos_token_id

@@ -101,10 +101,22 @@ class ChatRequest(_Request):
 
     def unsupported(self) -> None:
         super().unsupported()
-        if self.tool_choice not in (None, "auto", "none"):
+        choice = self.tool_choice
+        if choice not in (None, "none") and not self.tools:
+            raise APIError(400, "when using tool_choice, tools must be set", "tool_choice")
+        if choice == "required" or isinstance(choice, dict):
+            # vLLM forces these with structured-output decoding, which this engine lacks
             raise APIError(
                 400,
-                'tool_choice may be "auto" or "none" (others are not supported yet)',
+                'tool_choice "required" and named functions are not supported yet; use "auto" '
+                'or "none"',
+                "tool_choice",
+            )
+        if choice not in (None, "auto", "none"):
+            raise APIError(
+                400,
+                f'invalid tool_choice {choice!r}: use "none", "auto", "required" or a named '
+                "function",
                 "tool_choice",
             )
         if self.response_format and self.response_format.get("type") not in (None, "text"):
@@ -113,6 +125,11 @@ class ChatRequest(_Request):
             )
         if self.top_logprobs and not self.logprobs:
             raise APIError(400, "top_logprobs needs logprobs: true", "top_logprobs")
+
+    def auto_tool_choice(self) -> bool:
+        """Whether the reply's tool calls are to be parsed: tool_choice "auto", which tools
+        without a tool_choice also mean (vLLM's and OpenAI's default)."""
+        return bool(self.tools) and self.tool_choice in (None, "auto")
 
 
 class CompletionRequest(_Request):

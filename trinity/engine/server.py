@@ -11,6 +11,11 @@ Errors are OpenAI-shaped (``{"error": {"message", "type", "param", "code"}}``): 
 prompt that leaves no room in ``max_model_len``, a bad or unsupported parameter, or messages
 the chat template cannot render; 404 for another model name or path; 500 when the engine
 fails. No request waits on anything but its own batch.
+
+Tools, as vLLM serves them: a request's ``tools`` always reach the chat template; with
+``tool_choice`` "auto" (or unset) the reply's tool calls are parsed (``tool_call_parser``),
+which the model's ``enable_auto_tool_choice`` must allow (else a 400 naming the key, as vLLM
+refuses without ``--enable-auto-tool-choice``); "none" returns the text as it is.
 """
 
 from __future__ import annotations
@@ -51,6 +56,14 @@ from trinity.engine.tool_calls import arguments_as_objects, parse_tool_calls
 
 logger = logging.getLogger(__name__)
 
+# vLLM's refusal of tool_choice "auto" without --enable-auto-tool-choice, naming our key.
+AUTO_TOOL_CHOICE_OFF = (
+    '"auto" tool choice (also meant by tools without a tool_choice) requires '
+    "enable_auto_tool_choice: true on this model (explorer.rollout_model or its "
+    "explorer.auxiliary_models entry; vLLM's --enable-auto-tool-choice); or send "
+    'tool_choice "none"'
+)
+
 Messages = List[Dict[str, Any]]
 
 
@@ -73,6 +86,7 @@ class ServedModel:
     conversation: Optional[Callable[[str], Conversation]] = None  # session -> its turns
     reasoning_parser: Optional[str] = None  # a REASONING_PARSERS name: <think> apart
     tool_call_parser: str = "hermes"  # a TOOL_CALL_PARSERS name
+    enable_auto_tool_choice: bool = False  # tool_choice auto is served (vLLM's flag)
 
     @classmethod
     def from_transformers(cls, model: Any, name: str) -> ServedModel:
@@ -90,6 +104,7 @@ class ServedModel:
             conversation=model.conversation,
             reasoning_parser=engine.reasoning_parser,
             tool_call_parser=engine.tool_call_parser,
+            enable_auto_tool_choice=engine.enable_auto_tool_choice,
         )
 
     def check_name(self, requested: str) -> None:
@@ -188,6 +203,8 @@ def build_app(served: ServedModel) -> FastAPI:
     async def chat(body: ChatRequest, request: Request) -> _JSON:
         served.check_name(body.model)
         body.unsupported()
+        if body.auto_tool_choice() and not served.enable_auto_tool_choice:
+            raise APIError(400, AUTO_TOOL_CHOICE_OFF, "tool_choice")
         messages = arguments_as_objects(_text_messages(body.messages))
         session = request.headers.get(SESSION_HEADER)
         conversation = served.conversation(session) if session and served.conversation else None
@@ -251,7 +268,7 @@ def _chat_choice(served: ServedModel, body: ChatRequest, index: int, exp: Any) -
     reasoning, content = None, exp.response_text
     if served.reasoning_parser:
         reasoning, content = split_reasoning(content, served.reasoning_parser)
-    if body.tools and body.tool_choice != "none" and content:
+    if body.auto_tool_choice() and content:
         content, calls = parse_tool_calls(content, served.tool_call_parser)
     else:
         calls = []

@@ -36,6 +36,12 @@ from trinity.utils.database import database_url
 
 logger = logging.getLogger("trinity.config")
 
+# Served-model keys an external API's own server decides, not this config -> why.
+API_DECIDES = {
+    "enable_thinking": "the API's server applies its own chat template",
+    "enable_auto_tool_choice": "the API's server decides whether it takes tool_choice auto",
+}
+
 
 def check_supported(config: Config) -> List[str]:
     """One line per value outside ``SUPPORTED``: "<path> = <value> is not supported yet" for
@@ -220,12 +226,13 @@ def _check_external(config: Config) -> List[str]:
             "trainer, which an API does not give; use a local model"
         )
     for _, engine_key, served, _ in external_models(config):
-        if served.engine_type == "external" and is_set(served, "enable_thinking"):
-            key = engine_key.rsplit(".", 1)[0] + ".enable_thinking"
-            problems.append(
-                f"{key} with engine_type external is not supported yet: the API's server "
-                "applies its own chat template; remove the key"
-            )
+        for name, reason in API_DECIDES.items():
+            if served.engine_type == "external" and is_set(served, name):
+                key = engine_key.rsplit(".", 1)[0] + f".{name}"
+                problems.append(
+                    f"{key} with engine_type external is not supported yet: {reason}; "
+                    "remove the key"
+                )
     return problems
 
 

@@ -54,6 +54,7 @@ def engine_kwargs(config: Any, auxiliary: Any = None) -> Dict[str, Any]:
         enable_thinking=(auxiliary or rollout).enable_thinking,
         reasoning_parser=(auxiliary or rollout).reasoning_parser,
         tool_call_parser=(auxiliary or rollout).tool_call_parser,
+        enable_auto_tool_choice=(auxiliary or rollout).enable_auto_tool_choice,
         model_path=own.model_path,
         # A LoRA run starting from a pretrained adapter samples base + adapter from step 1.
         adapter_path=None if auxiliary or not m.lora_configs else m.lora_configs[0].path,

@@ -61,6 +61,12 @@ class InferenceModelConfig(ConfigModel):
         description="The format the OpenAI API reads a reply's tool calls in, when the "
         "request gave tools (hermes: <tool_call>{json}</tool_call>; qwen3_coder: its XML).",
     )
+    enable_auto_tool_choice: bool = Field(
+        False,
+        description="vLLM's --enable-auto-tool-choice: the OpenAI API accepts tool_choice auto "
+        "(also meant by tools without a tool_choice) and reads tool calls from replies with "
+        "tool_call_parser; false refuses such requests with a 400 naming this key.",
+    )
     reasoning_parser: Optional[Literal["deepseek_r1", "qwen3"]] = Field(
         None,
         description="The OpenAI API returns a reply's <think> block as reasoning_content, the "
