@@ -214,7 +214,11 @@ MULTI_TURN = {
         "guess_number_test",
         "held-out games (opening ranges never trained on) won within max_turns",
         folder="guess_number",
-        overrides=("algorithm.algorithm_type=gigpo", "stages.1.stage_name=gigpo"),
+        overrides=(
+            "algorithm.algorithm_type=gigpo",
+            "stages.0.algorithm.algorithm_type=sft",  # a global override reaches every stage
+            "stages.1.stage_name=gigpo",
+        ),
         stage="gigpo",
     ),
     "calculator": MultiTurnExample(

@@ -66,9 +66,8 @@ def test_sft_then_grpo_on_whole_episodes(tmp_path, monkeypatch, ray_cluster):
         assert len(exp.turn_states) == exp.info["turns"] == len(exp.turn_starts)
 
     # GiGPO from the same warm-up: the finished SFT stage is resumed, not trained again
-    sft_again, gigpo = run(
-        CONFIG, overrides + ["algorithm.algorithm_type=gigpo", "stages.1.stage_name=gigpo"], []
-    )
+    variant = ["algorithm.algorithm_type=gigpo", "stages.0.algorithm.algorithm_type=sft"]
+    sft_again, gigpo = run(CONFIG, overrides + variant + ["stages.1.stage_name=gigpo"], [])
     assert sft_again.final_hf == sft.final_hf
     assert len(records(sft.job_dir, "trainer")) == len(records(sft_again.job_dir, "trainer"))
     trained = records(gigpo.job_dir, "trainer")

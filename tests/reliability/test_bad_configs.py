@@ -555,6 +555,36 @@ CASES: List[Bad] = [
         ["buffer.explorer_input.default_workflow_type = math_workflow", "advantage_fn gigpo"],
         set={"algorithm": {"algorithm_type": "gigpo", "repeat_times": 2}},
     ),
+    Bad(
+        "ruler-without-a-judge",
+        ["buffer.explorer_input.default_workflow_type = ruler_workflow needs a judge"],
+        set={"buffer.explorer_input.default_workflow_type": "ruler_workflow"},
+    ),
+    Bad(
+        "ruler-group-split-across-runners",
+        ["explorer.max_repeat_times_per_runner = 1 splits the 4 answers", "ruler_workflow"],
+        set={
+            "buffer.explorer_input.default_workflow_type": "ruler_workflow",
+            "explorer.max_repeat_times_per_runner": 1,
+            "explorer.auxiliary_models": [{"model_path": "."}],
+        },
+        prepare=lambda tmp, data: data["explorer"]["auxiliary_models"][0].update(
+            model_path=data["model"]["model_path"]
+        ),
+    ),
+    Bad(
+        "rubric-criterion-typo",
+        [
+            "buffer.explorer_input.tasksets[0].workflow_args.rubric[0].wieght",
+            "did you mean 'weight'",
+        ],
+        set={
+            "buffer.explorer_input.default_workflow_type": "rubric_workflow",
+            f"{TASKSET}.workflow_args": {
+                "rubric": [{"name": "a", "description": "b", "wieght": 2}]
+            },
+        },
+    ),
     # ---- buffer paths ------------------------------------------------------------------
     Bad(
         "postgres-buffer",

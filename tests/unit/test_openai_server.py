@@ -251,13 +251,11 @@ class ScriptedModel:
         ]
 
 
-def _scripted(text: str, **parsers: Any) -> LocalServer:
-    """A server whose model always replies ``text`` (``parsers``: ServedModel's
-    ``reasoning_parser`` / ``tool_call_parser`` / ``enable_auto_tool_choice``, on unless
-    given)."""
-    parsers.setdefault("enable_auto_tool_choice", True)
+def served_by(model: Any, **parsers: Any) -> LocalServer:
+    """A server over an engine stand-in with ``generate_ids`` (``parsers``: ServedModel's
+    ``reasoning_parser`` / ``tool_call_parser`` / ``enable_auto_tool_choice``)."""
     served = ServedModel(
-        model=ScriptedModel(text),
+        model=model,
         name="scripted",
         max_model_len=MAX_MODEL_LEN,
         vocab_size=100,
@@ -267,6 +265,12 @@ def _scripted(text: str, **parsers: Any) -> LocalServer:
         **parsers,
     )
     return LocalServer(None, "scripted", served)
+
+
+def _scripted(text: str, **parsers: Any) -> LocalServer:
+    """A server whose model always replies ``text`` (``enable_auto_tool_choice`` on unless
+    given)."""
+    return served_by(ScriptedModel(text), **{"enable_auto_tool_choice": True, **parsers})
 
 
 def test_tool_calls_in_the_reply_are_parsed(local):

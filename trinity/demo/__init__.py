@@ -72,6 +72,11 @@ DEMOS: Dict[str, Demo] = {
         "TRINITY_CALCULATOR_DIR",
         ["examples/calculator_agent/calculator_agent.yaml --plugin-dir examples/calculator_agent"],
     ),
+    "judges": Demo(
+        "trinity.demo.judges:prepare_judges",
+        "TRINITY_JUDGES_DIR",
+        ["examples/judges/ruler.yaml", "examples/judges/rubric.yaml"],
+    ),
     "smollm2": Demo(
         "trinity.demo.word_problems:prepare_smollm2",
         "TRINITY_SMOLLM2_DIR",

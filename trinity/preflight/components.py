@@ -15,7 +15,7 @@ from typing import Any, Collection, Dict, Iterator, List, Tuple
 from trinity.algorithm import ALGORITHM_TYPE, POLICY_LOSS_FN, advantage_fn_class, needs_reference
 from trinity.algorithm.kl_fn.controller import build_kl_controller
 from trinity.algorithm.rollout_correction import IS_WEIGHTS_KEY
-from trinity.common.config.base import did_you_mean, is_set
+from trinity.common.config.base import ConfigError, did_you_mean, is_set, validate_model
 from trinity.common.config.config import Config
 from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.rewards import REWARD_FUNCTIONS
@@ -122,6 +122,9 @@ def _taskset_problems(config: Config) -> List[str]:
         problems += found
         if workflow is not None and is_builtin(workflow):
             problems += _workflow_args_problems(config, path, storage, is_eval)
+        if workflow is not None:
+            problems += _declared_args_problems(path, storage, workflow)
+            problems += _judge_problems(config, path, storage, workflow, is_eval)
         if workflow is not None and not is_eval:
             problems += _turn_state_problems(config, path, storage, workflow)
         key = origin_of(config, path, storage, "default_reward_fn_type")
@@ -163,6 +166,41 @@ def _workflow_args_problems(
             f"{path}.workflow_args.{flag} must be true: advantage_fn "
             f"{config.algorithm.advantage_fn} needs what {name} only adds then"
         )
+    return problems
+
+
+def _declared_args_problems(path: str, storage: StorageConfig, workflow: Any) -> List[str]:
+    """``workflow_args`` against the ``ConfigModel`` a workflow declares as ``args_model``."""
+    args_model = getattr(workflow, "args_model", None)
+    if args_model is None:
+        return []
+    try:
+        validate_model(args_model, storage.workflow_args or {}, f"{path}.workflow_args")
+    except ConfigError as exc:
+        return exc.problems
+    return []
+
+
+def _judge_problems(
+    config: Config, path: str, storage: StorageConfig, workflow: Any, is_eval: bool
+) -> List[str]:
+    """A judged workflow needs a judge model, and one that scores a task's answers together
+    needs them in one run (``explorer.max_repeat_times_per_runner`` splits training tasks)."""
+    key = origin_of(config, path, storage, "default_workflow_type")
+    name, problems = storage.default_workflow_type, []
+    if getattr(workflow, "needs_judge", False) and not config.explorer.auxiliary_models:
+        problems.append(
+            f"{key} = {name} needs a judge: set explorer.auxiliary_models (the first one judges)"
+        )
+    limit = config.explorer.max_repeat_times_per_runner
+    repeats = storage.repeat_times or config.algorithm.repeat_times
+    if getattr(workflow, "judges_whole_group", False) and not is_eval and limit:
+        if limit < repeats:
+            problems.append(
+                f"explorer.max_repeat_times_per_runner = {limit} splits the {repeats} answers "
+                f"of a task, and {name} (taskset '{storage.name}') judges them together in "
+                f"one call; unset it or make it at least {repeats}"
+            )
     return problems
 
 

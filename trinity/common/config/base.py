@@ -164,6 +164,11 @@ BOUND_ERRORS = {
 }
 
 
+def repeated(names: List[str]) -> List[str]:
+    """The names that occur more than once in ``names``, sorted."""
+    return sorted({name for name in names if names.count(name) > 1})
+
+
 def validate_model(cls: type, data: Any, prefix: str = "") -> Any:
     """``cls.model_validate(data)``, turning pydantic's errors into one :class:`ConfigError`."""
     try:

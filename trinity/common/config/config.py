@@ -8,7 +8,14 @@ from typing import Any, Dict, List, Literal, Optional, Tuple
 
 from pydantic import Field, field_validator
 
-from trinity.common.config.base import ConfigError, ConfigModel, Name, inert, validate_model
+from trinity.common.config.base import (
+    ConfigError,
+    ConfigModel,
+    Name,
+    inert,
+    repeated,
+    validate_model,
+)
 from trinity.common.config.schema_algorithm import AlgorithmConfig
 from trinity.common.config.schema_buffer import BufferConfig
 from trinity.common.config.schema_explorer import ExplorerConfig, SynchronizerConfig
@@ -77,8 +84,7 @@ class Config(ConfigModel):
     @field_validator("stages")
     @classmethod
     def _unique_stage_names(cls, stages: List[StageConfig]) -> List[StageConfig]:
-        names = [stage.stage_name for stage in stages]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
+        duplicates = repeated([stage.stage_name for stage in stages])
         if duplicates:
             raise ValueError(f"stage_name must be unique, repeated: {duplicates}")
         return stages

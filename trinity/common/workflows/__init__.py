@@ -9,6 +9,9 @@ docs/extending.md.
 
 from trinity.common.workflows.guess_number import GuessNumberWorkflow
 from trinity.common.workflows.judge import LLMJudgeWorkflow
+from trinity.common.workflows.judging import JudgedWorkflow, JudgeReplyError
+from trinity.common.workflows.rubric import RubricWorkflow
+from trinity.common.workflows.ruler import RulerWorkflow
 from trinity.common.workflows.simple import MathWorkflow, SimpleWorkflow
 from trinity.common.workflows.workflow import WORKFLOWS, Task, Workflow
 
@@ -20,4 +23,8 @@ __all__ = [
     "MathWorkflow",
     "GuessNumberWorkflow",
     "LLMJudgeWorkflow",
+    "JudgedWorkflow",
+    "JudgeReplyError",
+    "RulerWorkflow",
+    "RubricWorkflow",
 ]

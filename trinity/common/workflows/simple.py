@@ -32,11 +32,9 @@ def build_messages(task: Task) -> List[Dict[str, Any]]:
     return messages + [{"role": "user", "content": str(row[fmt.prompt_key])}]
 
 
-@WORKFLOWS.register_module("simple_workflow")
-class SimpleWorkflow(Workflow):
-    """One user turn, ``rollout_args.n`` sampled answers, each scored by the reward function."""
-
-    default_reward_fn: Optional[str] = None
+class PromptWorkflow(Workflow):
+    """One user turn built from the task's ``format_args``, ``rollout_args.n`` answers sampled
+    (``sample``); ``truth`` is the row's ``response_key`` column. Subclasses score them."""
 
     def __init__(self, model: Any, task: Task, auxiliary_models: Optional[List] = None) -> None:
         super().__init__(model, task, auxiliary_models)
@@ -49,6 +47,30 @@ class SimpleWorkflow(Workflow):
         self.task = task
         self.messages = build_messages(task)
         self.truth = task.raw_task.get(task.format_args.response_key)
+
+    def sample(self) -> List[Experience]:
+        """The policy's ``rollout_args.n`` answers to the task's prompt."""
+        args = self.task.rollout_args
+        return self.model.chat(
+            self.messages,
+            n=args.n,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            max_tokens=args.max_tokens,
+            stop=args.stop or None,
+            top_logprobs=args.logprobs,
+        )
+
+
+@WORKFLOWS.register_module("simple_workflow")
+class SimpleWorkflow(PromptWorkflow):
+    """One user turn, ``rollout_args.n`` sampled answers, each scored by the reward function."""
+
+    default_reward_fn: Optional[str] = None
+
+    def reset(self, task: Task) -> None:
+        super().reset(task)
         reward_name = task.reward_fn or self.default_reward_fn
         if reward_name is None:
             raise ValueError(
@@ -62,17 +84,7 @@ class SimpleWorkflow(Workflow):
         self.reward_fn = reward_cls(**task.reward_fn_args)
 
     def run(self) -> List[Experience]:
-        args = self.task.rollout_args
-        responses = self.model.chat(
-            self.messages,
-            n=args.n,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            top_k=args.top_k,
-            max_tokens=args.max_tokens,
-            stop=args.stop or None,
-            top_logprobs=args.logprobs,
-        )
+        responses = self.sample()
         for exp in responses:
             components = self._score(exp.response_text)
             exp.reward = total_reward(components)
@@ -80,7 +92,7 @@ class SimpleWorkflow(Workflow):
         if self.task.workflow_args.get("greedy_baseline"):
             # ReMax's baseline: the reward of the greedy answer to the same prompt.
             greedy = self.model.chat(
-                self.messages, n=1, temperature=0.0, max_tokens=args.max_tokens
+                self.messages, n=1, temperature=0.0, max_tokens=self.task.rollout_args.max_tokens
             )
             baseline = total_reward(self._score(greedy[0].response_text))
             for exp in responses:
