@@ -136,6 +136,9 @@ class EngineActor:
     async def load_weights(self, weights: Any, version: int) -> None:
         await self.model.load_weights(weights, version)
 
+    async def sync_phase(self) -> str:
+        return await self.model.sync_phase()
+
     async def model_version(self) -> int:
         return await self.model.model_version()
 

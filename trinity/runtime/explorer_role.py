@@ -22,9 +22,11 @@ from trinity.explorer.pool import LoopRunner, Runner, RunnerPool, ThreadRunner
 from trinity.explorer.pool_rules import DynamicTimeout
 from trinity.runtime.placement import Placement
 from trinity.runtime.roles import (
+    PENDING,
     WAIT_SLICE_S,
     call,
     call_all,
+    call_all_within,
     log_to_file,
     role_monitor,
     setup_process,
@@ -325,8 +327,29 @@ class ExplorerRole:
         if stale:
             found = found or call(self.sync_actor, "wait_for", self.loaded_version, 0.0)
             if found is not None and found[1]:
-                call_all(stale, "load_weights", found[1][0], found[0])
+                self._load_into(stale, found[1][0], found[0])
         return self.loaded_version
+
+    def _load_into(self, engines: List[Any], weights: Any, version: int) -> None:
+        """Every engine of ``engines`` loads ``weights`` of ``version``, within
+        ``synchronizer.sync_timeout``; an engine that did not is named with the phase it was
+        in: ``send`` (the weights had not reached it) or ``load`` (it was loading them)."""
+        timeout = self.config.synchronizer.sync_timeout
+        loaded = call_all_within(engines, "load_weights", (weights, version), timeout)
+        stuck = [
+            engine for engine, result in zip(engines, loaded, strict=True) if result is PENDING
+        ]
+        if not stuck:
+            return
+        phases = call_all_within(stuck, "sync_phase", (), 5.0)
+        named = [
+            f"rollout engine {self.engines.index(engine)} ({engine_phase(phase)})"
+            for engine, phase in zip(stuck, phases, strict=True)
+        ]
+        raise SyncTimeoutError(
+            f"model version {version} did not reach {', '.join(named)} within "
+            f"synchronizer.sync_timeout={timeout:g}s; see the engine's log"
+        )
 
     def _releases(self, version: int) -> bool:
         """Whether the engines give their weights up while waiting for ``version``: in a
@@ -389,3 +412,12 @@ class ExplorerRole:
             self.monitor.close()
             if self.explorer.pipeline is not None:
                 self.explorer.pipeline.close()  # e.g. stops an auto-started Data-Juicer service
+
+
+def engine_phase(answer: Any) -> str:
+    """How a stuck engine's ``sync_phase`` answer reads in an error."""
+    if answer == "load":
+        return "phase load: it was still loading them"
+    if answer == "idle":
+        return "phase send: the weights had not reached it"
+    return "phase unknown: it does not answer"
