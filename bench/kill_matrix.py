@@ -44,37 +44,43 @@ def trainer_lines(job_dir: str) -> int:
     return len(open(path).readlines()) if os.path.exists(path) else 0
 
 
-def kill_group(pgid: int) -> None:
-    """SIGKILL the run and everything it started, until none is left."""
-    while True:
+def kill_group(run: subprocess.Popen, timeout: float = 60) -> None:
+    """SIGKILL the run and everything it started (its process group), until none is left;
+    the run itself is reaped first (a zombie leader would still take the signal)."""
+    try:
+        os.killpg(run.pid, signal.SIGKILL)
+    except ProcessLookupError:  # it had finished, and nothing it started is left
+        pass
+    run.wait()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         try:
-            os.killpg(pgid, signal.SIGKILL)
+            os.killpg(run.pid, signal.SIGKILL)
         except ProcessLookupError:
             return
         time.sleep(0.2)
 
 
-def killed_attempt(command: List[str], job_dir: str, rng: random.Random, steps: int) -> str:
-    """Start the run and SIGKILL it at a random point; returns where the kill landed."""
-    before = trainer_lines(job_dir)
+def killed_attempt(command: List[str], job_dir: str, rng: random.Random, target: int) -> str:
+    """Start the run and SIGKILL it: ``target`` 0, 1-8 s after the start (start-up or the
+    first steps); else once the trainer logged ``target`` steps, somewhere inside the next
+    step. Returns where the kill landed."""
     run = subprocess.Popen(
         command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
-    if rng.random() < 0.25:  # during start-up or the first steps, by the clock
+    if target == 0:
         time.sleep(rng.uniform(1.0, 8.0))
         where = "by time"
-    else:  # after a random number of further train steps
-        target = min(steps - 1, before + rng.randint(1, 3))
+    else:
         deadline = time.monotonic() + 300
         while trainer_lines(job_dir) < target and run.poll() is None:
             if time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        time.sleep(rng.uniform(0.0, 0.5))  # somewhere inside the next step
+        time.sleep(rng.uniform(0.0, 0.5))
         where = f"after train step {trainer_lines(job_dir)}"
     finished = run.poll() == 0
-    kill_group(run.pid)
-    run.wait()
+    kill_group(run)
     return "finished before the kill" if finished else where
 
 
@@ -123,7 +129,9 @@ def one_style(style: str, args: argparse.Namespace, model: str, data: str, root:
     ]
     command = [sys.executable, "-m", "trinity.cli.main", "run", "--config", CONFIG, *overrides]
     job_dir = os.path.join(root, "tests", f"kill_{style}")
-    kills = [killed_attempt(command, job_dir, rng, args.steps) for _ in range(args.kills)]
+    # one kill by the clock, the others at distinct train steps spread over the run
+    targets = [0] + sorted(rng.sample(range(1, args.steps), args.kills - 1))
+    kills = [killed_attempt(command, job_dir, rng, target) for target in targets]
     start = time.monotonic()
     final = subprocess.run(command, capture_output=True, text=True, timeout=900)
     result = {"style": style, "kills": kills, "final_returncode": final.returncode}
@@ -142,7 +150,7 @@ def main(argv: List[str] | None = None) -> Dict:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=5, help="kills per style")
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--styles", default=",".join(STYLES))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="kill_matrix.json")
