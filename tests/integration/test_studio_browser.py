@@ -115,6 +115,11 @@ def test_build_a_grpo_config_from_scratch_save_and_load(
     _open(browser, "buffer.explorer_input.tasksets")
     browser.find_element(By.CSS_SELECTOR, '[data-add="buffer.explorer_input.tasksets"]').click()
     taskset = "buffer.explorer_input.tasksets.0"
+    # storage_type takes any registered storage: the ones that run here are suggested
+    kinds = browser.find_elements(
+        By.CSS_SELECTOR, f'datalist[id="runs-{taskset}.storage_type"] option'
+    )
+    assert sorted(k.get_attribute("value") for k in kinds) == ["file", "sql"]
     _type(browser, f"{taskset}.name", "arithmetic")
     _type(browser, f"{taskset}.path", arithmetic_data["rl"])
     _type(browser, f"{taskset}.split", "train")
