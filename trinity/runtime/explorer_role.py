@@ -12,6 +12,7 @@ import math
 import time
 from typing import Any, Dict, List, Optional
 
+from trinity.buffer.reader_state import ReaderStateFile, reader_state_path
 from trinity.common.config.config import rollouts_per_step
 from trinity.common.sync_schedule import Wanted
 from trinity.common.weights import weights_path
@@ -150,6 +151,26 @@ def runner_slots(config: Any, runners: int) -> int:
     return max(1, math.ceil(rows / max(1, runners)))
 
 
+def resume_reader(reader: Any, states: ReaderStateFile, step: int, batch_size: int) -> None:
+    """Put a training taskset reader where it was after explore step ``step``: the state
+    saved then, else (a run saved without it) by reading the ``step`` batches again."""
+    if step == 0:
+        return
+    state = states.load(step)
+    if state is not None:
+        reader.load_state_dict(state)
+        return
+    if reader.learns:
+        logger.warning(
+            "%s holds no taskset reader state for explore step %d: the selector restarts "
+            "without the feedback it had learned from",
+            states.path,
+            step,
+        )
+    for _ in range(step):  # the batches already explored and trained on
+        reader.read(batch_size)
+
+
 class ExplorerRole:
     def __init__(
         self,
@@ -225,11 +246,17 @@ class ExplorerRole:
         if pipeline is not None:
             pipeline.close()
         reader = readers[0] if len(readers) == 1 else MixedTaskReader(readers)
-        for _ in range(start_step):  # resume: skip the batches already explored and trained on
-            reader.read(cfg.buffer.batch_size)
+        states = ReaderStateFile(reader_state_path(cfg.checkpoint_job_dir))
+        resume_reader(reader, states, start_step, cfg.buffer.batch_size)
         evals = {ts.name: TaskReader(ts) for ts in cfg.buffer.explorer_input.eval_tasksets}
         self.monitor = role_monitor(cfg, "explorer", start_step)
-        write = (lambda exps, step: call(self.queue, "put", exps, step)) if self.queue else None
+        write = None
+        if self.queue is not None:
+
+            def write(exps: List[Any], step: int) -> None:
+                states.save(step, reader.state_dict())  # first: see reader_state.py
+                call(self.queue, "put", exps, step)
+
         self.explorer = Explorer(
             cfg, pool, reader, evals, self._sync, write, self.monitor.log, start_step, self.report
         )

@@ -54,14 +54,26 @@ class GenerationConfig(ConfigModel):
 
 
 class TaskSelectorConfig(ConfigModel):
-    """``task_selector``: the order in which tasks are read."""
+    """``task_selector`` (alias ``data_selector``): the order in which tasks are read."""
 
     selector_type: str = Field(
         "sequential",
-        description="sequential: file order; shuffle: reshuffled every epoch; or the name of "
-        "a TaskSelector registered by a plugin (docs/extending.md).",
+        description="sequential: file order; shuffle: reshuffled every epoch; random: each "
+        "batch drawn afresh; offline_easy2hard: sorted by feature_keys; diff_based (or "
+        "difficulty_based): tasks whose success rate is nearest kwargs.target_reward, learned "
+        "from the rewards; or a selector registered by a plugin (docs/extending.md).",
     )
-    seed: int = Field(42, description="Shuffle seed.")
+    seed: int = Field(42, description="Seed of shuffle, random and diff_based draws.")
+    feature_keys: List[str] = Field(
+        default_factory=list,
+        description="Numeric columns the selector reads: offline_easy2hard sorts by them; "
+        "diff_based takes one as each task's prior success rate in [0, 1].",
+    )
+    kwargs: Dict[str, Any] = Field(
+        default_factory=dict,
+        description="Selector arguments, checked before start. offline_easy2hard: descending; "
+        "diff_based: target_reward, tau, do_sample, lamb, prior_rollouts.",
+    )
 
 
 class ReplayBufferConfig(ConfigModel):
@@ -129,6 +141,19 @@ class StorageConfig(ConfigModel):
         False, description="file: skip (count and log) malformed rows instead of failing."
     )
     is_eval: bool = Field(False, description="Internal: set for eval tasksets.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _data_selector_alias(cls, data: Any) -> Any:
+        # Upstream's configs also spell it data_selector; one field, so it is renamed here.
+        if not isinstance(data, dict) or "data_selector" not in data:
+            return data
+        data = dict(data)
+        alias = data.pop("data_selector")
+        if "task_selector" in data:
+            raise ValueError("set either `task_selector` or its alias `data_selector`, not both")
+        data["task_selector"] = alias
+        return data
 
 
 class ExplorerInput(ConfigModel):

@@ -1,0 +1,47 @@
+"""The training taskset reader's state after each explore step, kept in the job folder.
+
+A resumed run restarts exploring after the last step in the experience queue; loading the
+reader state saved for that step puts the reader where it was then, with what an adaptive
+selector had learned (replaying the batches would not: the feedback is gone). The explorer
+saves the state just before it writes the step's experiences, so a run killed between the
+two resumes from the step before; the file therefore keeps the last two steps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, Optional
+
+
+def reader_state_path(job_dir: str) -> str:
+    """Where a run in ``job_dir`` keeps its taskset reader state."""
+    return os.path.join(job_dir, "buffer", "taskset_state.json")
+
+
+class ReaderStateFile:
+    """``{step: reader.state_dict()}`` for the newest two steps, in one JSON file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def save(self, step: int, state: Dict[str, Any]) -> None:
+        """Record ``state`` as the reader's after ``step``; older steps but the one before
+        are dropped. The file is replaced whole, so a kill leaves the old or the new one."""
+        kept = {k: v for k, v in self._read().items() if k == step - 1}
+        kept[step] = state
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        tmp = f"{self.path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({str(k): v for k, v in sorted(kept.items())}, f)
+        os.replace(tmp, self.path)
+
+    def load(self, step: int) -> Optional[Dict[str, Any]]:
+        """The state saved after ``step``, or None when there is none."""
+        return self._read().get(step)
+
+    def _read(self) -> Dict[int, Dict[str, Any]]:
+        if not os.path.exists(self.path):
+            return {}
+        with open(self.path, encoding="utf-8") as f:
+            return {int(k): v for k, v in json.load(f).items()}
