@@ -6,7 +6,7 @@ from typing import Any, ClassVar, Dict, List, Literal, Optional
 
 from pydantic import Field, model_validator
 
-from trinity.common.config.base import ConfigModel, Name
+from trinity.common.config.base import ConfigModel, Name, move_key
 
 
 class FormatConfig(ConfigModel):
@@ -146,14 +146,8 @@ class StorageConfig(ConfigModel):
     @classmethod
     def _data_selector_alias(cls, data: Any) -> Any:
         # Upstream's configs also spell it data_selector; one field, so it is renamed here.
-        if not isinstance(data, dict) or "data_selector" not in data:
-            return data
-        data = dict(data)
-        alias = data.pop("data_selector")
-        if "task_selector" in data:
-            raise ValueError("set either `task_selector` or its alias `data_selector`, not both")
-        data["task_selector"] = alias
-        return data
+        both = "set either `task_selector` or its alias `data_selector`, not both"
+        return move_key(data, "data_selector", "task_selector", both)
 
 
 class ExplorerInput(ConfigModel):
@@ -181,14 +175,8 @@ class ExplorerInput(ConfigModel):
     @classmethod
     def _single_taskset(cls, data: Any) -> Any:
         # `taskset:` (one mapping) is shorthand for `tasksets:` (a list), which convert-verl writes.
-        if not isinstance(data, dict) or "taskset" not in data:
-            return data
-        data = dict(data)
-        single = data.pop("taskset")
-        if "tasksets" in data:
-            raise ValueError("set either `taskset` (one) or `tasksets` (a list), not both")
-        data["tasksets"] = [] if single is None else [single]
-        return data
+        both = "set either `taskset` (one) or `tasksets` (a list), not both"
+        return move_key(data, "taskset", "tasksets", both, lambda v: [] if v is None else [v])
 
     @property
     def taskset(self) -> Optional[StorageConfig]:
