@@ -374,9 +374,10 @@ def main() -> None:
     parser.add_argument(
         "--override", nargs="*", default=[], help="multi-turn and smollm2: config overrides"
     )
-    parser.add_argument("--selectors", nargs="*", default=["shuffle", "diff_based_prior"])
-    parser.add_argument("--target-gain", type=float, default=0.1, help="selectors: over step 0")
-    parser.add_argument("--eval-every", type=int, default=5, help="selectors: eval interval")
+    parser.add_argument("--selectors", nargs="*", default=list(SELECTORS))
+    parser.add_argument("--target-gain", type=float, default=0.15, help="selectors: over step 0")
+    parser.add_argument("--eval-every", type=int, default=2, help="selectors: eval interval")
+    parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2], help="selectors")
     parser.add_argument("--prior-samples", type=int, default=4, help="selectors: per task")
     args = parser.parse_args()
     unknown = [s for s in args.selectors if s not in SELECTORS]
@@ -406,7 +407,7 @@ def main() -> None:
         if check == "selectors":
             for arm, r in result.items():
                 if arm != "prior":
-                    print(f"{arm}: {r['steps_to_target']} steps, {r['seconds_to_target']} s")
+                    print(f"{arm}: steps to {r['target']:.3f}: {r['steps_to_target']}")
         else:
             print(f"{check}: {result['before']:.3f} -> {result['after']:.3f}")
     with open(args.out, "w") as f:

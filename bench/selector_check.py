@@ -1,6 +1,9 @@
 """Task selectors on the quickstart (``learning_checks.py --only selectors``): GRPO from the
-same SFT warm-up with each selector, and the steps and seconds each takes to reach a held-out
-greedy accuracy target (the step-0 accuracy plus ``--target-gain``).
+same SFT warm-up with each selector and each of ``--seeds`` (the selector's and the rollout
+engine's sampling seed), and the steps and seconds each run takes to reach a held-out greedy
+accuracy target (the step-0 accuracy plus ``--target-gain``), evaluated every
+``--eval-every`` steps. Held-out accuracy is over 200 questions, so a run's curve moves by a
+few points from one eval to the next by chance: compare medians over seeds.
 
 Arms (``--selectors``):
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import statistics
 import time
 from collections import defaultdict
 from typing import Any, Dict, List, Optional
@@ -68,14 +72,14 @@ def task_rewards(database: str, table: str = "arithmetic_buffer") -> Dict[int, f
     return {row: sum(values) / len(values) for row, values in sums.items()}
 
 
-def selector_overrides(selector: str, prior_dir: Optional[str]) -> List[str]:
+def selector_overrides(selector: str, seed: int, prior_dir: Optional[str]) -> List[str]:
     """The taskset overrides of arm ``selector``."""
     if selector in ("shuffle", "diff_based"):
-        return [f"{TASKSET}.task_selector={{selector_type: {selector}, seed: 0}}"]
+        return [f"{TASKSET}.task_selector={{selector_type: {selector}, seed: {seed}}}"]
     kind = "diff_based" if selector == "diff_based_prior" else selector
     return [
         f"{TASKSET}.path={prior_dir}",
-        f"{TASKSET}.task_selector={{selector_type: {kind}, seed: 0, feature_keys: [{PRIOR}]}}",
+        f"{TASKSET}.task_selector={{selector_type: {kind}, seed: {seed}, feature_keys: [{PRIOR}]}}",
     ]
 
 
@@ -89,42 +93,53 @@ def time_to_target(records: List[Dict[str, Any]], target: float) -> Dict[str, An
         "heldout_accuracy": [(s, a) for s, a, _ in evals],
         "steps_to_target": reached[0],
         "seconds_to_target": None if reached[1] is None else round(reached[1], 1),
-        "before": evals[0][1],
-        "after": evals[-1][1],
     }
+
+
+def arm_run(config: str, ckpt: str, steps: int, arm: str, seed: int, args: Any, prior: Any) -> Any:
+    """One GRPO run of arm ``arm`` with ``seed`` (the selector's and the engine's sampling);
+    its explorer records and overrides."""
+    overrides = [
+        f"name=selector_{arm}_seed{seed}",
+        f"model.model_path={ckpt}",
+        f"buffer.total_steps={steps}",
+        f"explorer.eval_interval={args.eval_every}",
+        f"explorer.rollout_model.seed={seed}",
+        *selector_overrides(arm, seed, prior),
+    ]
+    (result,) = run(config, overrides, [])
+    return read_metrics(os.path.join(result.job_dir, "monitor", "explorer.jsonl")), overrides
 
 
 def selector_checks(
     config: str, ckpt: str, data: str, steps: int, args: Any
 ) -> Dict[str, Dict[str, Any]]:
-    """Every arm of ``args.selectors`` from checkpoint ``ckpt``; one result each, and the
-    prior run's under ``prior``."""
+    """Every arm of ``args.selectors`` with every seed of ``args.seeds`` from checkpoint
+    ``ckpt``: per arm the runs and the median steps to the target; the prior run's time."""
     results: Dict[str, Dict[str, Any]] = {}
-    prior_dir: Optional[str] = None
+    prior: Optional[str] = None
     if any(s in ("diff_based_prior", "offline_easy2hard") for s in args.selectors):
-        prior_dir = os.path.join(os.environ["TRINITY_CHECKPOINT_ROOT_DIR"], "prior_data")
+        prior = os.path.join(os.environ["TRINITY_CHECKPOINT_ROOT_DIR"], "prior_data")
         rl_dir = os.path.join(data, "data", "rl")
-        seconds = prior_run(config, ckpt, rl_dir, args.prior_samples, prior_dir)
+        seconds = prior_run(config, ckpt, rl_dir, args.prior_samples, prior)
         results["prior"] = {"seconds": round(seconds, 1), "samples_per_task": args.prior_samples}
     target: Optional[float] = None
-    interval = args.eval_every
-    for selector in args.selectors:
-        overrides = [
-            f"name=selector_{selector}",
-            f"model.model_path={ckpt}",
-            f"buffer.total_steps={steps}",
-            f"explorer.eval_interval={interval}",
-            *selector_overrides(selector, prior_dir),
-        ]
-        start = time.monotonic()
-        (result,) = run(config, overrides, [])
-        records = read_metrics(os.path.join(result.job_dir, "monitor", "explorer.jsonl"))
-        if target is None:  # every arm starts from the same weights: one step-0 accuracy
-            target = next(r[HELDOUT] for r in records if HELDOUT in r) + args.target_gain
-        results[selector] = {
-            **time_to_target(records, target),
+    for arm in args.selectors:
+        runs = {}
+        for seed in args.seeds:
+            records, overrides = arm_run(config, ckpt, steps, arm, seed, args, prior)
+            if target is None:  # every run starts from the same weights: one step-0 accuracy
+                target = next(r[HELDOUT] for r in records if HELDOUT in r) + args.target_gain
+            runs[seed] = {**time_to_target(records, target), "overrides": overrides}
+        reached = [r["steps_to_target"] for r in runs.values()]
+        # a run that never reached the target counts as beyond the last step
+        ranked = sorted(steps + 1 if s is None else s for s in reached)
+        results[arm] = {
             "target": target,
-            "wall_seconds": round(time.monotonic() - start, 1),
-            "overrides": overrides,
+            "steps_to_target": reached,
+            "median_steps_to_target": statistics.median(ranked),
+            "seconds_to_target": [r["seconds_to_target"] for r in runs.values()],
+            "final_accuracy": [r["heldout_accuracy"][-1][1] for r in runs.values()],
+            "runs": runs,
         }
     return results
