@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from trinity.buffer.reader_state import ReaderStateFile, reader_state_path
 from trinity.common.config.config import rollouts_per_step
@@ -250,17 +250,21 @@ class ExplorerRole:
         resume_reader(reader, states, start_step, cfg.buffer.batch_size)
         evals = {ts.name: TaskReader(ts) for ts in cfg.buffer.explorer_input.eval_tasksets}
         self.monitor = role_monitor(cfg, "explorer", start_step)
-        write = None
-        if self.queue is not None:
-
-            def write(exps: List[Any], step: int) -> None:
-                states.save(step, reader.state_dict())  # first: see reader_state.py
-                call(self.queue, "put", exps, step)
-
+        write = self._writer(reader, states) if self.queue is not None else None
         self.explorer = Explorer(
             cfg, pool, reader, evals, self._sync, write, self.monitor.log, start_step, self.report
         )
         return start_step
+
+    def _writer(self, reader: Any, states: ReaderStateFile) -> Callable[[List[Any], int], None]:
+        """``write(experiences, step)`` for the ``Explorer``: the reader's state after the
+        step is saved first (``reader_state.py`` says why), then the step goes to the queue."""
+
+        def write(exps: List[Any], step: int) -> None:
+            states.save(step, reader.state_dict())
+            call(self.queue, "put", exps, step)
+
+        return write
 
     def _prepare_bench(self, pool: RunnerPool) -> int:
         from trinity.buffer import TaskReader
