@@ -1,5 +1,5 @@
 """Task selectors: random, offline_easy2hard and diff_based orders derived by hand, the
-explorer's feedback, exact resume from saved reader state, and their errors."""
+explorer's feedback, exact resume from the saved selector state, and their errors."""
 
 import json
 import math
@@ -13,8 +13,8 @@ import pytest
 from tests.unit.test_buffer_taskset import storage, write_jsonl
 from trinity.buffer import MixedTaskReader, TaskReader
 from trinity.buffer.file_reader import DataError
-from trinity.buffer.reader_state import ReaderStateFile
 from trinity.buffer.selector import build_selector
+from trinity.buffer.selector_state import SelectorStateFile
 from trinity.common.config import ConfigError, load_config
 from trinity.common.config.base import validate_model
 from trinity.common.config.config import Config
@@ -217,16 +217,35 @@ def test_saved_state_resumes_the_same_next_batches(tmp_path, cfg):
     whole = explore(reader(tmp_path, cfg, total_epochs=3), 8)
     first = reader(tmp_path, cfg, total_epochs=3)
     got = explore(first, 5)
-    states = ReaderStateFile(str(tmp_path / "job" / "buffer" / "taskset_state.json"))
-    states.save(5, json.loads(json.dumps(first.state_dict())))  # what the file holds
+    states = SelectorStateFile(str(tmp_path / "job" / "buffer" / "selector_state.json"))
+    states.save(5, json.loads(json.dumps(first.learned_state())))  # what the file holds
     resumed = reader(tmp_path, cfg, total_epochs=3)
     resume_reader(resumed, states, 5, batch_size=2)
     got += explore(resumed, 3)
     assert got == whole
 
 
+def test_a_reader_ahead_of_the_written_step_resumes_from_that_step(tmp_path):
+    """fully_async reads steps before the earlier ones are written: the position comes from
+    reading the written steps' batches again, the learned state from the written steps."""
+    cfg = selector_cfg("diff_based", seed=4, kwargs={"tau": 0.0})
+    ahead = reader(tmp_path, cfg, total_epochs=3)
+    batches = [indices(ahead.read(2)) for _ in range(4)]  # steps 1-4 in flight
+    for rows in batches[:3]:  # steps 1-3 finish and are written; step 4 is lost in a kill
+        ahead.feedback({"math": (rows, [1.0] * len(rows), [4] * len(rows))})
+    states = SelectorStateFile(str(tmp_path / "selector_state.json"))
+    states.save(3, ahead.learned_state())
+    resumed = reader(tmp_path, cfg, total_epochs=3)
+    resume_reader(resumed, states, 3, batch_size=2)
+    assert resumed.state_dict()["steps"] == 3  # step 4 is read again, not skipped
+    assert resumed.learned_state() == ahead.learned_state()
+    fed = set(sum(batches[:3], []))
+    # every row fed back scores 0.9 now (s = 4 per feedback): step 4 takes unexplored rows
+    assert not fed & set(indices(resumed.read(2)))
+
+
 def test_state_file_keeps_the_last_two_steps(tmp_path):
-    states = ReaderStateFile(str(tmp_path / "state.json"))
+    states = SelectorStateFile(str(tmp_path / "state.json"))
     for step in (1, 2, 3):
         states.save(step, {"steps": step})
     assert [states.load(s) for s in (1, 2, 3)] == [None, {"steps": 2}, {"steps": 3}]
@@ -240,7 +259,7 @@ def test_without_saved_state_a_static_order_is_replayed(tmp_path):
     full = reader(tmp_path, cfg, total_epochs=2)
     whole = [indices(full.read(4)) for _ in range(3)]
     resumed = reader(tmp_path, cfg, total_epochs=2)
-    resume_reader(resumed, ReaderStateFile(str(tmp_path / "none.json")), 2, batch_size=4)
+    resume_reader(resumed, SelectorStateFile(str(tmp_path / "none.json")), 2, batch_size=4)
     assert indices(resumed.read(4)) == whole[2]
 
 

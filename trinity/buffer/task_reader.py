@@ -82,6 +82,13 @@ class TaskReader:
         if self.storage.name in rewards:
             self.cursor.feedback(*rewards[self.storage.name])
 
+    def learned_state(self) -> Dict[str, Any]:
+        """What the selector learned from ``feedback`` (``Selector.state_dict``)."""
+        return self.cursor.selector.state_dict()
+
+    def load_learned_state(self, state: Dict[str, Any]) -> None:
+        self.cursor.selector.load_state_dict(state)
+
     def state_dict(self) -> Dict[str, Any]:
         """The position and what the selector learned (``BatchCursor.state_dict``)."""
         return self.cursor.state_dict()
@@ -140,10 +147,10 @@ class MixedTaskReader:
         for reader in self.readers:
             reader.feedback(rewards)
 
-    def state_dict(self) -> Dict[str, Any]:
-        """Each taskset's reader state, by taskset name."""
-        return {reader.storage.name: reader.state_dict() for reader in self.readers}
+    def learned_state(self) -> Dict[str, Any]:
+        """Each taskset's ``TaskReader.learned_state``, by taskset name."""
+        return {reader.storage.name: reader.learned_state() for reader in self.readers}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_learned_state(self, state: Dict[str, Any]) -> None:
         for reader in self.readers:
-            reader.load_state_dict(state[reader.storage.name])
+            reader.load_learned_state(state.get(reader.storage.name, {}))

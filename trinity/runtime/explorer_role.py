@@ -12,7 +12,7 @@ import math
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from trinity.buffer.reader_state import ReaderStateFile, reader_state_path
+from trinity.buffer.selector_state import SelectorStateFile, selector_state_path
 from trinity.common.config.config import rollouts_per_step
 from trinity.common.sync_schedule import Wanted
 from trinity.common.weights import weights_path
@@ -151,24 +151,23 @@ def runner_slots(config: Any, runners: int) -> int:
     return max(1, math.ceil(rows / max(1, runners)))
 
 
-def resume_reader(reader: Any, states: ReaderStateFile, step: int, batch_size: int) -> None:
-    """Put a training taskset reader where it was after explore step ``step``: the state
-    saved then, else (a run saved without it) by reading the ``step`` batches again."""
+def resume_reader(reader: Any, states: SelectorStateFile, step: int, batch_size: int) -> None:
+    """Put a training taskset reader where it was after explore step ``step``: its position
+    by reading the ``step`` batches again, then what its selectors had learned by then."""
     if step == 0:
         return
-    state = states.load(step)
-    if state is not None:
-        reader.load_state_dict(state)
-        return
-    if reader.learns:
+    for _ in range(step):  # the batches already explored and trained on
+        reader.read(batch_size)
+    learned = states.load(step)
+    if learned is not None:
+        reader.load_learned_state(learned)
+    elif reader.learns:
         logger.warning(
-            "%s holds no taskset reader state for explore step %d: the selector restarts "
-            "without the feedback it had learned from",
+            "%s holds no selector state for explore step %d: the selector restarts without "
+            "the feedback it had learned from",
             states.path,
             step,
         )
-    for _ in range(step):  # the batches already explored and trained on
-        reader.read(batch_size)
 
 
 class ExplorerRole:
@@ -246,7 +245,7 @@ class ExplorerRole:
         if pipeline is not None:
             pipeline.close()
         reader = readers[0] if len(readers) == 1 else MixedTaskReader(readers)
-        states = ReaderStateFile(reader_state_path(cfg.checkpoint_job_dir))
+        states = SelectorStateFile(selector_state_path(cfg.checkpoint_job_dir))
         resume_reader(reader, states, start_step, cfg.buffer.batch_size)
         evals = {ts.name: TaskReader(ts) for ts in cfg.buffer.explorer_input.eval_tasksets}
         self.monitor = role_monitor(cfg, "explorer", start_step)
@@ -256,12 +255,12 @@ class ExplorerRole:
         )
         return start_step
 
-    def _writer(self, reader: Any, states: ReaderStateFile) -> Callable[[List[Any], int], None]:
-        """``write(experiences, step)`` for the ``Explorer``: the reader's state after the
-        step is saved first (``reader_state.py`` says why), then the step goes to the queue."""
+    def _writer(self, reader: Any, states: SelectorStateFile) -> Callable[[List[Any], int], None]:
+        """``write(experiences, step)`` for the ``Explorer``: what the selectors learned up to
+        the step is saved first (``selector_state.py`` says why), then the step is queued."""
 
         def write(exps: List[Any], step: int) -> None:
-            states.save(step, reader.state_dict())
+            states.save(step, reader.learned_state())
             call(self.queue, "put", exps, step)
 
         return write

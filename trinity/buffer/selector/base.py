@@ -4,7 +4,8 @@ A ``TaskSelector`` walks one permutation of the rows per epoch (``order``); a
 ``BatchSelector`` picks each batch afresh (``pick``). Both may read numeric columns of the
 rows (``task_selector.feature_keys``, handed over once by ``bind``), may learn from the
 explorer's per-task rewards (``feedback``), and keep what they learned in ``state_dict``,
-which is saved with the reader's position so a resumed run picks the same next batches.
+which is saved after every explore step so a resumed run goes on with it
+(``buffer/selector_state.py``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ class Selector:
         explorer calls this after every step). Default: ignored (a fixed order)."""
 
     def state_dict(self) -> Dict[str, Any]:
-        """What the selector learned, as JSON-able values (saved with the reader)."""
+        """What the selector learned, as JSON-able values (saved after every explore step).
+        ``pick`` and ``order`` must not change it: a resume replays them to find its place."""
         return {}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
