@@ -10,6 +10,8 @@
   success rate on held-out games / questions, sampled at temperature 1; ``--plot`` draws it.
   Without ``--preset``, ``--n-sft``, ``--sft-epochs``, ``--steps`` they run what the example
   ships (its ``prepare_*`` defaults and YAML).
+- ``selectors``: task selectors compared by steps and seconds to a held-out accuracy target,
+  GRPO from the quickstart's SFT warm-up with each (``bench/selector_check.py``).
 - ``smollm2`` (and ``smollm2_lora``, ``smollm2_sft``, ``smollm2_dpo``): the real model of
   ``examples/smollm2`` (needs the ``smollm2`` extra), GRPO as shipped with held-out greedy
   accuracy; SFT on chat ``messages``, held-out answer NLL; DPO, held-out margin.
@@ -21,6 +23,8 @@ Usage::
         --plot docs/results/guess_number.png
     python bench/learning_checks.py --only smollm2 --out docs/results/smollm2.json \
         --plot docs/results/smollm2.png
+    python bench/learning_checks.py --only selectors --sft-checkpoint CKPT/hf --data ./quickstart \
+        --steps 40 --out docs/results/selectors.json
 
 Writes one JSON file with every curve and prints one line per check. It measures;
 it asserts nothing.
@@ -49,6 +53,11 @@ from trinity.demo.word_problems import preference_pair, prepare_smollm2
 from trinity.monitor import read_metrics
 from trinity.runtime.launcher import run
 from trinity.trainer.policy_step import response_logprobs
+
+try:  # imported from the repository root, or run as a script from bench/
+    from bench.selector_check import SELECTORS, selector_checks
+except ImportError:
+    from selector_check import SELECTORS, selector_checks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "examples", "quickstart", "arithmetic.yaml")
@@ -365,8 +374,16 @@ def main() -> None:
     parser.add_argument(
         "--override", nargs="*", default=[], help="multi-turn and smollm2: config overrides"
     )
+    parser.add_argument("--selectors", nargs="*", default=list(SELECTORS))
+    parser.add_argument("--target-gain", type=float, default=0.15, help="selectors: over step 0")
+    parser.add_argument("--eval-every", type=int, default=2, help="selectors: eval interval")
+    parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2], help="selectors")
+    parser.add_argument("--prior-samples", type=int, default=4, help="selectors: per task")
     args = parser.parse_args()
-    quickstart = [c for c in args.only if c in QUICKSTART_CHECKS]
+    unknown = [s for s in args.selectors if s not in SELECTORS]
+    if unknown:
+        parser.error(f"--selectors {unknown}: choose among {', '.join(SELECTORS)}")
+    quickstart = [c for c in args.only if c in (*QUICKSTART_CHECKS, "selectors")]
     if quickstart and not (args.sft_checkpoint and args.data):
         parser.error(f"{', '.join(quickstart)} need --sft-checkpoint and --data")
     # Read by every Ray worker's OpenMP at start: threads that spin while a peer waits for a
@@ -387,13 +404,19 @@ def main() -> None:
     if quickstart:
         results.update(quickstart_checks(args, quickstart))
     for check, result in results.items():
-        print(f"{check}: {result['before']:.3f} -> {result['after']:.3f}")
+        if check == "selectors":
+            for arm, r in result.items():
+                if arm != "prior":
+                    print(f"{arm}: steps to {r['target']:.3f}: {r['steps_to_target']}")
+        else:
+            print(f"{check}: {result['before']:.3f} -> {result['after']:.3f}")
     with open(args.out, "w") as f:
         json.dump(results, f, indent=2)
 
 
 def quickstart_checks(args: argparse.Namespace, checks: List[str]) -> Dict[str, Dict]:
-    """ppo, rloo, topr, asymre, dpo, sft and lora from the quickstart's SFT warm-up."""
+    """ppo, rloo, topr, asymre, dpo, sft, lora and selectors from the quickstart's SFT
+    warm-up."""
     os.environ["TRINITY_QUICKSTART_DIR"] = os.path.abspath(args.data)
     rl_dir = os.path.join(args.data, "data", "rl")
     train, test = (
@@ -423,6 +446,10 @@ def quickstart_checks(args: argparse.Namespace, checks: List[str]) -> Dict[str, 
                 "after": margin(final, heldout),
                 "metric": "mean log p(chosen) - log p(rejected), held-out pairs",
             }
+        elif algorithm == "selectors":
+            results["selectors"] = selector_checks(
+                _rl_config(), args.sft_checkpoint, args.data, args.steps, args
+            )
         elif algorithm == "sft":
             sft_dir = os.path.join(args.data, "data", "sft")
             fmt = "{prompt_key: prompt, response_key: response}"

@@ -221,7 +221,7 @@ def _checked(
     load (named) unless ``skip`` drops them."""
     label = describe(storage, path_label)
     if any(len(p) for p in parts):
-        _require_columns(parts, list(schema), storage, path_label)
+        _require_columns(parts, schema, storage, path_label)
     for part in parts:
         part.mark_bad(row_problems({c: part.column(c) for c in schema}, schema))
     tables = []
@@ -353,15 +353,26 @@ def _bad_rows_message(
     return f"{label}: {count}{listing}; set {target}: true to skip {them}"
 
 
+# Row checks of the columns a task selector reads; every other column is named in `format`.
+_SELECTOR_KINDS = ("number", "rate")
+
+
 def _require_columns(
-    parts: List[FileRows], columns: List[str], storage: Any, path_label: Optional[str]
+    parts: List[FileRows], schema: Dict[str, str], storage: Any, path_label: Optional[str]
 ) -> None:
     """One error (not one per row) when a required column is absent from every row."""
     present = list(dict.fromkeys(c for p in parts if len(p) for c in p.column_names()))
-    missing = [c for c in columns if c not in present]
+    missing = [c for c in schema if c not in present]
     if missing:
         split = storage_kind(storage).selection(storage)
+        named = sorted(
+            {
+                "task_selector.feature_keys" if schema[c] in _SELECTOR_KINDS else "format"
+                for c in missing
+            }
+        )
         raise DataError(
             f"{describe(storage, path_label)}{split}: column(s) {missing} "
-            f"named in `format` are missing; the data has columns {present}"
+            f"named in {' and '.join(f'`{k}`' for k in named)} are missing; the data has "
+            f"columns {present}"
         )

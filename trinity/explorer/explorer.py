@@ -11,10 +11,11 @@ import logging
 import time
 from collections import defaultdict
 from dataclasses import replace
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from trinity.algorithm import needs_groups
 from trinity.buffer.pipelines import build_experience_pipeline
+from trinity.buffer.task_reader import Feedback
 from trinity.common.config.sync_checks import DYNAMIC_STYLES
 from trinity.common.experience import Experience
 from trinity.common.sync_schedule import Wanted, wanted_before
@@ -143,6 +144,8 @@ class Explorer:
     ) -> None:
         """Write explore step ``step``'s experiences (through the experience pipeline) and log
         its metrics; ``version``: the weights it was explored with (the oldest, if several)."""
+        # before the write: the selector state saved with the step includes this step
+        self.task_reader.feedback(task_feedback(results))
         experiences = grouped([e for r in results for e in r.experiences])
         metrics = rollout_metrics(experiences, prefix="rollout")  # what the model did
         if self.pipeline is not None:
@@ -227,6 +230,29 @@ def grouped(experiences: List[Experience]) -> List[Experience]:
     for e in experiences:
         order.setdefault(e.group_id, len(order))
     return sorted(experiences, key=lambda e: order[e.group_id])
+
+
+def task_feedback(results: List[TaskResult]) -> Dict[str, Feedback]:
+    """Per taskset, ``(row indices, mean rewards, rollouts)`` of the tasks whose rollouts
+    finished with rewards (failed and left-behind ones say nothing about the task). A task
+    split over runners (``max_repeat_times_per_runner``) is one entry: the mean over all its
+    experiences, and the rollouts of all its pieces."""
+    rewards: Dict[Tuple[str, int], List[float]] = defaultdict(list)
+    rollouts: Dict[Tuple[str, int], int] = defaultdict(int)
+    for r in results:
+        scored = [float(e.reward) for e in r.experiences if e.reward is not None]
+        if r.error or r.left_behind or not scored:
+            continue
+        key = (r.task.taskset_name, r.task.index)
+        rewards[key] += scored
+        rollouts[key] += r.task.rollout_args.n
+    out: Dict[str, Feedback] = {}
+    for (taskset, index), values in rewards.items():
+        indices, means, counts = out.setdefault(taskset, ([], [], []))
+        indices.append(index)
+        means.append(sum(values) / len(values))
+        counts.append(rollouts[(taskset, index)])
+    return out
 
 
 def rollout_metrics(experiences: List[Experience], prefix: str) -> Dict[str, float]:

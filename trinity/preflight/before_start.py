@@ -21,6 +21,7 @@ from trinity.algorithm import ALGORITHM_TYPE
 from trinity.algorithm.algorithm import PairExperienceModel
 from trinity.buffer.file_reader import load_rows
 from trinity.buffer.row_checks import row_schema
+from trinity.buffer.selector import feature_schema
 from trinity.buffer.storages import path_missing, read_as_rows, storage_kind
 from trinity.common.config.base import ConfigError, is_set
 from trinity.common.config.config import Config, external_models
@@ -339,7 +340,10 @@ def _data_problems(config: Config) -> List[str]:
         if path_missing(storage):
             continue  # reported already
         # The reader's own row checks, so skip_bad_rows skips here what it skips in the run.
-        schema = row_schema(storage.format, _reader_of(config, path))
+        schema = {
+            **row_schema(storage.format, _reader_of(config, path)),
+            **feature_schema(storage.task_selector),
+        }
         try:
             data = load_rows(storage, columns=schema, path_label=path)
         except Exception as exc:  # whatever `datasets` raises: name the storage, not a trace

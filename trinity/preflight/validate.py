@@ -12,7 +12,7 @@ from typing import Any, List, Tuple
 
 from trinity.algorithm import SAMPLE_STRATEGY, needs_groups
 from trinity.buffer.priority import build_priority_fn
-from trinity.buffer.selector import TASK_SELECTORS
+from trinity.buffer.selector import TASK_SELECTORS, build_selector
 from trinity.buffer.storages import path_missing, read_as_rows, storage_kind
 from trinity.common.config.base import did_you_mean, explicit_inert_values, is_set
 from trinity.common.config.config import Config, external_models
@@ -21,6 +21,7 @@ from trinity.common.config.lora_checks import lora_problems
 from trinity.common.config.nodes import node_problems
 from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.config.sync_checks import sync_problems
+from trinity.preflight.components import bind_problems, is_builtin
 from trinity.preflight.decoupled import decoupled_problems
 from trinity.preflight.ranks import rank_problems
 from trinity.preflight.support import (
@@ -35,6 +36,9 @@ from trinity.preflight.support import (
 from trinity.utils.database import database_url
 
 logger = logging.getLogger("trinity.config")
+
+# What every selector is built with besides task_selector.kwargs (buffer/selector/base.py).
+SELECTOR_CONTEXT = ("seed", "feature_keys")
 
 
 def check_supported(config: Config) -> List[str]:
@@ -304,12 +308,7 @@ def buffer_component_problems(config: Config) -> List[str]:
     with its arguments (plugins are imported before the config is checked)."""
     problems = []
     for path, storage in storages_of(config):
-        selector = storage.task_selector.selector_type
-        try:
-            TASK_SELECTORS.get(selector)
-        except KeyError as exc:
-            hint = "a plugin registers more (docs/extending.md)"
-            problems.append(f"{path}.task_selector.selector_type: {exc.args[0]}; {hint}")
+        problems += selector_problems(f"{path}.task_selector", storage.task_selector)
         replay = storage.replay_buffer
         try:
             build_priority_fn(replay.priority_fn, dict(replay.priority_fn_args))
@@ -320,6 +319,26 @@ def buffer_component_problems(config: Config) -> List[str]:
             message = f"priority_fn_args of '{replay.priority_fn}': {exc}"
             problems.append(f"{path}.replay_buffer: {message}")
     return problems
+
+
+def selector_problems(path: str, task_selector: Any) -> List[str]:
+    """The selector is registered, its ``kwargs`` are arguments it takes, and a built-in
+    one builds with them (its own checks: ranges, how many ``feature_keys``)."""
+    name = task_selector.selector_type
+    try:
+        cls = TASK_SELECTORS.get(name)
+    except KeyError as exc:
+        hint = "a plugin registers more (docs/extending.md)"
+        return [f"{path}.selector_type: {exc.args[0]}; {hint}"]
+    owner = f"selector '{name}'"
+    problems = bind_problems(cls, task_selector.kwargs, f"{path}.kwargs", owner, SELECTOR_CONTEXT)
+    if problems or not is_builtin(cls):
+        return problems
+    try:
+        build_selector(task_selector)
+    except (TypeError, ValueError) as exc:
+        return [f"{path}: {exc}"]
+    return []
 
 
 def storages_of(config: Config) -> List[Tuple[str, StorageConfig]]:

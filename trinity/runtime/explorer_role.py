@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
+from trinity.buffer.selector_state import SelectorStateFile, selector_state_path
 from trinity.common.config.config import rollouts_per_step
 from trinity.common.sync_schedule import Wanted
 from trinity.common.weights import weights_path
@@ -150,6 +151,25 @@ def runner_slots(config: Any, runners: int) -> int:
     return max(1, math.ceil(rows / max(1, runners)))
 
 
+def resume_reader(reader: Any, states: SelectorStateFile, step: int, batch_size: int) -> None:
+    """Put a training taskset reader where it was after explore step ``step``: its position
+    by reading the ``step`` batches again, then what its selectors had learned by then."""
+    if step == 0:
+        return
+    for _ in range(step):  # the batches already explored and trained on
+        reader.read(batch_size)
+    learned = states.load(step)
+    if learned is not None:
+        reader.load_learned_state(learned)
+    elif reader.learns:
+        logger.warning(
+            "%s holds no selector state for explore step %d: the selector restarts without "
+            "the feedback it had learned from",
+            states.path,
+            step,
+        )
+
+
 class ExplorerRole:
     def __init__(
         self,
@@ -225,15 +245,25 @@ class ExplorerRole:
         if pipeline is not None:
             pipeline.close()
         reader = readers[0] if len(readers) == 1 else MixedTaskReader(readers)
-        for _ in range(start_step):  # resume: skip the batches already explored and trained on
-            reader.read(cfg.buffer.batch_size)
+        states = SelectorStateFile(selector_state_path(cfg.checkpoint_job_dir))
+        resume_reader(reader, states, start_step, cfg.buffer.batch_size)
         evals = {ts.name: TaskReader(ts) for ts in cfg.buffer.explorer_input.eval_tasksets}
         self.monitor = role_monitor(cfg, "explorer", start_step)
-        write = (lambda exps, step: call(self.queue, "put", exps, step)) if self.queue else None
+        write = self._writer(reader, states) if self.queue is not None else None
         self.explorer = Explorer(
             cfg, pool, reader, evals, self._sync, write, self.monitor.log, start_step, self.report
         )
         return start_step
+
+    def _writer(self, reader: Any, states: SelectorStateFile) -> Callable[[List[Any], int], None]:
+        """``write(experiences, step)`` for the ``Explorer``: what the selectors learned up to
+        the step is saved first (``selector_state.py`` says why), then the step is queued."""
+
+        def write(exps: List[Any], step: int) -> None:
+            states.save(step, reader.learned_state())
+            call(self.queue, "put", exps, step)
+
+        return write
 
     def _prepare_bench(self, pool: RunnerPool) -> int:
         from trinity.buffer import TaskReader
