@@ -17,7 +17,7 @@ from trinity.algorithm import needs_groups
 from trinity.buffer.pipelines import build_experience_pipeline
 from trinity.buffer.task_reader import Feedback
 from trinity.common.config.sync_checks import DYNAMIC_STYLES
-from trinity.common.experience import Experience
+from trinity.common.experience import Experience, grouped
 from trinity.common.sync_schedule import Wanted, wanted_before
 from trinity.common.workflows.workflow import Task
 from trinity.explorer.fully_async import FullyAsync
@@ -220,18 +220,6 @@ def last_line(error: str) -> str:
     """The last non-empty line of a traceback: the exception and its message."""
     lines = [line for line in error.strip().splitlines() if line.strip()]
     return lines[-1].strip() if lines else error
-
-
-def grouped(experiences: List[Experience]) -> List[Experience]:
-    """Experiences with each ``group_id``'s members next to each other (first-seen order).
-
-    A task split by ``max_repeat_times_per_runner`` finishes in pieces, in any order; the
-    buffer reads groups as contiguous runs.
-    """
-    order: Dict[str, int] = {}
-    for e in experiences:
-        order.setdefault(e.group_id, len(order))
-    return sorted(experiences, key=lambda e: order[e.group_id])
 
 
 def task_feedback(results: List[TaskResult]) -> Dict[str, Feedback]:

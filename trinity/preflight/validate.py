@@ -24,6 +24,7 @@ from trinity.common.config.sync_checks import sync_problems
 from trinity.preflight.components import bind_problems, is_builtin
 from trinity.preflight.decoupled import decoupled_problems
 from trinity.preflight.ranks import rank_problems
+from trinity.preflight.serve_checks import serve_problems
 from trinity.preflight.support import (
     DOCUMENTED,
     SAMPLING,
@@ -82,6 +83,7 @@ def check_consistency(config: Config) -> List[str]:
     problems += node_problems(config)
     problems += gpu_problems(config)
     problems += sync_problems(config)
+    problems += serve_problems(config)
     return problems
 
 
@@ -164,7 +166,8 @@ def _check_run(config: Config) -> List[str]:
             f"algorithm.algorithm_type = {algorithm.algorithm_type} distils from a teacher: set "
             "explorer.auxiliary_models[0].model_path to it"
         )
-    if config.synchronizer.sync_method == "memory" and config.mode not in ("both", "colocate"):
+    trains_and_serves = ("both", "colocate", "serve")
+    if config.synchronizer.sync_method == "memory" and config.mode not in trains_and_serves:
         problems.append(
             f"synchronizer.sync_method = memory needs mode both (trainer and explorer in one "
             f"run); with mode {config.mode} use checkpoint"
@@ -251,7 +254,8 @@ def _check_batches(config: Config) -> List[str]:
     """Group sizes and what one explore step can feed one train step."""
     algorithm, buffer, problems = config.algorithm, config.buffer, []
     groups, repeat = needs_groups(config), algorithm.repeat_times
-    if groups and repeat <= 1:
+    # mode serve: a group is what clients give one task_id, whatever repeat_times says
+    if groups and repeat <= 1 and config.mode != "serve":
         problems.append(
             f"algorithm.repeat_times = {repeat}: {algorithm.algorithm_type} "
             "compares several rollouts of each task, so it needs repeat_times > 1"

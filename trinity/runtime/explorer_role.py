@@ -72,9 +72,13 @@ def engine_kwargs(config: Any, auxiliary: Any = None) -> Dict[str, Any]:
     )
 
 
-def openai_api(config: Any, auxiliary: Any = None) -> Optional[Dict[str, Any]]:
+def openai_api(config: Any, auxiliary: Any = None, serve: Any = None) -> Optional[Dict[str, Any]]:
     """Where an engine serves its OpenAI-compatible API, or None when it is off. Auxiliary
-    models are always served: workflows reach them only through it."""
+    models are always served: workflows reach them only through it. ``serve``: the rollout
+    engine of mode serve, at ``explorer.listen_address:proxy_port`` with these hooks."""
+    if serve is not None:
+        explorer = config.explorer
+        return {"host": explorer.listen_address, "port": explorer.proxy_port, "serve": serve}
     served = auxiliary or config.explorer.rollout_model
     if auxiliary is None and not served.enable_openai_api:
         return None
@@ -113,17 +117,21 @@ def external_engine(config: Any, auxiliary: Any = None) -> Any:
     return engine_cls.from_config(auxiliary.external_model, key, auxiliary.model_path)
 
 
-def local_engine(config: Any, name: str, auxiliary: Any = None, threads: int = 0) -> Any:
+def local_engine(
+    config: Any, name: str, auxiliary: Any = None, threads: int = 0, serve: Any = None
+) -> Any:
     """The rollout model's engine (or ``auxiliary``'s) in this process: a ``LocalEngine``
     named ``name`` with ``threads`` torch threads (0: torch's default), or for an external
-    model a client of its API (no engine starts, runners call it directly)."""
+    model a client of its API (no engine starts, runners call it directly). ``serve``: see
+    ``openai_api``."""
     served = auxiliary or config.explorer.rollout_model
     if not hosted(served):
         return external_engine(config, auxiliary)
     kwargs = engine_kwargs(config, auxiliary)
     if threads:
         kwargs["num_threads"] = threads
-    return LocalEngine(engine_type_of(served), openai_api(config, auxiliary), name=name, **kwargs)
+    api = openai_api(config, auxiliary, serve)
+    return LocalEngine(engine_type_of(served), api, name=name, **kwargs)
 
 
 def task_timeout(explorer: Any) -> DynamicTimeout:
@@ -171,6 +179,9 @@ def resume_reader(reader: Any, states: SelectorStateFile, step: int, batch_size:
 
 
 class ExplorerRole:
+    # mode serve (serve_role.py): the hooks of the rollout engine's serve routes
+    serve_hooks: Any = None
+
     def __init__(
         self,
         config: Any,
@@ -296,7 +307,8 @@ class ExplorerRole:
             if hosted(served):  # an API's client logs nothing of its own
                 log_to_file(cfg.checkpoint_job_dir, name, cfg.log.group_by_node)
             threads = self.placement.engine_threads(cfg, i)
-            engines.append(local_engine(cfg, name, auxiliary, threads))
+            serve = None if auxiliary else self.serve_hooks
+            engines.append(local_engine(cfg, name, auxiliary, threads, serve))
         return engines
 
     def _runner_kwargs(self, index: int, name: str) -> Dict[str, Any]:

@@ -25,6 +25,7 @@ from trinity.algorithm.kl_fn import build_kl_controller
 from trinity.algorithm.optimizer import build_lr_scheduler, build_optimizer
 from trinity.algorithm.rollout_correction import IS_WEIGHTS_KEY, correct_rollout, mismatch_metrics
 from trinity.common.config import effective_trainer_settings
+from trinity.common.config.config import rollout_temperature
 from trinity.common.experience import Experience, ExperienceBatch
 from trinity.common.weights import weights_path
 from trinity.trainer import checkpoint as ckpt
@@ -121,9 +122,7 @@ class Trainer:
             policy_loss=POLICY_LOSS_FN.get(algo.policy_loss_fn)(**algo.policy_loss_fn_args),
             kl_loss=KL_FN.get(algo.kl_loss_fn)(**algo.kl_loss_fn_args),
             entropy_loss=ENTROPY_LOSS_FN.get(algo.entropy_loss_fn)(**algo.entropy_loss_fn_args),
-            temperature=cfg.buffer.explorer_input.taskset.rollout_args.temperature
-            if self.algorithm.use_advantage
-            else 1.0,
+            temperature=rollout_temperature(cfg) if self.algorithm.use_advantage else 1.0,
         )
         self.fns.loss_agg_mode = self.fns.policy_loss.loss_agg_mode
         self.correction = algo.rollout_correction if algo.rollout_correction.enabled else None
