@@ -136,5 +136,8 @@ def test_a_busy_port_is_named_before_anything_starts(tmp_path, micro_model):
         port = busy.getsockname()[1]
         with pytest.raises(ConfigError) as caught:
             run(CONFIG, overrides(tmp_path, micro_model, port), [])
-    assert f"explorer.proxy_port = {port}: cannot listen on 127.0.0.1:{port}" in str(caught.value)
+    assert caught.value.problems == [
+        f"explorer.proxy_port = {port}: cannot listen on 127.0.0.1:{port} (Address already in "
+        "use); choose a free port (another process may hold this one), or 0 for any free one"
+    ]
     assert not os.path.exists(os.path.join(tmp_path, "quickstart", "serve", "log"))
