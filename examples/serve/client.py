@@ -25,13 +25,25 @@ from typing import Any, Dict, List, Optional
 import openai
 
 
+class Stopped(Exception):
+    """The server stopped taking work: training ended (503) or the run is gone."""
+
+
 def post(url: str, body: Dict[str, Any]) -> Dict[str, Any]:
-    """POST ``body`` as JSON; the JSON reply (an HTTP error raises ``HTTPError``)."""
+    """POST ``body`` as JSON; the JSON reply. ``Stopped`` when the server says training
+    stopped (503) or is gone; another HTTP error raises ``HTTPError``."""
     request = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
-    with urllib.request.urlopen(request, timeout=60) as reply:
-        return json.load(reply)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            return json.load(reply)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 503:
+            raise Stopped(json.load(exc)["error"]["message"]) from None
+        raise
+    except urllib.error.URLError as exc:  # connection refused: the run has ended
+        raise Stopped(str(exc.reason)) from None
 
 
 def get(url: str) -> Dict[str, Any]:
@@ -45,10 +57,6 @@ def score(question: str, reply: str) -> float:
     if reply.strip() == str(int(a) + int(b)):
         return 1.0
     return 0.5 * sum(c.isdigit() for c in reply) / max(1, len(reply))
-
-
-class Stopped(Exception):
-    """The server stopped taking work: training ended (503) or the run is gone."""
 
 
 def ask(client: openai.OpenAI, model: str, question: str) -> Any:
@@ -109,10 +117,6 @@ def main() -> None:
             summary["versions"].append(metrics.get("rollout/model_0/model_version"))
     except Stopped as exc:
         summary["stopped"] = str(exc)
-    except urllib.error.HTTPError as exc:
-        if exc.code != 503:
-            raise
-        summary["stopped"] = json.load(exc)["error"]["message"]
     summary["seconds"] = round(time.monotonic() - start, 1)
     print(json.dumps(summary))
 

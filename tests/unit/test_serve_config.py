@@ -52,8 +52,10 @@ def test_serve_refuses_what_it_cannot_run_one_line_per_key(tmp_path):
             "explorer.rollout_model.openai_api_port=9000",
             "synchronizer.sync_offset=1",
             "buffer.explorer_input.taskset.path=/data",
+            "cluster.node_num=2",
         ],
     )
+    assert any(p.startswith("cluster.node_num = 2: mode serve on several nodes") for p in found)
     assert any(p.startswith("buffer.total_steps is required in mode serve") for p in found)
     assert any(p.startswith("explorer.rollout_model.engine_num = 2: mode serve") for p in found)
     assert any(

@@ -38,6 +38,11 @@ def serve_problems(config: Any) -> List[str]:
                 f"explorer.rollout_model.{key}: mode serve listens at explorer.listen_address "
                 "and explorer.proxy_port; set those instead"
             )
+    if config.cluster.node_num > 1:
+        problems.append(
+            f"cluster.node_num = {config.cluster.node_num}: mode serve on several nodes is not "
+            "supported yet; set 1"
+        )
     if explorer.auxiliary_models:
         problems.append(
             "explorer.auxiliary_models: mode serve starts only the rollout model (auxiliary "

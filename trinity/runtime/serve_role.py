@@ -7,8 +7,9 @@ serve routes on (``engine/serve_routes.py``), and then only moves weights: each 
 trainer publishes is loaded into the engine between batches (the engine's one worker thread
 never loads while it generates), so a request in flight finishes on the weights it started
 with and none is dropped. The run ends when the trainer has trained ``buffer.total_steps``
-steps. When the trainer fails, the endpoint answers 503 with the trainer's error for
-``FAILURE_NOTICE_S`` seconds (clients learn why), then the run stops with that failure.
+steps. Once training stops, the endpoint answers 503 for ``STOP_NOTICE_S`` seconds saying
+why (finished; or failed, with the trainer's error), so clients learn it rather than find
+the port closed, then stops; a failed trainer then fails the run.
 
 ``EndpointHooks`` is what the server calls for each request, in the engine's process: the
 bookkeeping is the queue host's (``queue_host.py``), the trainer's state the synchronizer's.
@@ -30,9 +31,9 @@ from trinity.utils.loop_host import LoopHost
 
 logger = logging.getLogger(__name__)
 
-# How long the endpoint answers 503 after the trainer failed, before the run stops: long
-# enough for clients in a loop to see the reason, short enough not to hold a dead run.
-FAILURE_NOTICE_S = 5.0
+# How long the endpoint answers 503 once training stopped, before it closes: long enough
+# for clients in a loop to see why, short enough not to hold a finished or dead run.
+STOP_NOTICE_S = 5.0
 
 
 async def _off_loop(fn: Callable[..., Any], *args: Any) -> Any:
@@ -144,13 +145,12 @@ class ServeRole(ExplorerRole):
         return start_step
 
     def run(self) -> int:
-        """Load each version the trainer publishes until it has finished; the last version."""
+        """Load each version the trainer publishes until it has stopped; the last version
+        served."""
         try:
             while call(self.sync_actor, "trainer_state") == "running":
                 self._load_newer(WAIT_SLICE_S)
-            self._load_newer(0.0)  # the final weights, for the clients' last requests
-            if call(self.sync_actor, "trainer_state") != "finished":
-                self._notice_failure()
+            self._notice(call(self.sync_actor, "trainer_state"))
             return self.loaded_version
         except BaseException:
             logger.exception("the server failed")
@@ -159,23 +159,30 @@ class ServeRole(ExplorerRole):
             self.close()
 
     def _load_newer(self, wait: float) -> None:
-        """Load weights newer than the engine's, waiting up to ``wait`` seconds for them."""
+        """Load weights newer than the engine's, waiting up to ``wait`` seconds for them; an
+        engine Ray restarted (with its initial weights) gets the current ones back."""
         try:
             found = call(self.sync_actor, "wait_for", self.loaded_version + 1, wait)
         except RuntimeError:  # the trainer failed before publishing that version
             return
-        if found is not None and found[0] > self.loaded_version and found[1]:
+        if found is None or found[0] <= self.loaded_version:
+            if min(call_all(self.engines, "model_version")) >= self.loaded_version:
+                return
+            found = call(self.sync_actor, "wait_for", self.loaded_version, 0.0)
+        if found is not None and found[1]:
             call_all(self.engines, "load_weights", found[1][0], found[0])
             self.loaded_version = found[0]
             logger.info("serving model version %d", found[0])
 
-    def _notice_failure(self) -> None:
+    def _notice(self, trainer_state: str) -> None:
         """Keep answering 503 (``EndpointHooks.available``) for a while, then end."""
-        logger.error(
-            "the trainer failed: the endpoint answers 503 for %gs, then the run stops",
-            FAILURE_NOTICE_S,
+        log = logger.info if trainer_state == "finished" else logger.error
+        log(
+            "training %s: the endpoint answers 503 for %gs, then stops",
+            trainer_state,
+            STOP_NOTICE_S,
         )
-        time.sleep(FAILURE_NOTICE_S)
+        time.sleep(STOP_NOTICE_S)
 
     def close(self) -> None:
         """Stop the endpoint (requests in flight are answered first) and, in this process,
