@@ -47,8 +47,10 @@ class MIXCHORDPolicyLossFn(MIXPolicyLossFn):
       (each expert token weighted by ``p (1 - p)``), which keeps expert data from
       overwriting what the policy is sure of.
 
-    The defaults (``mu`` fixed at 0.1, phi on) are the paper's CHORD-phi setting; a CHORD-mu
-    run sets e.g. ``mu_peak: 0.9, mu_valley: 0.05, mu_decay_steps: 200``.
+    The defaults, upstream Trinity-RFT's, are CHORD-phi with a constant ``mu`` of 0.1; a
+    CHORD-mu run sets e.g. ``mu_peak: 0.9, mu_valley: 0.05, mu_decay_steps: 200``. phi is
+    about 0 where ``p`` is, so a policy that gives the expert's tokens almost no probability
+    (an untrained model) learns nothing from them with phi on: use plain SFT there.
 
     Args:
         mu_warmup_steps: optimiser steps over which ``mu`` rises linearly from 0 to the peak.
