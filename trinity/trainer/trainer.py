@@ -32,7 +32,12 @@ from trinity.trainer import checkpoint as ckpt
 from trinity.trainer import lora
 from trinity.trainer.critic import Critic
 from trinity.trainer.distributed import as_number
-from trinity.trainer.policy_step import LossFns, accumulate_gradients, reference_logprobs
+from trinity.trainer.policy_step import (
+    LossFns,
+    accumulate_gradients,
+    loss_inputs,
+    reference_logprobs,
+)
 from trinity.utils.device import DTYPES, attention_kwargs, compute_in, peak_memory_gb, role_device
 from trinity.utils.openmp import release_workers
 
@@ -231,8 +236,10 @@ class Trainer:
         return self.settings[key] if self.settings[dynamic_key] else None
 
     def _batch(self, experiences: List[Experience]) -> ExperienceBatch:
-        """Pad experiences and lift per-row flags that components read by name."""
+        """Pad experiences and lift per-row flags that components read by name; ``step``
+        (every row: the step being trained) is for losses on a schedule (``mix_chord``)."""
         batch = ExperienceBatch.from_experiences(experiences, self.tokenizer.pad_token_id)
+        batch.extra["step"] = torch.full((len(experiences),), float(self.step))
         for flag, name, default in (
             ("is_expert", "expert_mask", 0.0),
             ("sample_weight", "sample_weight", 1.0),
@@ -304,8 +311,12 @@ class Trainer:
         # first pass, which scores with the weights the explorer sampled from (before any
         # update): no extra forward pass.
         scored: Optional[List[torch.Tensor]] = [] if self.correction is None else None
+        loss = self.fns.policy_loss
         for epoch in range(self.settings["ppo_epochs"]):
             self.optimizer.zero_grad(set_to_none=True)
+            if loss.batch_keys:  # whole-batch inputs (M2PO's mask) at this epoch's weights
+                scores = self._score(self.model, batch)
+                batch.extra.update(loss.batch_inputs(**loss_inputs(loss.batch_keys, batch, scores)))
             totals = self._accumulate(batch, max_tokens, scored if epoch == 0 else None)
             grad_norm = as_number(
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings["grad_clip"])
