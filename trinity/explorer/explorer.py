@@ -56,6 +56,7 @@ class Explorer:
         self.log = log
         self.step = start_step
         self.version = start_step
+        self.evaluated_version = start_step  # fixed: the version the last evaluation waited for
         self.report = report or Reporter(None, "explorer")
         # data_processor.experience_pipeline
         self.pipeline = build_experience_pipeline(config, needs_groups(config))
@@ -195,18 +196,24 @@ class Explorer:
                 due = cfg.eval_interval and self.step % cfg.eval_interval == 0
                 if due and not (dynamic and self.step == last):  # that one waits for the end
                     self._eval_after_update(self.step)
-        if dynamic or not (cfg.eval_interval and self.step % cfg.eval_interval == 0):
+        evaluated = cfg.eval_interval and self.step % cfg.eval_interval == 0
+        if dynamic or not evaluated or self.evaluated_version < self.step:  # final weights, once
             self._eval_after_update(self.step, final=True)
         return self.step
 
     def _eval_after_update(self, step: int, final: bool = False) -> None:
         """Evaluate at explore step ``step``. ``fixed``: the weights of trainer step ``step``
-        (waits for the trainer if behind). Dynamic styles: the newest weights, and after the
-        last step the trainer's final ones (it trains on what is left first)."""
+        (waits for the trainer if behind); between two syncs, the newest the trainer published
+        (it publishes every ``sync_interval`` steps and at its end: waiting for ``step``
+        itself would wait for an update that waits for this explorer). Dynamic styles: the
+        newest weights, and after the last step the trainer's final ones (it trains on what
+        is left first)."""
         if not self.eval_readers or step <= 0:
             return
         if self.config.synchronizer.sync_style not in DYNAMIC_STYLES:
-            self.version = self.sync(Wanted(step))
+            every, last = self.config.synchronizer.sync_interval, self.config.buffer.total_steps
+            self.evaluated_version = step if final or step == last else step - step % every
+            self.version = self.sync(Wanted(self.evaluated_version))
         else:
             self.version = self.sync(Wanted(None, final=True) if final else Wanted(0))
         self.evaluate(step)
