@@ -66,6 +66,15 @@ SHAPES: Dict[str, Dict[str, Any]] = {
     "micro-vocab": dict(TINY_PRESETS["micro"], num_kv_heads=2, vocab_size=151936),
 }
 
+# algorithm.rollout_correction of the stage with --rollout-correction (veRL's key names)
+CORRECTION = {
+    "rollout_is": "token",
+    "rollout_is_threshold": 2.0,
+    "rollout_rs": "token",
+    "rollout_rs_threshold": 2.0,
+    "rollout_rs_threshold_lower": 0.5,
+}
+
 # Peak dense bf16 FLOP/s by the card's name (NVIDIA's data sheets, without sparsity).
 PEAK_BF16 = {"H100 PCIe": 756e12, "H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}
 
@@ -97,7 +106,12 @@ def stage_config(root: str, model: str, data: Dict[str, str], args: Any) -> str:
             "max_prompt_tokens": 32,
             "max_response_tokens": args.response_tokens,
         },
-        "algorithm": {"algorithm_type": "grpo", "repeat_times": args.repeat},
+        "algorithm": {
+            "algorithm_type": "grpo",
+            "repeat_times": args.repeat,
+            # token-level truncated IS and a ratio band: the bf16 engine's logprobs differ
+            **({"rollout_correction": CORRECTION} if args.rollout_correction else {}),
+        },
         "buffer": {
             "batch_size": args.tasks,
             "total_steps": args.steps,
@@ -380,6 +394,8 @@ def summarize_stage(stage: Dict[str, Any], params: int, peak: float) -> Dict[str
             "seconds": [round(sec, 3) for _, sec in stage["engine_batches"]],
         },
         "actor_ppo_kl_step1": first.get("actor/ppo_kl"),
+        # engine against trainer logprobs (logged every step) and the correction's figures
+        "rollout_corr_step1": {k: v for k, v in first.items() if k.startswith("rollout_corr/")},
     }
 
 
@@ -401,6 +417,9 @@ def main(argv: List[str] | None = None) -> Dict[str, Any]:
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per figure")
     parser.add_argument(
         "--param-dtype", default=None, help="the trainer's compute dtype; unset: the machine's"
+    )
+    parser.add_argument(
+        "--rollout-correction", action="store_true", help="the stage corrects as CORRECTION says"
     )
     parser.add_argument("--out", default=None, help="JSON path; default docs/results/...")
     parser.add_argument("--work-dir", default=None, help="model, data, run; default: a temp dir")

@@ -1,6 +1,13 @@
 """Learning checks for the algorithm library, each from the same SFT warm-up checkpoint.
 
-- ``ppo`` (with critic) and ``rloo``: held-out greedy accuracy on the arithmetic test set.
+- the RL algorithms of ``RL_CHECKS`` (``ppo`` with its critic, ``grpo``, ``rloo``, ``topr``,
+  ``asymre``, ``rec``, ``sppo``, ``sapo``, ``m2po``): held-out greedy accuracy on the
+  arithmetic test set, each the quickstart's GRPO stage with only ``algorithm_type`` changed;
+  ``--sync-interval 4`` trains them on data up to 3 updates stale (``<name>_sync4``).
+- ``mix_chord``: CHORD from the untrained model, RL rows plus as many rows of the SFT data
+  each step, against SFT-then-GRPO (the warm-up, then ``grpo``): held-out accuracy.
+- ``on_policy_distill`` and ``jsd``: the warm-up distilled from ``--teacher`` (e.g. a
+  ``grpo`` check's final weights) on its own samples, no reward: held-out accuracy.
 - ``lora``: the same for GRPO training only a LoRA adapter (``LORA_OVERRIDES``; ``--lora-lr``).
 - ``dpo``: on generated (correct, wrong) answer pairs, the chosen-over-rejected
   log-likelihood margin on held-out pairs.
@@ -12,6 +19,8 @@
   ships (its ``prepare_*`` defaults and YAML). ``guess_number_gigpo`` is the same example
   with ``algorithm_type: gigpo``, trained from the SFT warm-up ``guess_number`` wrote (the
   finished SFT stage is resumed, not rerun) when both run in one call.
+- ``selectors``: task selectors compared by steps and seconds to a held-out accuracy target,
+  GRPO from the quickstart's SFT warm-up with each (``bench/selector_check.py``).
 - ``smollm2`` (and ``smollm2_lora``, ``smollm2_sft``, ``smollm2_dpo``): the real model of
   ``examples/smollm2`` (needs the ``smollm2`` extra), GRPO as shipped with held-out greedy
   accuracy; SFT on chat ``messages``, held-out answer NLL; DPO, held-out margin.
@@ -25,6 +34,8 @@ Usage::
         --out docs/results/guess_number_gigpo.json
     python bench/learning_checks.py --only smollm2 --out docs/results/smollm2.json \
         --plot docs/results/smollm2.png
+    python bench/learning_checks.py --only selectors --sft-checkpoint CKPT/hf --data ./quickstart \
+        --steps 40 --out docs/results/selectors.json
 
 Writes one JSON file with every curve and prints one line per check. It measures;
 it asserts nothing.
@@ -54,9 +65,32 @@ from trinity.monitor import read_metrics
 from trinity.runtime.launcher import run
 from trinity.trainer.policy_step import response_logprobs
 
+try:  # imported from the repository root, or run as a script from bench/
+    from bench.selector_check import SELECTORS, selector_checks
+except ImportError:
+    from selector_check import SELECTORS, selector_checks
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "examples", "quickstart", "arithmetic.yaml")
-QUICKSTART_CHECKS = ("ppo", "rloo", "topr", "asymre", "dpo", "sft", "lora")
+RL_CHECKS = ("ppo", "grpo", "rloo", "topr", "asymre", "rec", "sppo", "sapo", "m2po")
+DISTILL_CHECKS = ("on_policy_distill", "jsd")
+QUICKSTART_CHECKS = (*RL_CHECKS, "mix_chord", *DISTILL_CHECKS, "dpo", "sft", "lora")
+# CHORD-mu (arXiv:2508.11408): mostly SFT at first, mostly RL at the end; RL rows as GRPO's
+# (train_batch_size = 2 x 128, half expert rows), so only the expert rows are added. One lr
+# serves both terms: the warm-up's SFT lr (5e-4), decayed by a cosine to GRPO's 3e-5 (at the
+# RL stage's 3e-5 throughout, 50 steps from the untrained model left accuracy at 0).
+CHORD_OVERRIDES = [
+    "buffer.train_batch_size=256",
+    "algorithm.optimizer.lr=5e-4",
+    "algorithm.optimizer.lr_scheduler_type=cosine",
+    "algorithm.optimizer.min_lr_ratio=0.06",
+    # CHORD-mu uses the plain SFT loss: phi = p (1 - p) is ~0 on an untrained model's tokens
+    # (p ~ 1 / vocabulary), so CHORD-phi's weighting would keep the expert data from teaching
+    "algorithm.policy_loss_fn_args={mu_peak: 0.9, mu_valley: 0.05, mu_decay_steps: %d, "
+    "enable_phi_function: false}",
+    "buffer.trainer_input.auxiliary_buffers={sft_dataset: {name: sft_dataset, storage_type: "
+    "file, path: %s, format: {prompt_key: prompt, response_key: response}}}",
+]
 # GRPO with an adapter on every Linear layer; LoRA wants a higher lr than the full model's
 # 3e-5 (the adapter starts at zero and holds few parameters): --lora-lr.
 LORA_OVERRIDES = ["model.lora_configs=[{lora_rank: 16, lora_alpha: 32}]"]
@@ -72,14 +106,22 @@ def _rl_config() -> str:
     return path
 
 
-def rl_check(algorithm: str, ckpt: str, steps: int, extra: List[str], name: str = "") -> Dict:
+def rl_check(
+    algorithm: str, ckpt: str, steps: int, extra: List[str], name: str = "", sync: int = 1
+) -> Dict:
+    """``steps`` of ``algorithm`` from ``ckpt``, evaluated about 4 times; ``sync``: the
+    synchronizer's sync_interval (the explorer samples with weights up to ``sync - 1``
+    updates old), each evaluation then falling on a sync."""
+    interval = max(sync, steps // 4 // sync * sync)  # eval weights exist at syncs only
     overrides = [
         f"name={name or algorithm}",
+        "continue_from_checkpoint=false",  # a fresh run (<name>_<time>), never an old one's end
         f"algorithm.algorithm_type={algorithm}",
         f"model.model_path={ckpt}",
         f"model.critic_model_path={ckpt}",
         f"buffer.total_steps={steps}",
-        f"explorer.eval_interval={max(1, steps // 4)}",
+        f"explorer.eval_interval={interval}",
+        f"synchronizer.sync_interval={sync}",
         *extra,
     ]
     (result,) = run(_rl_config(), overrides, [])
@@ -378,7 +420,13 @@ def main() -> None:
     parser.add_argument("--data", help="the quickstart folder (data/rl, data/sft)")
     parser.add_argument("--out", default="learning_checks.json")
     parser.add_argument("--steps", type=int, help="RL steps (quickstart: 40; multi-turn: YAML's)")
-    parser.add_argument("--only", nargs="*", default=list(QUICKSTART_CHECKS))
+    default = [c for c in QUICKSTART_CHECKS if c not in DISTILL_CHECKS]  # they need --teacher
+    parser.add_argument("--only", nargs="*", default=default)
+    parser.add_argument("--chord-steps", type=int, default=200, help="mix_chord: its steps")
+    parser.add_argument("--teacher", help="on_policy_distill, jsd: the teacher's HF folder")
+    parser.add_argument(
+        "--sync-interval", type=int, default=1, help="RL checks: on stale data (e.g. m2po)"
+    )
     # 2e-4: the best of 2e-4, 5e-4, 2e-3, 5e-3 (docs/results/lora.json); 2e-3 and up unlearn
     parser.add_argument("--lora-lr", type=float, default=2e-4, help="lora: the adapter's lr")
     parser.add_argument("--plot", help="multi-turn: PNG of its curves (needs matplotlib)")
@@ -390,10 +438,20 @@ def main() -> None:
     parser.add_argument(
         "--override", nargs="*", default=[], help="multi-turn and smollm2: config overrides"
     )
+    parser.add_argument("--selectors", nargs="*", default=list(SELECTORS))
+    parser.add_argument("--target-gain", type=float, default=0.15, help="selectors: over step 0")
+    parser.add_argument("--eval-every", type=int, default=2, help="selectors: eval interval")
+    parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2], help="selectors")
+    parser.add_argument("--prior-samples", type=int, default=4, help="selectors: per task")
     args = parser.parse_args()
-    quickstart = [c for c in args.only if c in QUICKSTART_CHECKS]
+    unknown = [s for s in args.selectors if s not in SELECTORS]
+    if unknown:
+        parser.error(f"--selectors {unknown}: choose among {', '.join(SELECTORS)}")
+    quickstart = [c for c in args.only if c in (*QUICKSTART_CHECKS, "selectors")]
     if quickstart and not (args.sft_checkpoint and args.data):
         parser.error(f"{', '.join(quickstart)} need --sft-checkpoint and --data")
+    if set(args.only) & set(DISTILL_CHECKS) and not args.teacher:
+        parser.error(f"{' and '.join(DISTILL_CHECKS)} need --teacher")
     # Read by every Ray worker's OpenMP at start: threads that spin while a peer waits for a
     # busy core made a micro SFT step ~10x slower on a shared 2-core machine (0.2 s vs 2+ s).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -412,13 +470,19 @@ def main() -> None:
     if quickstart:
         results.update(quickstart_checks(args, quickstart))
     for check, result in results.items():
-        print(f"{check}: {result['before']:.3f} -> {result['after']:.3f}")
+        if check == "selectors":
+            for arm, r in result.items():
+                if arm != "prior":
+                    print(f"{arm}: steps to {r['target']:.3f}: {r['steps_to_target']}")
+        else:
+            print(f"{check}: {result['before']:.3f} -> {result['after']:.3f}")
     with open(args.out, "w") as f:
         json.dump(results, f, indent=2)
 
 
 def quickstart_checks(args: argparse.Namespace, checks: List[str]) -> Dict[str, Dict]:
-    """ppo, rloo, topr, asymre, dpo, sft and lora from the quickstart's SFT warm-up."""
+    """The RL and distillation checks, dpo, sft, lora and selectors from the quickstart's SFT
+    warm-up; mix_chord from the untrained model."""
     os.environ["TRINITY_QUICKSTART_DIR"] = os.path.abspath(args.data)
     rl_dir = os.path.join(args.data, "data", "rl")
     train, test = (
@@ -428,11 +492,29 @@ def quickstart_checks(args: argparse.Namespace, checks: List[str]) -> Dict[str, 
     args.steps = args.steps or 40
     results: Dict[str, Dict] = {}
     for algorithm in checks:
-        if algorithm in ("ppo", "rloo", "topr", "asymre"):
+        if algorithm in RL_CHECKS:
             extra = (
                 ["algorithm.repeat_times=1", "buffer.batch_size=64"] if algorithm == "ppo" else []
             )
-            results[algorithm] = rl_check(algorithm, args.sft_checkpoint, args.steps, extra)
+            key = algorithm if args.sync_interval == 1 else f"{algorithm}_sync{args.sync_interval}"
+            results[key] = rl_check(
+                algorithm, args.sft_checkpoint, args.steps, extra, key, args.sync_interval
+            )
+        elif algorithm in DISTILL_CHECKS:
+            teacher = [f"explorer.auxiliary_models=[{{model_path: {args.teacher}}}]"]
+            result = rl_check(algorithm, args.sft_checkpoint, args.steps, teacher)
+            results[algorithm] = {**result, "teacher": args.teacher}
+        elif algorithm == "mix_chord":
+            steps = args.chord_steps
+            sft_dir = os.path.abspath(os.path.join(args.data, "data", "sft"))
+            *fixed, schedule, expert = CHORD_OVERRIDES
+            extra = [*fixed, schedule % steps, expert % sft_dir]
+            base = os.path.abspath(os.path.join(args.data, "model"))
+            results["mix_chord"] = {
+                **rl_check("mix_chord", base, steps, extra),
+                "from": "the untrained model (no SFT warm-up)",
+                "overrides": extra,
+            }
         elif algorithm == "lora":
             extra = [*LORA_OVERRIDES, f"algorithm.optimizer.lr={args.lora_lr}"]
             result = rl_check("grpo", args.sft_checkpoint, args.steps, extra, name="lora")
@@ -448,6 +530,10 @@ def quickstart_checks(args: argparse.Namespace, checks: List[str]) -> Dict[str, 
                 "after": margin(final, heldout),
                 "metric": "mean log p(chosen) - log p(rejected), held-out pairs",
             }
+        elif algorithm == "selectors":
+            results["selectors"] = selector_checks(
+                _rl_config(), args.sft_checkpoint, args.data, args.steps, args
+            )
         elif algorithm == "sft":
             sft_dir = os.path.join(args.data, "data", "sft")
             fmt = "{prompt_key: prompt, response_key: response}"

@@ -27,6 +27,10 @@ RL_TYPES = {
     "drgrpo": ["algorithm.repeat_times=4"],
     "gspo": ["algorithm.repeat_times=4"],
     "cispo": ["algorithm.repeat_times=4"],
+    "rec": ["algorithm.repeat_times=4"],
+    "sppo": ["algorithm.repeat_times=4"],
+    "sapo": ["algorithm.repeat_times=4"],
+    "m2po": ["algorithm.repeat_times=4"],
 }
 
 
@@ -60,18 +64,26 @@ def test_rl_algorithm_trains(name, tmp_path, micro_model, arithmetic_data, ray_c
         assert os.path.exists(os.path.join(result.job_dir, "global_step_2", "critic.pt"))
 
 
-def test_mix_trains_on_rl_and_expert_data(tmp_path, micro_model, arithmetic_data, ray_cluster):
+@pytest.mark.parametrize("name, sft_metric", [("mix", "sft_loss"), ("mix_chord", "sft_phi_loss")])
+def test_mix_trains_on_rl_and_expert_data(
+    name, sft_metric, tmp_path, micro_model, arithmetic_data, ray_cluster
+):
     sft = arithmetic_data["sft"]
-    overrides = _rl_overrides(tmp_path, micro_model, arithmetic_data, "mix", [])
+    overrides = _rl_overrides(tmp_path, micro_model, arithmetic_data, name, [])
     overrides += [
         "algorithm.repeat_times=4",
         "buffer.trainer_input.auxiliary_buffers={sft_dataset: {name: sft_dataset, storage_type:"
         f" file, path: {sft}, format: {{prompt_key: prompt, response_key: response}}}}}}",
     ]
+    if name == "mix_chord":  # mu decays from 0.9 over the 2 steps: 0.9, then 0.05
+        overrides += ["algorithm.policy_loss_fn_args={mu_peak: 0.9, mu_valley: 0.05, "
+                      "mu_decay_steps: 1}"]  # fmt: skip
     (result,) = run(CONFIG, overrides, [PLUGINS])
     trainer = _finite_losses(result.job_dir)
     assert all(r["sample/expert_count"] > 0 for r in trainer)
-    assert all("actor/expert/sft_loss" in r for r in trainer)
+    assert all(f"actor/expert/{sft_metric}" in r for r in trainer)
+    if name == "mix_chord":
+        assert [r["actor/mu"] for r in trainer] == pytest.approx([0.9, 0.05])
     assert weights_changed(micro_model, result.final_hf)
 
 
@@ -121,13 +133,16 @@ def test_guide_opmd_example_as_plugin(tmp_path, micro_model, arithmetic_data, ra
         assert "sample_strategy: warmup" in f.read()
 
 
-def test_on_policy_distill_from_a_teacher(tmp_path, micro_model, arithmetic_data, ray_cluster):
+@pytest.mark.parametrize("name, divergence", [("on_policy_distill", "reverse_kl"), ("jsd", "jsd")])
+def test_distill_from_a_teacher(
+    name, divergence, tmp_path, micro_model, arithmetic_data, ray_cluster
+):
     from trinity.demo.tiny import build_tiny_preset
 
     teacher = build_tiny_preset(str(tmp_path / "teacher"), "micro", seed=1)
-    overrides = _rl_overrides(tmp_path, micro_model, arithmetic_data, "on_policy_distill", [])
+    overrides = _rl_overrides(tmp_path, micro_model, arithmetic_data, name, [])
     overrides += [f"explorer.auxiliary_models=[{{model_path: {teacher}}}]"]
     (result,) = run(CONFIG, overrides, [PLUGINS])
     trainer = _finite_losses(result.job_dir)
-    assert all(r["distill/reverse_kl"] > 0 for r in trainer)  # two random models disagree
+    assert all(r[f"distill/{divergence}"] > 0 for r in trainer)  # two random models disagree
     assert weights_changed(micro_model, result.final_hf)

@@ -92,8 +92,10 @@ def test_build_a_grpo_config_from_scratch_save_and_load(
     # the first paint shows the defaults' check, which came with the form: no "checking..."
     assert "model.model_path is required" in _problems(browser)
     # a value the schema names but this build cannot run is shown, and cannot be picked
-    serve = browser.find_element(By.CSS_SELECTOR, 'select[name="mode"] option[value=\'"serve"\']')
-    assert serve.text == "serve (not supported yet)" and not serve.is_enabled()
+    _open(browser, "synchronizer")
+    option = 'select[name="synchronizer.sync_method"] option[value=\'"nccl"\']'
+    nccl = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, option))
+    assert nccl.text == "nccl (not supported yet)" and not nccl.is_enabled()
     _type(browser, "checkpoint_root_dir", str(tmp_path / "checkpoints"))
     _open(browser, "model")
     _type(browser, "model.model_path", micro_model)
@@ -115,6 +117,11 @@ def test_build_a_grpo_config_from_scratch_save_and_load(
     _open(browser, "buffer.explorer_input.tasksets")
     browser.find_element(By.CSS_SELECTOR, '[data-add="buffer.explorer_input.tasksets"]').click()
     taskset = "buffer.explorer_input.tasksets.0"
+    # storage_type takes any registered storage: the ones that run here are suggested
+    kinds = browser.find_elements(
+        By.CSS_SELECTOR, f'datalist[id="runs-{taskset}.storage_type"] option'
+    )
+    assert sorted(k.get_attribute("value") for k in kinds) == ["file", "sql"]
     _type(browser, f"{taskset}.name", "arithmetic")
     _type(browser, f"{taskset}.path", arithmetic_data["rl"])
     _type(browser, f"{taskset}.split", "train")

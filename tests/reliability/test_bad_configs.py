@@ -525,6 +525,19 @@ CASES: List[Bad] = [
         },
     ),
     Bad(
+        "chord-without-expert-buffer",
+        ["algorithm.sample_strategy_args", "buffer.trainer_input.auxiliary_buffers.sft_dataset"],
+        set={
+            "algorithm": {"algorithm_type": "mix_chord", "repeat_times": 4},
+            "buffer.train_batch_size": 16,
+        },
+    ),
+    Bad(
+        "jsd-without-teacher",
+        ["algorithm.algorithm_type = jsd", "explorer.auxiliary_models[0].model_path"],
+        set={"algorithm": {"algorithm_type": "jsd", "repeat_times": 1}},
+    ),
+    Bad(
         "staleness-mode-typo",
         ["algorithm.sample_strategy_args", "staleness_control mode"],
         set={

@@ -24,29 +24,18 @@ from trinity.common.experience import Experience
 
 def test_registry_names():
     assert ALGORITHM_TYPE.names() == sorted(
-        [
-            "asymre",
-            "cispo",
-            "dapo",
-            "dpo",
-            "drgrpo",
-            "gigpo",
-            "grpo",
-            "gspo",
-            "mix",
-            "on_policy_distill",
-            "opmd",
-            "ppo",
-        ]
-        + ["reinforceplusplus", "remax", "rloo", "sft", "topr"]
+        ["asymre", "cispo", "dapo", "dpo", "drgrpo", "gigpo", "grpo", "gspo", "jsd", "m2po", "mix"]
+        + ["mix_chord", "on_policy_distill", "opmd", "ppo", "rec", "reinforceplusplus"]
+        + ["remax", "rloo", "sapo", "sft", "sppo", "topr"]
     )
     assert ADVANTAGE_FN.names() == sorted(
-        ["asymre", "gigpo", "grpo", "on_policy_distill", "opmd", "ppo", "reinforceplusplus"]
-        + ["reinforceplusplus_baseline", "remax", "rloo"]
+        ["asymre", "gigpo", "grpo", "jsd", "on_policy_distill", "opmd", "ppo", "rec"]
+        + ["reinforceplusplus", "reinforceplusplus_baseline", "remax", "rloo"]
     )
-    assert POLICY_LOSS_FN.names() == [
-        "cispo", "dpo", "gspo", "mix", "opmd", "ppo", "sft", "topr"
-    ]  # fmt: skip
+    assert POLICY_LOSS_FN.names() == sorted(
+        ["cispo", "dpo", "gspo", "m2po", "mix", "mix_chord", "opmd", "ppo", "rec", "sapo"]
+        + ["sft", "sft_phi", "sppo", "topr"]
+    )
     assert ENTROPY_LOSS_FN.names() == ["default", "mix", "none"]
     assert SAMPLE_STRATEGY.names() == ["dapo", "default", "mix", "staleness_control", "warmup"]
     assert "k2" in KL_FN

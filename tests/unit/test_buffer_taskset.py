@@ -160,8 +160,9 @@ def test_resume_continues_where_it_stopped(data_dir):
 
 
 def test_unknown_selector_names_the_key_and_choices(data_dir):
-    s = storage(data_dir, task_selector=SimpleNamespace(selector_type="random", seed=1))
-    with pytest.raises(ValueError, match="task_selector.selector_type.*'random'.*sequential"):
+    s = storage(data_dir, task_selector=SimpleNamespace(selector_type="randm", seed=1))
+    match = "task_selector.selector_type.*'randm'.*did you mean 'random'.*sequential"
+    with pytest.raises(ValueError, match=match):
         TaskReader(s)
 
 

@@ -143,7 +143,7 @@ def test_reference_marks_what_does_not_run_here(reference: Dict[str, Any]) -> No
     runs = {row.path: row.runs for row in reference["rows"]()}
     assert runs["model.rope_theta"] == "only unset; any other value: not supported yet"
     assert runs["synchronizer.sync_method"] == "yes, except `nccl`: not supported yet"
-    assert runs["mode"] == "yes, except `serve`: not supported yet"
+    assert runs["mode"] == "yes"
     assert runs["stages[i].mode"] == runs["mode"]
     assert runs["trainer.save_strategy"].startswith("no effect here: ")
     # below an inert section, every key has no effect

@@ -18,6 +18,9 @@ class Reader:
     def read_all(self):
         return [Task(taskset_name="test", index=0, is_eval=True)]
 
+    def feedback(self, rewards):
+        pass
+
 
 class Pool:
     """Records each call; with ``enough``, the tasks after the first ``enough`` are left behind."""
@@ -54,6 +57,18 @@ def explore(tmp_path, *overrides):
 def test_fixed_waits_for_versions_and_evaluates_the_last_step_once(tmp_path):
     asked, _, _ = explore(tmp_path, "synchronizer.sync_interval=2", "explorer.eval_interval=5")
     assert asked == [(s, Wanted(v)) for s, v in [(1, 0), (2, 0), (3, 2), (4, 2), (5, 4), (5, 5)]]
+
+
+def test_fixed_evaluates_the_newest_published_weights_between_syncs(tmp_path):
+    """Sync every 2 steps, evaluate every 3 of 5: at step 3 the trainer has published
+    version 2 and publishes 4 only after explore step 4, which waits for this evaluation:
+    the evaluation takes version 2. The last step's evaluation takes the final weights."""
+    asked, pool, _ = explore(tmp_path, "synchronizer.sync_interval=2", "explorer.eval_interval=3")
+    assert asked == [
+        (s, Wanted(v)) for s, v in [(1, 0), (2, 0), (3, 2), (3, 2), (4, 2), (5, 4), (5, 5)]
+    ]
+    evals = [label for label, *_ in pool.calls if "eval" in label]
+    assert evals == ["eval of test at step 0", "eval of test at step 3", "eval of test at step 5"]
 
 
 def test_explorer_driven_asks_every_interval_and_its_last_eval_waits_for_the_end(tmp_path):

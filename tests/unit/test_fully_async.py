@@ -31,6 +31,9 @@ class Reader:
     def read_all(self):
         return [Task(taskset_name="test", index=0, is_eval=True)]
 
+    def feedback(self, rewards):
+        pass
+
 
 class LifoPool:
     """``stream`` with ``capacity`` tasks in flight, finishing the newest first: later steps

@@ -60,7 +60,7 @@ def test_mix_gradient_of_expert_row():
 def test_mix_side_without_rows_contributes_zero():
     only_expert, m1 = call(mix(mu=0.1), rows=[1])
     assert only_expert.item() == pytest.approx(0.1 * 1.5, abs=1e-6)
-    assert set(m1) == {"expert/sft_loss"}
+    assert set(m1) == {"expert/sft_loss", "mu"}
     only_rl, m2 = call(mix(mu=0.1), rows=[0, 2])
     assert only_rl.item() == pytest.approx(0.9 * 0.32, abs=1e-6)
     assert "expert/sft_loss" not in m2
@@ -87,6 +87,7 @@ def test_mix_checks():
         "action_mask",
         "advantages",
         "expert_mask",
+        "step",
         "rollout_is_weights",
     )
     assert cls.default_args() == {

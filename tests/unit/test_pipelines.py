@@ -2,11 +2,11 @@
 
 import textwrap
 
-import datasets
 import pytest
 
 from trinity.buffer.operators.data_juicer import INSTALL, DataJuicerOperator, data_juicer_missing
 from trinity.buffer.pipelines import ExperiencePipeline, TaskPipeline, build_operators
+from trinity.buffer.rows import Rows
 from trinity.common.config import ConfigError, load_config
 from trinity.common.config.schema_misc import OperatorConfig, TaskPipelineConfig
 from trinity.common.experience import Experience
@@ -62,19 +62,19 @@ def _task_pipeline(tmp_path, operators, target_fields=()):
     return TaskPipeline(ops(*operators), config)
 
 
-def test_task_pipeline_keeps_rows_and_features(tmp_path):
-    data = datasets.Dataset.from_list(
+def test_task_pipeline_keeps_rows_and_column_types(tmp_path):
+    data = Rows.from_list(
         [
-            {"question": "1+1", "answer": "2"},
-            {"question": "1+1", "answer": "3"},
-            {"question": "10+10", "answer": "20"},
+            {"question": "1+1", "answer": 2},
+            {"question": "1+1", "answer": 3},
+            {"question": "10+10", "answer": 20},
         ]
     )
     config = _config(tmp_path, "/m", str(tmp_path))
     storage = config.buffer.explorer_input.tasksets[0]
     pipeline = _task_pipeline(tmp_path, [("deduplicator", {})])
     out = pipeline.apply(data, storage)  # the taskset's prompt_key is question
-    assert out.to_list() == [data[0], data[2]] and out.features == data.features
+    assert out.to_list() == [data[0], data[2]] and out.table.schema == data.table.schema
     both = _task_pipeline(tmp_path, [("deduplicator", {})], ["question", "answer"])
     assert len(both.apply(data, storage)) == 3
     short = _task_pipeline(tmp_path, [("length_filter", {"max_length": 3, "unit": "characters"})])
@@ -82,7 +82,7 @@ def test_task_pipeline_keeps_rows_and_features(tmp_path):
 
 
 def test_task_pipeline_that_keeps_nothing_is_an_error(tmp_path):
-    data = datasets.Dataset.from_list([{"question": "1+1", "answer": "2"}])
+    data = Rows.from_list([{"question": "1+1", "answer": "2"}])
     storage = _config(tmp_path, "/m", str(tmp_path)).buffer.explorer_input.tasksets[0]
     pipeline = _task_pipeline(
         tmp_path, [("length_filter", {"min_length": 99, "unit": "characters"})]

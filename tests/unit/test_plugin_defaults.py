@@ -78,7 +78,15 @@ def test_guide_opmd_without_schema_trains_a_step(
 
 def test_needs_groups_is_declared_by_the_group_based_advantages():
     grouped = {name for name in ADVANTAGE_FN if ADVANTAGE_FN.get(name).needs_groups}
-    assert grouped == {"asymre", "gigpo", "grpo", "opmd", "rloo", "reinforceplusplus_baseline"}
+    assert grouped == {
+        "asymre",
+        "gigpo",
+        "grpo",
+        "opmd",
+        "rec",
+        "rloo",
+        "reinforceplusplus_baseline",
+    }
     by_turn = {name for name in ADVANTAGE_FN if ADVANTAGE_FN.get(name).needs_turn_states}
     assert by_turn == {"gigpo"}
 

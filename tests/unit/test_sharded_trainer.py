@@ -307,3 +307,58 @@ def test_checkpoint_metadata_cannot_run_code(tmp_path):
 
     with pytest.raises(pickle.UnpicklingError, match="is not part of checkpoint metadata"):
         _MetadataUnpickler(__import__("io").BytesIO(pickle.dumps(Exploit()))).load()
+
+
+def _m2po_rank(rank: int, world: int, port: int, config_path: str, out: str) -> None:
+    """One rank of an M2PO step: its mask comes from the whole batch, gathered across ranks."""
+    from trinity.common.config import load_config
+    from trinity.trainer.distributed import close_group, init_group
+    from trinity.trainer.sharded import ShardedTrainer
+
+    torch.set_num_threads(1)
+    ranks = init_group(rank, world, port, timeout_s=300)
+    trainer = ShardedTrainer(
+        finalize(load_config(config_path)), 4, log=lambda metrics, step: None, ranks=ranks
+    )
+    trainer.prepare_model()
+    trainer.attach_reader(reader=None)
+    trainer.step = 1
+    metrics = trainer.train_step(experiences(trainer.tokenizer))
+    grads = _grads(trainer.model)
+    if rank == 0:
+        save_file(grads, os.path.join(out, "grads.safetensors"))
+        with open(os.path.join(out, "result.json"), "w") as f:
+            json.dump(metrics, f)
+    close_group()
+
+
+def test_m2po_two_ranks_step_equals_the_one_rank_step(tmp_path, micro_model, arithmetic_data):
+    import torch.multiprocessing as mp
+
+    from trinity.common.config import load_config
+    from trinity.trainer.distributed import free_port
+    from trinity.trainer.trainer import Trainer
+
+    def config(root: str, ranks: int) -> str:
+        path = write_config(root, micro_model, arithmetic_data["rl"], ranks)
+        with open(path) as f:
+            text = f.read().replace("algorithm_type: grpo", "algorithm_type: m2po")
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    two = str(tmp_path / "two")
+    mp.spawn(_m2po_rank, args=(2, free_port(), config(two, 2), two), nprocs=2)
+    with open(os.path.join(two, "result.json")) as f:
+        two_metrics = json.load(f)
+    trainer = Trainer(
+        finalize(load_config(config(str(tmp_path / "one"), 1))), 4, log=lambda m, s: None
+    )
+    trainer.prepare_model()
+    trainer.attach_reader(reader=None)
+    trainer.step = 1
+    one_metrics = trainer.train_step(experiences(trainer.tokenizer))
+    assert 0 < one_metrics["actor/m2po_masked_frac"] < 1
+    for key in ("actor/m2po_masked_frac", "actor/pg_loss", "actor/grad_norm"):
+        assert two_metrics[key] == pytest.approx(one_metrics[key], abs=1e-5), key
+    _assert_close(load_file(os.path.join(two, "grads.safetensors")), _grads(trainer.model))

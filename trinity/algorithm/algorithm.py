@@ -202,10 +202,51 @@ BUILTIN_ALGORITHMS: Dict[str, BuiltinAlgorithm] = {
         "state (the workflow records turn_states); PPO clipped loss, k2 KL loss as GRPO.",
         _rl(repeat_times=8, advantage_fn="gigpo"),
     ),
+    "rec": BuiltinAlgorithm(
+        "RECAlgorithm",
+        "REC: group-relative REINFORCE (r - group mean) with clipping as a token mask; the "
+        "default variant is REC-OneSide-NoIS (no importance weight); no KL.",
+        _rl(repeat_times=8, advantage_fn="rec", policy_loss_fn="rec", kl_loss_fn="none"),
+    ),
+    "sppo": BuiltinAlgorithm(
+        "SPPOAlgorithm",
+        "sPPO: the PPO surrogate of a softmax policy, A times the clipped log-ratio, on "
+        "OPMD's group-mean advantages; no KL, no entropy bonus.",
+        _rl(
+            repeat_times=8,
+            advantage_fn="opmd",
+            policy_loss_fn="sppo",
+            kl_loss_fn="none",
+            entropy_loss_fn="none",
+        ),
+    ),
+    "sapo": BuiltinAlgorithm(
+        "SAPOAlgorithm",
+        "SAPO: a smooth temperature-controlled gate of the importance ratio instead of "
+        "PPO's hard clip, asymmetric for negative advantages; no KL.",
+        _rl(repeat_times=8, policy_loss_fn="sapo", kl_loss_fn="none"),
+    ),
+    "m2po": BuiltinAlgorithm(
+        "M2POAlgorithm",
+        "M2PO: unclipped importance-weighted policy gradient, masking the batch's most "
+        "off-policy tokens until the second moment of the log ratios is bounded; no KL.",
+        _rl(repeat_times=8, policy_loss_fn="m2po", kl_loss_fn="none"),
+    ),
     "mix": BuiltinAlgorithm(
         "MIXAlgorithm",
         "RL experiences plus expert SFT data (an auxiliary_buffers entry) in one loss.",
         _rl(repeat_times=8, sample_strategy="mix", policy_loss_fn="mix", entropy_loss_fn="mix"),
+    ),
+    "mix_chord": BuiltinAlgorithm(
+        "MIXCHORDAlgorithm",
+        "CHORD: RL experiences plus expert SFT data (an auxiliary_buffers entry), the SFT "
+        "term weighted by a scheduled mu and token-wise by p(1 - p).",
+        _rl(
+            repeat_times=8,
+            sample_strategy="mix",
+            policy_loss_fn="mix_chord",
+            entropy_loss_fn="mix",
+        ),
     ),
     "on_policy_distill": BuiltinAlgorithm(
         "OnPolicyDistillAlgorithm",
@@ -217,6 +258,14 @@ BUILTIN_ALGORITHMS: Dict[str, BuiltinAlgorithm] = {
             kl_loss_fn="none",
             entropy_loss_fn="none",
         ),
+        {"use_reference": False, "use_teacher": True},
+    ),
+    "jsd": BuiltinAlgorithm(
+        "JSDAlgorithm",
+        "On-policy distillation by the generalized Jensen-Shannon divergence (GKD's beta: "
+        "advantage_fn_args.lambda_coef) between the teacher (explorer.auxiliary_models[0]) "
+        "and the student on the student's samples.",
+        _rl(repeat_times=1, advantage_fn="jsd", kl_loss_fn="none", entropy_loss_fn="none"),
         {"use_reference": False, "use_teacher": True},
     ),
     "dpo": BuiltinAlgorithm(

@@ -10,10 +10,11 @@ Plain classes, no Ray (the launcher wraps them in actors):
 
 Extending:
 
-- A new task order: subclass ``TaskSelector``, implement ``order(num_rows, epoch)``, and
-  decorate it with ``@TASK_SELECTORS.register_module("name")`` (in a ``--plugin-dir`` file
-  for a plugin); users select it with ``task_selector.selector_type: name``. Example:
-  docs/extending.md.
+- A new task order: subclass ``TaskSelector`` and implement ``order(num_rows, epoch)``
+  (or ``BatchSelector`` and ``pick(num_rows, n, drawn)``, plus ``feedback`` and
+  ``state_dict`` to learn from rewards), and decorate it with
+  ``@TASK_SELECTORS.register_module("name")`` (in a ``--plugin-dir`` file for a plugin);
+  users select it with ``task_selector.selector_type: name``. Example: docs/extending.md.
 - A new storage type for rows: subclass ``Storage``, implement ``rows(storage)`` and
   decorate it with ``@STORAGES.register_module("name")``; users write ``storage_type: name``
   and the row checks, ``TaskReader`` and ``SFTReader`` work unchanged (``storages.py``,
@@ -36,6 +37,8 @@ _PUBLIC = {
     "ExperienceQueue": "queue",
     "TASK_SELECTORS": "selector",
     "BatchCursor": "selector",
+    "BatchSelector": "selector",
+    "Selector": "selector",
     "TaskSelector": "selector",
     "build_selector": "selector",
     "PromptTooLongError": "sft",

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from trinity.buffer.file_reader import describe, load_checked
 from trinity.buffer.row_checks import response_text, row_schema
-from trinity.buffer.selector import BatchCursor, build_selector
+from trinity.buffer.selector import build_cursor, feature_schema
 from trinity.buffer.sft import PromptTooLongError, SFTFormatter
 from trinity.common.experience import Experience
 
@@ -57,13 +57,12 @@ class DPOReader:
     ) -> None:
         self.storage = storage
         self.batch_size = batch_size
-        self.loaded = load_checked(storage, columns=row_schema(storage.format, "dpo"))
+        schema = {**row_schema(storage.format, "dpo"), **feature_schema(storage.task_selector)}
+        self.loaded = load_checked(storage, columns=schema)
         self.rows, self.num_skipped = self.loaded.rows, self.loaded.num_skipped
         self.skipped = self.loaded.skipped
         self.formatter = SFTFormatter(tokenizer, _LastTurnOnly(storage.format), max_model_len)
-        self.cursor = BatchCursor(
-            len(self.rows), build_selector(storage.task_selector), total_epochs, total_steps
-        )
+        self.cursor = build_cursor(storage.task_selector, self.rows, total_epochs, total_steps)
         self.num_truncated = 0
         self.num_dropped = 0
 

@@ -26,11 +26,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-import datasets
 import pyarrow as pa
 
 from trinity.buffer.file_parsers import BadRow, DataFileError, FileRows, parser_for
 from trinity.buffer.row_checks import row_problems, row_schema
+from trinity.buffer.rows import Rows
 from trinity.buffer.storages import row_kinds, storage_kind
 
 logger = logging.getLogger("trinity.buffer")
@@ -57,7 +57,7 @@ class LoadedRows:
     """A loaded storage: its usable ``rows``, the rows skipped (``skip_bad_rows``), and where
     each kept row is in the files (``where``)."""
 
-    rows: datasets.Dataset
+    rows: Rows
     num_skipped: int = 0
     skipped: List[BadRow] = field(default_factory=list)  # the first LISTED
     _spans: List[Tuple[int, str, str]] = field(default_factory=list)  # (first index, file, unit)
@@ -83,8 +83,8 @@ def load_rows(
     *,
     columns: Optional[Dict[str, str]] = None,
     path_label: Optional[str] = None,
-) -> datasets.Dataset:
-    """The usable rows of ``storage`` (``path``, ``subset_name``, ``split``) as a Dataset.
+) -> Rows:
+    """The usable rows of ``storage`` (``path``, ``subset_name``, ``split``).
 
     ``columns`` maps each column every row must have to its kind (``row_checks.row_schema``);
     unset: the columns the user named in ``format``, as a taskset reads them. ``path_label``
@@ -221,7 +221,7 @@ def _checked(
     load (named) unless ``skip`` drops them."""
     label = describe(storage, path_label)
     if any(len(p) for p in parts):
-        _require_columns(parts, list(schema), storage, path_label)
+        _require_columns(parts, schema, storage, path_label)
     for part in parts:
         part.mark_bad(row_problems({c: part.column(c) for c in schema}, schema))
     tables = []
@@ -235,9 +235,12 @@ def _checked(
     if bad and (not skip or kept == 0):
         message = _bad_rows_message(storage, path_label, bad, kept, skip, with_file)
         raise BadRowsError(message, bad, len(bad))
-    rows = datasets.Dataset(_concat(tables, storage, label))
-    if features is not None:
-        rows = rows.cast(features)
+    table = _concat(tables, storage, label)
+    if features is not None:  # a directory's README declares them; datasets is loaded there
+        import datasets
+
+        table = datasets.Dataset(table).cast(features).data.table
+    rows = Rows(table)
     if bad:
         logger.warning(
             "%s: skipped %d malformed row(s) of %d (skip_bad_rows): %s",
@@ -271,6 +274,8 @@ def _parse_file(storage: Any, path: str, label: str) -> FileRows:
 def _parse_dir(storage: Any, path: str, label: str) -> Tuple[List[FileRows], Any]:
     """The split's files, parsed one by one (named relative to ``storage.path``), and the
     features the README declares; formats without a parser here are read by ``datasets``."""
+    import datasets  # resolves the Hugging Face layout: splits, subsets, features
+
     try:
         builder = datasets.load_dataset_builder(path, name=storage.subset_name)
     except ValueError as exc:  # an unknown or a missing subset (BuilderConfig) name
@@ -348,15 +353,26 @@ def _bad_rows_message(
     return f"{label}: {count}{listing}; set {target}: true to skip {them}"
 
 
+# Row checks of the columns a task selector reads; every other column is named in `format`.
+_SELECTOR_KINDS = ("number", "rate")
+
+
 def _require_columns(
-    parts: List[FileRows], columns: List[str], storage: Any, path_label: Optional[str]
+    parts: List[FileRows], schema: Dict[str, str], storage: Any, path_label: Optional[str]
 ) -> None:
     """One error (not one per row) when a required column is absent from every row."""
     present = list(dict.fromkeys(c for p in parts if len(p) for c in p.column_names()))
-    missing = [c for c in columns if c not in present]
+    missing = [c for c in schema if c not in present]
     if missing:
         split = storage_kind(storage).selection(storage)
+        named = sorted(
+            {
+                "task_selector.feature_keys" if schema[c] in _SELECTOR_KINDS else "format"
+                for c in missing
+            }
+        )
         raise DataError(
             f"{describe(storage, path_label)}{split}: column(s) {missing} "
-            f"named in `format` are missing; the data has columns {present}"
+            f"named in {' and '.join(f'`{k}`' for k in named)} are missing; the data has "
+            f"columns {present}"
         )

@@ -13,9 +13,8 @@ import inspect
 import logging
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-import datasets
-
 from trinity.buffer.operators import OPERATORS, Operator, TaskContext
+from trinity.buffer.rows import Rows
 from trinity.common.experience import Experience
 
 logger = logging.getLogger("trinity.buffer")
@@ -67,7 +66,7 @@ class TaskPipeline:
         self.pipeline_cfg = config.data_processor.task_pipeline
         self.tokenizer_path = config.model.model_path
 
-    def apply(self, data: datasets.Dataset, storage: Any) -> datasets.Dataset:
+    def apply(self, data: Any, storage: Any) -> Rows:
         """The rows of ``storage`` (loaded as ``data``) that every operator keeps."""
         fields = task_fields(self.pipeline_cfg, storage)
         context = TaskContext(fields, self.tokenizer_path, taskset=storage.name)
@@ -82,10 +81,7 @@ class TaskPipeline:
                 f"data_processor.task_pipeline kept no row of taskset '{storage.name}' "
                 f"({', '.join(counts)}): loosen its operators"
             )
-        try:
-            return datasets.Dataset.from_list(rows, features=data.features)
-        except (TypeError, ValueError):  # a mapper changed a field's type: infer again
-            return datasets.Dataset.from_list(rows)
+        return Rows.from_list(rows, like=data)
 
     def close(self) -> None:
         for _, op in self.operators:

@@ -7,6 +7,7 @@ will consume the rows (taskset, SFT or DPO); ``row_problem`` says what is wrong 
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Dict, List, Optional
 
 from trinity.buffer.file_parsers import MISSING, kind_name
@@ -28,6 +29,23 @@ def _text_or_null(value: Any, column: str) -> Optional[str]:
 
 def _value(value: Any, column: str) -> Optional[str]:
     return f"'{column}' {_is(value)}" if value is None or value is MISSING else None
+
+
+def _number(value: Any, column: str) -> Optional[str]:
+    # a selector's feature column (task_selector.feature_keys): values rows are ordered by
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        shown = value if isinstance(value, float) else _is(value).removeprefix("is ")
+        return f"'{column}' is {shown}, expected a finite number (task_selector.feature_keys)"
+    return None
+
+
+def _rate(value: Any, column: str) -> Optional[str]:
+    problem = _number(value, column)
+    if problem is None and not 0.0 <= value <= 1.0:
+        return (
+            f"'{column}' is {value}, expected a success rate in [0, 1] (task_selector.feature_keys)"
+        )
+    return problem
 
 
 def _messages(value: Any, column: str) -> Optional[str]:
@@ -96,6 +114,8 @@ CHECKS: Dict[str, Checker] = {
     "text": _text,
     "text_or_null": _text_or_null,
     "value": _value,
+    "number": _number,
+    "rate": _rate,
     "messages": _messages,
     "conversation": _conversation(all_turns=False),
     "conversation_all_turns": _conversation(all_turns=True),

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from trinity.buffer.file_reader import describe, load_checked
 from trinity.buffer.row_checks import row_schema
-from trinity.buffer.selector import BatchCursor, build_selector
+from trinity.buffer.selector import build_cursor, feature_schema
 from trinity.common.experience import Experience
 
 logger = logging.getLogger("trinity.buffer")
@@ -167,13 +167,12 @@ class SFTReader:
     ) -> None:
         self.storage = storage
         self.batch_size = batch_size
-        self.loaded = load_checked(storage, columns=row_schema(storage.format, "sft"))
+        schema = {**row_schema(storage.format, "sft"), **feature_schema(storage.task_selector)}
+        self.loaded = load_checked(storage, columns=schema)
         self.rows, self.num_skipped = self.loaded.rows, self.loaded.num_skipped
         self.skipped = self.loaded.skipped
         self.formatter = SFTFormatter(tokenizer, storage.format, max_model_len)
-        self.cursor = BatchCursor(
-            len(self.rows), build_selector(storage.task_selector), total_epochs, total_steps
-        )
+        self.cursor = build_cursor(storage.task_selector, self.rows, total_epochs, total_steps)
         self.num_truncated = 0
         self.num_dropped = 0
 

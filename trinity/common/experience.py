@@ -109,6 +109,19 @@ def _from_numpy(value: Any) -> Any:
     return value
 
 
+def grouped(experiences: List[Experience]) -> List[Experience]:
+    """Experiences with each ``group_id``'s members next to each other (first-seen order).
+
+    A task split by ``max_repeat_times_per_runner`` finishes in pieces, in any order, and a
+    served task's responses are recorded between others'; the buffer reads groups as
+    contiguous runs.
+    """
+    order: Dict[str, int] = {}
+    for e in experiences:
+        order.setdefault(e.group_id, len(order))
+    return sorted(experiences, key=lambda e: order[e.group_id])
+
+
 @dataclass
 class ExperienceBatch:
     """A padded batch of experiences; tensor names are what loss functions ask for.

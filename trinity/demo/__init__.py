@@ -60,6 +60,7 @@ DEMOS: Dict[str, Demo] = {
             "examples/judge/judge.yaml",
             "examples/decoupled/arithmetic_grpo.yaml mode=train",
             "examples/decoupled/arithmetic_grpo.yaml mode=explore",
+            "examples/serve/serve.yaml",
         ],
     ),
     "guess_number": Demo(

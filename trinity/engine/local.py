@@ -29,7 +29,8 @@ class LocalEngine(LoopHost):
     ) -> None:
         """Host the engine ``ENGINES`` registers as ``engine_type``, built with
         ``engine_kwargs``; ``openai_api``: ``{"host", "port"}`` to serve it over the OpenAI API
-        (None: off); ``name``: the loop's thread."""
+        (None: off), with ``"serve"``: the hooks of mode serve's routes; ``name``: the
+        loop's thread."""
         engine_cls = ENGINES.get(engine_type)
         super().__init__(lambda: engine_cls(**engine_kwargs), name)
         self.api: Optional[Dict[str, str]] = None
@@ -39,10 +40,17 @@ class LocalEngine(LoopHost):
     async def _serve(self, where: Dict[str, Any], model_path: str) -> Dict[str, str]:
         from trinity.engine.server import serve_engine
 
-        self.server = serve_engine(self.hosted, model_path, where["host"], where["port"])
+        self.server = serve_engine(
+            self.hosted, model_path, where["host"], where["port"], where.get("serve")
+        )
         logger.info("OpenAI-compatible API of %s at %s/v1", model_path, self.server.url)
         return {"url": self.server.url, "model": model_path}
 
     def api_address(self) -> Optional[Dict[str, str]]:
         """``{"url", "model"}`` of the OpenAI-compatible server, or None when it is off."""
         return self.api
+
+    def close_server(self) -> None:
+        """Stop the OpenAI-compatible server after answering the requests in flight."""
+        if self.api is not None:
+            self.run(self.server.close())

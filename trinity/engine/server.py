@@ -16,6 +16,9 @@ Tools, as vLLM serves them: a request's ``tools`` always reach the chat template
 ``tool_choice`` "auto" (or unset) the reply's tool calls are parsed (``tool_call_parser``),
 which the model's ``enable_auto_tool_choice`` must allow (else a 400 naming the key, as vLLM
 refuses without ``--enable-auto-tool-choice``); "none" returns the text as it is.
+
+In ``mode: serve`` (``hooks``) the same app also records every reply for training and takes
+rewards and commits from clients (``serve_routes.py``): one server, not a proxy in front.
 """
 
 from __future__ import annotations
@@ -52,6 +55,11 @@ from trinity.engine.openai_protocol import (
     usage,
 )
 from trinity.engine.reasoning import split_reasoning
+from trinity.engine.serve_routes import (
+    ServeHooks,
+    add_serve_routes,
+    sample_at_training_temperature,
+)
 from trinity.engine.tool_calls import arguments_as_objects, parse_tool_calls
 
 logger = logging.getLogger(__name__)
@@ -168,10 +176,14 @@ def _prompt_ids(served: ServedModel, prompt: Union[str, List[int]], index: int) 
     return list(prompt)
 
 
-def build_app(served: ServedModel) -> FastAPI:
-    """The OpenAI-compatible app over ``served``; see the module docstring."""
+def build_app(served: ServedModel, hooks: Optional[ServeHooks] = None) -> FastAPI:
+    """The OpenAI-compatible app over ``served``; see the module docstring. With ``hooks``
+    (``mode: serve``) every reply is recorded before it is sent, and the app has the serve
+    routes (``serve_routes.py``)."""
     app = FastAPI(title="Trinity-RFT rollout model", docs_url=None, redoc_url=None)
     created = int(time.time())
+    if hooks is not None:
+        add_serve_routes(app, hooks, served.model)
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> _JSON:
@@ -205,6 +217,7 @@ def build_app(served: ServedModel) -> FastAPI:
         body.unsupported()
         if body.auto_tool_choice() and not served.enable_auto_tool_choice:
             raise APIError(400, AUTO_TOOL_CHOICE_OFF, "tool_choice")
+        await _before_sampling(hooks, body)
         messages = arguments_as_objects(_text_messages(body.messages))
         session = request.headers.get(SESSION_HEADER)
         conversation = served.conversation(session) if session and served.conversation else None
@@ -223,12 +236,14 @@ def build_app(served: ServedModel) -> FastAPI:
                 list(zip(replies, sampled.experiences, strict=True)),
             )
         reply = {**envelope("chat.completion", served.name), "choices": choices}
+        await _record(hooks, reply["id"], [sampled])
         return _JSON(_with_tokens(request, reply, [sampled], usage([sampled])))
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> _JSON:
         served.check_name(body.model)
         body.unsupported()
+        await _before_sampling(hooks, body)
         prompts = [_prompt_ids(served, p, i) for i, p in enumerate(body.prompts())]
         top = body.logprobs or 0
         params = [
@@ -245,9 +260,24 @@ def build_app(served: ServedModel) -> FastAPI:
         exps = [exp for group in sampled for exp in group.experiences]
         choices = [_completion_choice(served, body, i, exp) for i, exp in enumerate(exps)]
         reply = {**envelope("text_completion", served.name), "choices": choices}
+        await _record(hooks, reply["id"], sampled)
         return _JSON(_with_tokens(request, reply, sampled, usage(sampled)))
 
     return app
+
+
+async def _before_sampling(hooks: Optional[ServeHooks], body: Any) -> None:
+    """Mode serve: a request is refused once training stopped (503), and samples at the
+    trainer's temperature."""
+    if hooks is not None:
+        await hooks.available()
+        sample_at_training_temperature(hooks, body)
+
+
+async def _record(hooks: Optional[ServeHooks], reply_id: str, sampled: List[Sampled]) -> None:
+    """Mode serve: keep the reply's choices, in choice order, before it is sent."""
+    if hooks is not None:
+        await hooks.record(reply_id, [exp for group in sampled for exp in group.experiences])
 
 
 def _chat_prompt(served: ServedModel, conversation: Any, messages: List, tools: Any) -> List[int]:
@@ -362,15 +392,22 @@ class RunningServer:
         self.socket.close()
 
 
-def serve_engine(model: Any, model_path: str, host: str, port: int) -> RunningServer:
+def serve_engine(
+    model: Any, model_path: str, host: str, port: int, hooks: Optional[ServeHooks] = None
+) -> RunningServer:
     """The OpenAI-compatible API of ``model`` (a ``TransformersInferenceModel`` holding
-    ``model_path``) on the running loop; an address it cannot listen on is an error naming
-    the keys that set it."""
-    app = build_app(ServedModel.from_transformers(model, model_path))
+    ``model_path``) on the running loop, with the serve routes when ``hooks`` are given; an
+    address it cannot listen on is an error naming the keys that set it."""
+    app = build_app(ServedModel.from_transformers(model, model_path), hooks)
     try:
         return RunningServer(app, host, port)
     except OSError as exc:
+        keys = (
+            "explorer.listen_address/proxy_port"
+            if hooks is not None
+            else "explorer.rollout_model.openai_api_host/openai_api_port"
+        )
         raise OSError(
-            f"explorer.rollout_model.openai_api_host/openai_api_port: cannot listen on "
-            f"{host}:{port} ({exc.strerror}); use a free port, or 0 for any free one"
+            f"{keys}: cannot listen on {host}:{port} ({exc.strerror}); use a free port, or 0 "
+            "for any free one"
         ) from exc

@@ -62,6 +62,7 @@ class TransformersInferenceModel(InferenceModel):
         self.batch_idle_s = batch_idle_s
         self.max_batch_rows = max_batch_rows
         self._version = 0
+        self._loading: Optional[int] = None  # the version being loaded (sync_phase)
         self._pending: List[_Request] = []
         self._wakeup: Optional[asyncio.Event] = None
         self._loop_task: Optional[asyncio.Task] = None
@@ -219,13 +220,23 @@ class TransformersInferenceModel(InferenceModel):
         return self._to_experiences(version, outputs, params)
 
     async def load_weights(self, weights: Any, version: int) -> None:
-        if isinstance(weights, str):  # a checkpoint's weights file: read here, off the trainer
-            weights = load_weights(weights)
-        elif weights and isinstance(next(iter(weights.values())), tuple):  # memory sync
-            weights = unpack_state(weights)
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._load, weights, version)
+        self._loading = version
+        try:
+            if isinstance(weights, str):  # a checkpoint's weights file: read here, off the trainer
+                weights = load_weights(weights)
+            elif weights and isinstance(next(iter(weights.values())), tuple):  # memory sync
+                weights = unpack_state(weights)
+            loop = asyncio.get_running_loop()
+            # waits for the generation batch in hand: the executor runs one thing at a time
+            await loop.run_in_executor(self._executor, self._load, weights, version)
+        finally:
+            self._loading = None
         logger.info("rollout engine now at model version %d", version)
+
+    async def sync_phase(self) -> str:
+        """``load`` while weights that reached this engine are read or loaded, else ``idle``
+        (a caller still waiting then waits for the weights to arrive: ``send``)."""
+        return "idle" if self._loading is None else "load"
 
     async def release(self) -> int:
         """Free the weights' device memory until the next ``load_weights`` (bytes freed)."""

@@ -11,12 +11,13 @@ import logging
 import time
 from collections import defaultdict
 from dataclasses import replace
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from trinity.algorithm import needs_groups
 from trinity.buffer.pipelines import build_experience_pipeline
+from trinity.buffer.task_reader import Feedback
 from trinity.common.config.sync_checks import DYNAMIC_STYLES
-from trinity.common.experience import Experience
+from trinity.common.experience import Experience, grouped
 from trinity.common.sync_schedule import Wanted, wanted_before
 from trinity.common.workflows.workflow import Task
 from trinity.explorer.fully_async import FullyAsync
@@ -55,6 +56,7 @@ class Explorer:
         self.log = log
         self.step = start_step
         self.version = start_step
+        self.evaluated_version = start_step  # fixed: the version the last evaluation waited for
         self.report = report or Reporter(None, "explorer")
         # data_processor.experience_pipeline
         self.pipeline = build_experience_pipeline(config, needs_groups(config))
@@ -143,13 +145,13 @@ class Explorer:
     ) -> None:
         """Write explore step ``step``'s experiences (through the experience pipeline) and log
         its metrics; ``version``: the weights it was explored with (the oldest, if several)."""
+        # before the write: the selector state saved with the step includes this step
+        self.task_reader.feedback(task_feedback(results))
         experiences = grouped([e for r in results for e in r.experiences])
         metrics = rollout_metrics(experiences, prefix="rollout")  # what the model did
         if self.pipeline is not None:
             experiences, found = self.pipeline.run(experiences)
             metrics.update(found)
-        if self.write is not None:
-            self.write(experiences, step)  # even when empty: it closes the step
         metrics.update(
             {
                 "rollout/tasks_failed": float(sum(1 for r in results if r.error)),
@@ -159,7 +161,11 @@ class Explorer:
                 "time/wait_for_weights": waited,  # includes loading them into the engines
             }
         )
+        # Logged before the write: a run killed between the two resumes before this step and
+        # drops its record (records after the last written step go), so it is logged once.
         self.log(metrics, step)
+        if self.write is not None:
+            self.write(experiences, step)  # even when empty: it closes the step
 
     def evaluate(self, step: int, prefix: str = "eval") -> Dict[str, float]:
         """Run every eval taskset with the weights held now; log ``<prefix>/<taskset>/...``
@@ -190,18 +196,24 @@ class Explorer:
                 due = cfg.eval_interval and self.step % cfg.eval_interval == 0
                 if due and not (dynamic and self.step == last):  # that one waits for the end
                     self._eval_after_update(self.step)
-        if dynamic or not (cfg.eval_interval and self.step % cfg.eval_interval == 0):
+        evaluated = cfg.eval_interval and self.step % cfg.eval_interval == 0
+        if dynamic or not evaluated or self.evaluated_version < self.step:  # final weights, once
             self._eval_after_update(self.step, final=True)
         return self.step
 
     def _eval_after_update(self, step: int, final: bool = False) -> None:
         """Evaluate at explore step ``step``. ``fixed``: the weights of trainer step ``step``
-        (waits for the trainer if behind). Dynamic styles: the newest weights, and after the
-        last step the trainer's final ones (it trains on what is left first)."""
+        (waits for the trainer if behind); between two syncs, the newest the trainer published
+        (it publishes every ``sync_interval`` steps and at its end: waiting for ``step``
+        itself would wait for an update that waits for this explorer). Dynamic styles: the
+        newest weights, and after the last step the trainer's final ones (it trains on what
+        is left first)."""
         if not self.eval_readers or step <= 0:
             return
         if self.config.synchronizer.sync_style not in DYNAMIC_STYLES:
-            self.version = self.sync(Wanted(step))
+            every, last = self.config.synchronizer.sync_interval, self.config.buffer.total_steps
+            self.evaluated_version = step if final or step == last else step - step % every
+            self.version = self.sync(Wanted(self.evaluated_version))
         else:
             self.version = self.sync(Wanted(None, final=True) if final else Wanted(0))
         self.evaluate(step)
@@ -217,16 +229,27 @@ def last_line(error: str) -> str:
     return lines[-1].strip() if lines else error
 
 
-def grouped(experiences: List[Experience]) -> List[Experience]:
-    """Experiences with each ``group_id``'s members next to each other (first-seen order).
-
-    A task split by ``max_repeat_times_per_runner`` finishes in pieces, in any order; the
-    buffer reads groups as contiguous runs.
-    """
-    order: Dict[str, int] = {}
-    for e in experiences:
-        order.setdefault(e.group_id, len(order))
-    return sorted(experiences, key=lambda e: order[e.group_id])
+def task_feedback(results: List[TaskResult]) -> Dict[str, Feedback]:
+    """Per taskset, ``(row indices, mean rewards, rollouts)`` of the tasks whose rollouts
+    finished with rewards (failed and left-behind ones say nothing about the task). A task
+    split over runners (``max_repeat_times_per_runner``) is one entry: the mean over all its
+    experiences, and the rollouts of all its pieces."""
+    rewards: Dict[Tuple[str, int], List[float]] = defaultdict(list)
+    rollouts: Dict[Tuple[str, int], int] = defaultdict(int)
+    for r in results:
+        scored = [float(e.reward) for e in r.experiences if e.reward is not None]
+        if r.error or r.left_behind or not scored:
+            continue
+        key = (r.task.taskset_name, r.task.index)
+        rewards[key] += scored
+        rollouts[key] += r.task.rollout_args.n
+    out: Dict[str, Feedback] = {}
+    for (taskset, index), values in rewards.items():
+        indices, means, counts = out.setdefault(taskset, ([], [], []))
+        indices.append(index)
+        means.append(sum(values) / len(values))
+        counts.append(rollouts[(taskset, index)])
+    return out
 
 
 def rollout_metrics(experiences: List[Experience], prefix: str) -> Dict[str, float]:

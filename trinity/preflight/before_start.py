@@ -21,6 +21,7 @@ from trinity.algorithm import ALGORITHM_TYPE
 from trinity.algorithm.algorithm import PairExperienceModel
 from trinity.buffer.file_reader import load_rows
 from trinity.buffer.row_checks import row_schema
+from trinity.buffer.selector import feature_schema
 from trinity.buffer.storages import path_missing, read_as_rows, storage_kind
 from trinity.common.config.base import ConfigError, is_set
 from trinity.common.config.config import Config, external_models
@@ -39,6 +40,7 @@ from trinity.preflight.hosting import ray_reasons
 from trinity.preflight.monitor_checks import monitor_problems
 from trinity.preflight.operators import operator_problems
 from trinity.preflight.ranks import warn_ranks
+from trinity.preflight.serve_checks import port_problems
 from trinity.preflight.validate import warn_inert
 from trinity.utils.database import connection_problem, database_url, sqlite_file
 
@@ -120,6 +122,7 @@ def stage_problems(config: Config, model_from_previous: bool, construct: bool) -
     problems += bench_problems(config)
     problems += monitor_problems(config)
     problems += _process_problems(config)
+    problems += port_problems(config)
     return problems
 
 
@@ -289,7 +292,7 @@ def _chat_template_problems(config: Config) -> List[str]:
             else (f"model.model_path = {model.model_path}: its chat template")
         )
         return [] if problem is None else [f"{where} fails to render a conversation: {problem}"]
-    users = []
+    users = ["mode serve (chat completions)"] if config.mode == "serve" else []
     if config.mode in ("both", "colocate", "explore", "bench"):
         for path, storage in _storages(config, ("tasksets", "eval_tasksets")):
             workflow, _ = resolve_workflow(config, path, storage)
@@ -339,7 +342,10 @@ def _data_problems(config: Config) -> List[str]:
         if path_missing(storage):
             continue  # reported already
         # The reader's own row checks, so skip_bad_rows skips here what it skips in the run.
-        schema = row_schema(storage.format, _reader_of(config, path))
+        schema = {
+            **row_schema(storage.format, _reader_of(config, path)),
+            **feature_schema(storage.task_selector),
+        }
         try:
             data = load_rows(storage, columns=schema, path_label=path)
         except Exception as exc:  # whatever `datasets` raises: name the storage, not a trace
@@ -441,7 +447,7 @@ def database_paths(config: Config) -> List[Tuple[str, str, bool]]:
     (``launcher.planned_steps``)."""
     found: List[Tuple[str, str, bool]] = []
     storage = config.buffer.trainer_input.experience_buffer
-    opened = config.mode in ("both", "colocate", "explore", "train")  # bench reads none
+    opened = config.mode != "bench"  # bench reads none
     if opened and storage is not None and storage.path and storage_kind(storage).holds_experiences:
         found.append(("buffer.trainer_input.experience_buffer.path", storage.path, True))
     if reads_explorer_store(config) and config.buffer.total_steps is None:

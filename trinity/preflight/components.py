@@ -79,7 +79,7 @@ def component_problems(config: Config, construct: bool) -> List[str]:
     problems = []
     if config.mode in ("both", "colocate", "explore", "bench"):
         problems += _taskset_problems(config)
-    if config.mode in ("both", "colocate", "train"):
+    if config.mode in ("both", "colocate", "train", "serve"):
         problems += _algorithm_problems(config, construct)
     return list(dict.fromkeys(problems))  # a shared default is reported once
 

@@ -114,7 +114,7 @@ def _derive_from_machine(config: Config) -> None:
     verl = config.trainer.trainer_config
     for section in (verl.actor_rollout_ref.actor, verl.actor_rollout_ref.ref, verl.critic.model):
         set_default(section.fsdp_config.mixed_precision, "param_dtype", "bf16" if gpu else "fp32")
-    sync_method = "memory" if config.mode in ("both", "colocate") else "checkpoint"
+    sync_method = "memory" if config.mode in ("both", "colocate", "serve") else "checkpoint"
     set_default(config.synchronizer, "sync_method", sync_method)
     logger.info(
         "Resolved for this machine: cluster.gpu_per_node=%s explorer.rollout_model.engine_type=%s "

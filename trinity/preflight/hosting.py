@@ -42,7 +42,6 @@ def ray_reasons(config: Any) -> List[str]:
 
 
 def runs_in_process(config: Any) -> bool:
-    """Whether the stage runs in the launcher's process (``runtime/local_stage.py``)."""
-    return config.mode in ("train", "both", "colocate", "explore", "bench") and not ray_reasons(
-        config
-    )
+    """Whether the stage runs in the launcher's process (``runtime/local_stage.py``): every
+    mode does, unless something needs Ray."""
+    return not ray_reasons(config)

@@ -97,7 +97,7 @@ COMPONENT_REGISTRIES: Dict[str, Registry] = {
 Allowed = Union[Tuple[Any, ...], Callable[[Config], Tuple[Any, ...]]]
 
 SUPPORTED: Dict[str, Allowed] = {
-    "mode": ("both", "colocate", "train", "explore", "bench"),
+    "mode": ("both", "colocate", "train", "explore", "bench", "serve"),
     "algorithm.algorithm_type": _registered_algorithms,
     # veRL's bypass mode (and its policy-gradient loss): only the decoupled mode is built
     "algorithm.rollout_correction.bypass_mode": (False,),

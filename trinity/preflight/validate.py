@@ -12,7 +12,7 @@ from typing import Any, List, Tuple
 
 from trinity.algorithm import SAMPLE_STRATEGY, needs_groups
 from trinity.buffer.priority import build_priority_fn
-from trinity.buffer.selector import TASK_SELECTORS
+from trinity.buffer.selector import TASK_SELECTORS, build_selector
 from trinity.buffer.storages import path_missing, read_as_rows, storage_kind
 from trinity.common.config.base import did_you_mean, explicit_inert_values, is_set
 from trinity.common.config.config import Config, external_models
@@ -21,8 +21,10 @@ from trinity.common.config.lora_checks import lora_problems
 from trinity.common.config.nodes import node_problems
 from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.config.sync_checks import sync_problems
+from trinity.preflight.components import bind_problems, is_builtin
 from trinity.preflight.decoupled import decoupled_problems
 from trinity.preflight.ranks import rank_problems
+from trinity.preflight.serve_checks import serve_problems
 from trinity.preflight.support import (
     DOCUMENTED,
     SAMPLING,
@@ -41,6 +43,9 @@ API_DECIDES = {
     "enable_thinking": "the API's server applies its own chat template",
     "enable_auto_tool_choice": "the API's server decides whether it takes tool_choice auto",
 }
+
+# What every selector is built with besides task_selector.kwargs (buffer/selector/base.py).
+SELECTOR_CONTEXT = ("seed", "feature_keys")
 
 
 def check_supported(config: Config) -> List[str]:
@@ -84,6 +89,7 @@ def check_consistency(config: Config) -> List[str]:
     problems += node_problems(config)
     problems += gpu_problems(config)
     problems += sync_problems(config)
+    problems += serve_problems(config)
     return problems
 
 
@@ -166,7 +172,8 @@ def _check_run(config: Config) -> List[str]:
             f"algorithm.algorithm_type = {algorithm.algorithm_type} distils from a teacher: set "
             "explorer.auxiliary_models[0].model_path to it"
         )
-    if config.synchronizer.sync_method == "memory" and config.mode not in ("both", "colocate"):
+    trains_and_serves = ("both", "colocate", "serve")
+    if config.synchronizer.sync_method == "memory" and config.mode not in trains_and_serves:
         problems.append(
             f"synchronizer.sync_method = memory needs mode both (trainer and explorer in one "
             f"run); with mode {config.mode} use checkpoint"
@@ -254,7 +261,8 @@ def _check_batches(config: Config) -> List[str]:
     """Group sizes and what one explore step can feed one train step."""
     algorithm, buffer, problems = config.algorithm, config.buffer, []
     groups, repeat = needs_groups(config), algorithm.repeat_times
-    if groups and repeat <= 1:
+    # mode serve: a group is what clients give one task_id, whatever repeat_times says
+    if groups and repeat <= 1 and config.mode != "serve":
         problems.append(
             f"algorithm.repeat_times = {repeat}: {algorithm.algorithm_type} "
             "compares several rollouts of each task, so it needs repeat_times > 1"
@@ -311,12 +319,7 @@ def buffer_component_problems(config: Config) -> List[str]:
     with its arguments (plugins are imported before the config is checked)."""
     problems = []
     for path, storage in storages_of(config):
-        selector = storage.task_selector.selector_type
-        try:
-            TASK_SELECTORS.get(selector)
-        except KeyError as exc:
-            hint = "a plugin registers more (docs/extending.md)"
-            problems.append(f"{path}.task_selector.selector_type: {exc.args[0]}; {hint}")
+        problems += selector_problems(f"{path}.task_selector", storage.task_selector)
         replay = storage.replay_buffer
         try:
             build_priority_fn(replay.priority_fn, dict(replay.priority_fn_args))
@@ -327,6 +330,26 @@ def buffer_component_problems(config: Config) -> List[str]:
             message = f"priority_fn_args of '{replay.priority_fn}': {exc}"
             problems.append(f"{path}.replay_buffer: {message}")
     return problems
+
+
+def selector_problems(path: str, task_selector: Any) -> List[str]:
+    """The selector is registered, its ``kwargs`` are arguments it takes, and a built-in
+    one builds with them (its own checks: ranges, how many ``feature_keys``)."""
+    name = task_selector.selector_type
+    try:
+        cls = TASK_SELECTORS.get(name)
+    except KeyError as exc:
+        hint = "a plugin registers more (docs/extending.md)"
+        return [f"{path}.selector_type: {exc.args[0]}; {hint}"]
+    owner = f"selector '{name}'"
+    problems = bind_problems(cls, task_selector.kwargs, f"{path}.kwargs", owner, SELECTOR_CONTEXT)
+    if problems or not is_builtin(cls):
+        return problems
+    try:
+        build_selector(task_selector)
+    except (TypeError, ValueError) as exc:
+        return [f"{path}: {exc}"]
+    return []
 
 
 def storages_of(config: Config) -> List[Tuple[str, StorageConfig]]:

@@ -25,6 +25,7 @@ from trinity.runtime.explorer_role import (
 from trinity.runtime.placement import pinned
 from trinity.runtime.queue_host import QueueHost
 from trinity.runtime.roles import setup_process
+from trinity.runtime.serve_role import ServeRole
 from trinity.runtime.trainer_role import TrainerRole
 from trinity.utils.status import RunStatus
 
@@ -97,16 +98,19 @@ class EngineActor:
         self.model = engine_cls(num_threads=threads, **engine_kwargs)
         self.api: Optional[Dict[str, str]] = None
         if openai_api is not None:
-            self.api = self._serve(openai_api["host"], openai_api["port"], engine_kwargs)
+            self.api = self._serve(openai_api, engine_kwargs)
 
-    def _serve(self, host: str, port: int, engine_kwargs: Dict[str, Any]) -> Dict[str, str]:
-        """Start the server as a task on this actor's event loop (an async actor's
-        ``__init__`` runs on it), so HTTP requests reach the same batching as ``chat``.
-        A restarted engine serves again, on a new port when ``port`` is 0."""
+    def _serve(self, where: Dict[str, Any], engine_kwargs: Dict[str, Any]) -> Dict[str, str]:
+        """Start the server (``where``: host, port, and in mode serve its hooks) as a task on
+        this actor's event loop (an async actor's ``__init__`` runs on it), so HTTP requests
+        reach the same batching as ``chat``. A restarted engine serves again, on a new port
+        when ``port`` is 0."""
         from trinity.engine.server import serve_engine
 
         model_path = engine_kwargs["model_path"]
-        self.server = serve_engine(self.model, model_path, host, port)
+        self.server = serve_engine(
+            self.model, model_path, where["host"], where["port"], where.get("serve")
+        )
         url = self.server.url
         if self.server.host in ("0.0.0.0", "::"):  # every interface: clients use the node's IP
             url = f"http://{ray.util.get_node_ip_address()}:{self.server.port}"
@@ -122,6 +126,11 @@ class EngineActor:
             )
         return self.api
 
+    async def close_server(self) -> None:
+        """Stop the OpenAI-compatible server after answering the requests in flight."""
+        if self.api is not None:
+            await self.server.close()
+
     async def chat(
         self, messages: List[Dict], params: Any, tools: Any = None, session: Any = None
     ) -> Any:
@@ -135,6 +144,9 @@ class EngineActor:
 
     async def load_weights(self, weights: Any, version: int) -> None:
         await self.model.load_weights(weights, version)
+
+    async def sync_phase(self) -> str:
+        return await self.model.sync_phase()
 
     async def model_version(self) -> int:
         return await self.model.model_version()
@@ -182,7 +194,7 @@ class RayExplorerRole(ExplorerRole):
                 f"{prefix}_engine_{i}",
                 cfg.log.level,
                 self.placement.engine_threads(cfg, i),
-                openai_api=openai_api(cfg, auxiliary),
+                openai_api=openai_api(cfg, auxiliary, None if auxiliary else self.serve_hooks),
                 by_node=cfg.log.group_by_node,
                 **engine_kwargs(cfg, auxiliary),
             )
@@ -216,3 +228,10 @@ class RayExplorerRole(ExplorerRole):
 
 
 ExplorerActor = ray.remote(num_cpus=0)(RayExplorerRole)
+
+
+class RayServeRole(ServeRole, RayExplorerRole):
+    """``ServeRole`` with its engine as a Ray actor (``RayExplorerRole._start_engines``)."""
+
+
+ServeActor = ray.remote(num_cpus=0)(RayServeRole)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
+from trinity.buffer.selector_state import SelectorStateFile, selector_state_path
 from trinity.common.config.config import rollouts_per_step
 from trinity.common.sync_schedule import Wanted
 from trinity.common.weights import weights_path
@@ -22,9 +23,11 @@ from trinity.explorer.pool import LoopRunner, Runner, RunnerPool, ThreadRunner
 from trinity.explorer.pool_rules import DynamicTimeout
 from trinity.runtime.placement import Placement
 from trinity.runtime.roles import (
+    PENDING,
     WAIT_SLICE_S,
     call,
     call_all,
+    call_all_within,
     log_to_file,
     role_monitor,
     setup_process,
@@ -70,9 +73,13 @@ def engine_kwargs(config: Any, auxiliary: Any = None) -> Dict[str, Any]:
     )
 
 
-def openai_api(config: Any, auxiliary: Any = None) -> Optional[Dict[str, Any]]:
+def openai_api(config: Any, auxiliary: Any = None, serve: Any = None) -> Optional[Dict[str, Any]]:
     """Where an engine serves its OpenAI-compatible API, or None when it is off. Auxiliary
-    models are always served: workflows reach them only through it."""
+    models are always served: workflows reach them only through it. ``serve``: the rollout
+    engine of mode serve, at ``explorer.listen_address:proxy_port`` with these hooks."""
+    if serve is not None:
+        explorer = config.explorer
+        return {"host": explorer.listen_address, "port": explorer.proxy_port, "serve": serve}
     served = auxiliary or config.explorer.rollout_model
     if auxiliary is None and not served.enable_openai_api:
         return None
@@ -111,17 +118,21 @@ def external_engine(config: Any, auxiliary: Any = None) -> Any:
     return engine_cls.from_config(auxiliary.external_model, key, auxiliary.model_path)
 
 
-def local_engine(config: Any, name: str, auxiliary: Any = None, threads: int = 0) -> Any:
+def local_engine(
+    config: Any, name: str, auxiliary: Any = None, threads: int = 0, serve: Any = None
+) -> Any:
     """The rollout model's engine (or ``auxiliary``'s) in this process: a ``LocalEngine``
     named ``name`` with ``threads`` torch threads (0: torch's default), or for an external
-    model a client of its API (no engine starts, runners call it directly)."""
+    model a client of its API (no engine starts, runners call it directly). ``serve``: see
+    ``openai_api``."""
     served = auxiliary or config.explorer.rollout_model
     if not hosted(served):
         return external_engine(config, auxiliary)
     kwargs = engine_kwargs(config, auxiliary)
     if threads:
         kwargs["num_threads"] = threads
-    return LocalEngine(engine_type_of(served), openai_api(config, auxiliary), name=name, **kwargs)
+    api = openai_api(config, auxiliary, serve)
+    return LocalEngine(engine_type_of(served), api, name=name, **kwargs)
 
 
 def task_timeout(explorer: Any) -> DynamicTimeout:
@@ -149,7 +160,29 @@ def runner_slots(config: Any, runners: int) -> int:
     return max(1, math.ceil(rows / max(1, runners)))
 
 
+def resume_reader(reader: Any, states: SelectorStateFile, step: int, batch_size: int) -> None:
+    """Put a training taskset reader where it was after explore step ``step``: its position
+    by reading the ``step`` batches again, then what its selectors had learned by then."""
+    if step == 0:
+        return
+    for _ in range(step):  # the batches already explored and trained on
+        reader.read(batch_size)
+    learned = states.load(step)
+    if learned is not None:
+        reader.load_learned_state(learned)
+    elif reader.learns:
+        logger.warning(
+            "%s holds no selector state for explore step %d: the selector restarts without "
+            "the feedback it had learned from",
+            states.path,
+            step,
+        )
+
+
 class ExplorerRole:
+    # mode serve (serve_role.py): the hooks of the rollout engine's serve routes
+    serve_hooks: Any = None
+
     def __init__(
         self,
         config: Any,
@@ -224,15 +257,25 @@ class ExplorerRole:
         if pipeline is not None:
             pipeline.close()
         reader = readers[0] if len(readers) == 1 else MixedTaskReader(readers)
-        for _ in range(start_step):  # resume: skip the batches already explored and trained on
-            reader.read(cfg.buffer.batch_size)
+        states = SelectorStateFile(selector_state_path(cfg.checkpoint_job_dir))
+        resume_reader(reader, states, start_step, cfg.buffer.batch_size)
         evals = {ts.name: TaskReader(ts) for ts in cfg.buffer.explorer_input.eval_tasksets}
         self.monitor = role_monitor(cfg, "explorer", start_step)
-        write = (lambda exps, step: call(self.queue, "put", exps, step)) if self.queue else None
+        write = self._writer(reader, states) if self.queue is not None else None
         self.explorer = Explorer(
             cfg, pool, reader, evals, self._sync, write, self.monitor.log, start_step, self.report
         )
         return start_step
+
+    def _writer(self, reader: Any, states: SelectorStateFile) -> Callable[[List[Any], int], None]:
+        """``write(experiences, step)`` for the ``Explorer``: what the selectors learned up to
+        the step is saved first (``selector_state.py`` says why), then the step is queued."""
+
+        def write(exps: List[Any], step: int) -> None:
+            states.save(step, reader.learned_state())
+            call(self.queue, "put", exps, step)
+
+        return write
 
     def _prepare_bench(self, pool: RunnerPool) -> int:
         from trinity.buffer import TaskReader
@@ -265,7 +308,8 @@ class ExplorerRole:
             if hosted(served):  # an API's client logs nothing of its own
                 log_to_file(cfg.checkpoint_job_dir, name, cfg.log.group_by_node)
             threads = self.placement.engine_threads(cfg, i)
-            engines.append(local_engine(cfg, name, auxiliary, threads))
+            serve = None if auxiliary else self.serve_hooks
+            engines.append(local_engine(cfg, name, auxiliary, threads, serve))
         return engines
 
     def _runner_kwargs(self, index: int, name: str) -> Dict[str, Any]:
@@ -326,8 +370,29 @@ class ExplorerRole:
         if stale:
             found = found or call(self.sync_actor, "wait_for", self.loaded_version, 0.0)
             if found is not None and found[1]:
-                call_all(stale, "load_weights", found[1][0], found[0])
+                self._load_into(stale, found[1][0], found[0])
         return self.loaded_version
+
+    def _load_into(self, engines: List[Any], weights: Any, version: int) -> None:
+        """Every engine of ``engines`` loads ``weights`` of ``version``, within
+        ``synchronizer.sync_timeout``; an engine that did not is named with the phase it was
+        in: ``send`` (the weights had not reached it) or ``load`` (it was loading them)."""
+        timeout = self.config.synchronizer.sync_timeout
+        loaded = call_all_within(engines, "load_weights", (weights, version), timeout)
+        stuck = [
+            engine for engine, result in zip(engines, loaded, strict=True) if result is PENDING
+        ]
+        if not stuck:
+            return
+        phases = call_all_within(stuck, "sync_phase", (), 5.0)
+        named = [
+            f"rollout engine {self.engines.index(engine)} ({engine_phase(phase)})"
+            for engine, phase in zip(stuck, phases, strict=True)
+        ]
+        raise SyncTimeoutError(
+            f"model version {version} did not reach {', '.join(named)} within "
+            f"synchronizer.sync_timeout={timeout:g}s; see the engine's log"
+        )
 
     def _releases(self, version: int) -> bool:
         """Whether the engines give their weights up while waiting for ``version``: in a
@@ -390,3 +455,12 @@ class ExplorerRole:
             self.monitor.close()
             if self.explorer.pipeline is not None:
                 self.explorer.pipeline.close()  # e.g. stops an auto-started Data-Juicer service
+
+
+def engine_phase(answer: Any) -> str:
+    """How a stuck engine's ``sync_phase`` answer reads in an error."""
+    if answer == "load":
+        return "phase load: it was still loading them"
+    if answer == "idle":
+        return "phase send: the weights had not reached it"
+    return "phase unknown: it does not answer"

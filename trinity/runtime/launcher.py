@@ -149,7 +149,7 @@ class _Stage:
             sync_cfg.sync_method,
             config.checkpoint_job_dir,
             sync_cfg.sync_timeout,
-            has_trainer=config.mode in ("both", "colocate"),
+            has_trainer=config.mode in ("both", "colocate", "serve"),
         )
         from trinity.runtime.actors import QueueActor
 
@@ -160,6 +160,8 @@ class _Stage:
         self.preparing: Optional[str] = None  # the role whose prepare() is running
         self.failing: Optional[str] = None  # the role whose run() raised
         self.outputs: Dict[str, Any] = {}  # role -> what its run() returned
+        self.finished: set = set()  # roles whose run() ended
+        self.deferred: Optional[Tuple[str, Exception]] = None  # the first failure: serves_on
 
     def start_roles(self, steps: int) -> int:
         """Create and prepare the trainer, then the explorer; start both; the resume step."""
@@ -167,20 +169,21 @@ class _Stage:
 
         from trinity.engine.external import external_env
         from trinity.monitor import monitor_env
-        from trinity.runtime.actors import ExplorerActor, TrainerActor
+        from trinity.runtime.actors import ExplorerActor, ServeActor, TrainerActor
 
         cfg, start = self.config, 0
         tracker = monitor_env(cfg.monitor.monitor_type)  # WANDB_MODE, MLFLOW_... of this shell
-        if cfg.mode in ("both", "colocate", "explore", "bench"):
+        if cfg.mode in ("both", "colocate", "explore", "bench", "serve"):
             # An external model's URL and key, from this environment wherever the actor runs.
             env = {**tracker, **external_env(cfg)}
-            self.explorer = ExplorerActor.options(
+            role = ServeActor if cfg.mode == "serve" else ExplorerActor
+            self.explorer = role.options(
                 runtime_env={"env_vars": env} if env else None,
                 **pinned(self.placement.explorer_node),
             ).remote(cfg, self.plugin_dirs, self.queue, self.sync, self.status, self.placement)
             # Engines and runners start while the trainer prepares: processes start together.
             engines_up = self.explorer.start_engines.remote()
-        if cfg.mode in ("both", "colocate", "train"):
+        if cfg.mode in ("both", "colocate", "train", "serve"):
             self.preparing = "trainer"
             self.trainer = TrainerActor.options(
                 runtime_env={"env_vars": tracker} if tracker else None,
@@ -235,13 +238,19 @@ class _Stage:
         return ray.get(self.trainer.final_hf_dir.remote()) if self.trainer is not None else None
 
     def check(self, ref: Any) -> None:
-        """Keep what a finished role returned; raise its error, remembering the role."""
+        """Keep what a finished role returned; raise the first failure, remembering its
+        role, once the stage stops for it (``serves_on``)."""
         import ray
 
+        role = self.roles[ref]
+        self.finished.add(role)
         try:
-            self.outputs[self.roles[ref]] = ray.get(ref)
+            self.outputs[role] = ray.get(ref)
         except ray.exceptions.RayError as exc:
-            self.failing, cause = self._first_cause(ref, exc)
+            self.deferred = self.deferred or self._first_cause(ref, exc)
+        server_running = "explorer" not in self.finished
+        if self.deferred and not serves_on(self.config, self.deferred[0], server_running):
+            self.failing, cause = self.deferred
             raise cause from None
 
     def _first_cause(self, ref: Any, exc: Exception) -> tuple:
@@ -273,6 +282,13 @@ class _Stage:
         release_gpus(self.placement.gpus)  # the next stage reserves its own
 
 
+def serves_on(config: Any, failed_role: str, server_running: bool) -> bool:
+    """Whether the stage goes on after ``failed_role`` failed: in mode serve the endpoint
+    tells clients of a trainer failure (503) before it stops (``serve_role.py``), so the
+    stage waits for the server, then reports the trainer's failure."""
+    return config.mode == "serve" and failed_role != "explorer" and server_running
+
+
 def stage_queue(config: Any, host: Callable[..., Any]) -> Any:
     """The experience queue of a stage the explorer writes to, or of a train stage reading
     what a separate explore run writes (None when it trains on files): ``host(...)`` with
@@ -285,7 +301,7 @@ def stage_queue(config: Any, host: Callable[..., Any]) -> Any:
 
     # train mode: the store a separate explore run writes (preflight/decoupled.py), or files
     follow = reads_explorer_store(config)
-    if config.mode not in ("both", "colocate", "explore") and not follow:
+    if config.mode not in ("both", "colocate", "explore", "serve") and not follow:
         return None
     from trinity.buffer.store import buffer_database
 
@@ -295,7 +311,14 @@ def stage_queue(config: Any, host: Callable[..., Any]) -> Any:
     database = buffer_database(storage, job_dir)
     rewind_to = (latest_step(job_dir) or 0) if config.mode != "explore" else None
     replay = storage.replay_buffer if storage.replay_buffer.enable else None
-    return host(database, storage.name, rewind_to=rewind_to, replay=replay, follow=follow)
+    return host(
+        database,
+        storage.name,
+        rewind_to=rewind_to,
+        replay=replay,
+        follow=follow,
+        serving=config.mode == "serve",
+    )
 
 
 def run(config_path: str, overrides: List[str], plugin_dirs: List[str]) -> List[StageResult]:

@@ -77,7 +77,7 @@ class _LocalStage:
                     sync.sync_method,
                     config.checkpoint_job_dir,
                     sync.sync_timeout,
-                    config.mode in ("both", "colocate"),
+                    config.mode in ("both", "colocate", "serve"),
                 ),
                 "synchronizer",
             )
@@ -88,19 +88,20 @@ class _LocalStage:
     def start_roles(self, steps: int) -> int:
         """Build and prepare the roles (each in a thread of its name); the resume step."""
         from trinity.runtime.explorer_role import ExplorerRole
+        from trinity.runtime.serve_role import ServeRole
         from trinity.runtime.trainer_role import TrainerRole
 
         cfg, start = self.config, 0
         args = (cfg, self.plugin_dirs, self.queue, self.sync)
-        if cfg.mode in ("both", "colocate", "explore", "bench"):
+        if cfg.mode in ("both", "colocate", "explore", "bench", "serve"):
 
             def explorer() -> Any:
-                role = ExplorerRole(*args, self.status)
+                role = (ServeRole if cfg.mode == "serve" else ExplorerRole)(*args, self.status)
                 role.start_engines()
                 return role
 
             self.roles["explorer"] = self._in_thread("explorer", explorer)
-        if cfg.mode in ("both", "colocate", "train"):
+        if cfg.mode in ("both", "colocate", "train", "serve"):
             trainer = self._in_thread("trainer", lambda: TrainerRole(*args, steps, self.status))
             self.roles["trainer"] = trainer
             start = self._in_thread("trainer", trainer.prepare)
@@ -144,13 +145,21 @@ class _LocalStage:
         for thread in threads:
             thread.daemon = True  # a role stuck after another failed never holds the exit
             thread.start()
-        while any(t.is_alive() for t in threads) and not failures:
+        while any(t.is_alive() for t in threads) and not self._stops(failures, threads):
             next(t for t in threads if t.is_alive()).join(timeout=1.0)
             poll()
         poll()
         if failures:
             role, error = failures[0]
             raise RunFailed(failure_message(error, role, self.config)) from None
+
+    def _stops(self, failures: List[Tuple[str, BaseException]], threads: List[Any]) -> bool:
+        """Whether the stage stops for a failure (``launcher.serves_on``)."""
+        from trinity.runtime.launcher import serves_on
+
+        server = [t for role, t in zip(self.roles, threads, strict=True) if role == "explorer"]
+        running = bool(server) and server[0].is_alive()
+        return bool(failures) and not serves_on(self.config, failures[0][0], running)
 
     def _run_role(self, role: str, failures: List[Tuple[str, BaseException]]) -> None:
         try:

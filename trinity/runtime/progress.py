@@ -44,6 +44,7 @@ _ROLES = {
     "colocate": ("explorer", "trainer"),
     "explore": ("explorer",),
     "train": ("trainer",),
+    "serve": ("trainer",),  # the endpoint's counts are at GET /metrics
 }
 # The role whose records count a stage's steps.
 _COUNTS = {"explore": "explorer", "bench": "bench"}

@@ -4,6 +4,7 @@ reads that wait only for what will come."""
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any, Dict, List, Optional
 
@@ -63,11 +64,7 @@ class QueueReader:
             )
             if result.state != "timeout" or final:
                 break
-            self.report.wait(
-                f"{self.writer} to finish step {result.waiting_for} "
-                f"(buffer.trainer_input.experience_buffer.max_read_timeout={limit:g}s)",
-                since=since,
-            )
+            self.report.wait(self._waiting_for(result.waiting_for, limit), since=since)
         self.report.done()
         exps = result.experiences
         if result.state == "ended" and not exps:
@@ -75,6 +72,16 @@ class QueueReader:
         if result.state == "timeout" and timeout is None:
             self._timed_out(exps, batch_size, result.waiting_for)
         return exps
+
+    def _waiting_for(self, step: int, limit: float) -> str:
+        """What a read waits for, as the console says it; with no limit (mode serve), rows
+        of any step."""
+        if math.isinf(limit):
+            return f"{self.writer} (train step {self.step})"
+        return (
+            f"{self.writer} to finish step {step} "
+            f"(buffer.trainer_input.experience_buffer.max_read_timeout={limit:g}s)"
+        )
 
     def _timed_out(self, exps: List[Any], batch_size: int, waiting_for: int) -> None:
         where = (

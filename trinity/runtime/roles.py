@@ -9,6 +9,7 @@ reach each other with ``call``, which works on both.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import sys
@@ -42,6 +43,25 @@ def call_all(handles: List[Any], method: str, *args: Any) -> List[Any]:
 
         return ray.get([getattr(h, method).remote(*args) for h in handles])
     return [call(h, method, *args) for h in handles]
+
+
+PENDING = object()  # call_all_within: a call that had not finished in time
+
+
+def call_all_within(handles: List[Any], method: str, args: tuple, timeout: float) -> List[Any]:
+    """Start ``method(*args)`` on every handle at once (an actor, or a ``LoopHost`` in this
+    process) and wait up to ``timeout`` seconds: each result, ``PENDING`` for a call still
+    running. A call that raised raises."""
+    if handles and all(is_actor(h) for h in handles):
+        import ray
+
+        refs = [getattr(h, method).remote(*args) for h in handles]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        results = dict(zip(ready, ray.get(ready), strict=True))
+        return [results.get(ref, PENDING) for ref in refs]
+    futures = [h.submit(method, *args) for h in handles]
+    done, _ = concurrent.futures.wait(futures, timeout=timeout)
+    return [future.result() if future in done else PENDING for future in futures]
 
 
 def role_monitor(config: Any, role: str, resumes_after: Optional[int]) -> Any:

@@ -8,6 +8,7 @@ object in the launcher's process.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import traceback
 from typing import Any, Dict, List, Optional
@@ -79,7 +80,7 @@ class TrainerRole:
             self.trainer = Trainer(self.config, **kwargs)
         step = self.trainer.prepare_model()
         self.trainer.attach_reader(self._reader(), self._auxiliary_readers())
-        if step and self.config.mode in ("both", "colocate"):
+        if step and self.config.mode in ("both", "colocate", "serve"):
             self._publish(step, self.trainer.model)
         return step
 
@@ -91,11 +92,14 @@ class TrainerRole:
         if self.queue is not None:
             from trinity.runtime.queue_reader import QueueReader, StaleFilter
 
-            sync = cfg.synchronizer
+            sync, serving = cfg.synchronizer, cfg.mode == "serve"
             reader = QueueReader(
                 self.queue,
-                storage.max_read_timeout,
-                readable_bound(sync.sync_style, sync.sync_interval, sync.sync_offset),
+                # mode serve: clients commit when they will, each commit any number of rows
+                math.inf if serving else storage.max_read_timeout,
+                (lambda step: None)
+                if serving
+                else readable_bound(sync.sync_style, sync.sync_interval, sync.sync_offset),
                 whole_groups=self.trainer.needs_groups,
                 report=self.report,
                 writer=self._writer(storage),
@@ -109,6 +113,8 @@ class TrainerRole:
         """Who writes the experience buffer, as the trainer's waits name it."""
         if self.config.mode in ("both", "colocate"):
             return "the explorer"
+        if self.config.mode == "serve":
+            return "clients to commit episodes (POST /commit)"
         from trinity.buffer.store import buffer_database
         from trinity.utils.database import masked_url
 

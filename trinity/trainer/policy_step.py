@@ -116,11 +116,13 @@ def micro_batches(
     return [batch.select(rows[i : i + size]) for i in range(0, len(rows), size)]
 
 
-def _loss_inputs(
-    fns: LossFns, mb: ExperienceBatch, logprob: torch.Tensor
+def loss_inputs(
+    keys: Tuple[str, ...], mb: ExperienceBatch, logprob: torch.Tensor
 ) -> Dict[str, torch.Tensor]:
+    """The tensors a loss's parameters ``keys`` name: ``logprob`` as given, the others
+    looked up in ``mb`` (``ExperienceBatch.tensor``)."""
     inputs: Dict[str, Optional[torch.Tensor]] = {}
-    for key in fns.policy_loss.select_keys:
+    for key in keys:
         if key == "logprob":
             inputs[key] = logprob
         elif key == IS_WEIGHTS_KEY:  # only there with algorithm.rollout_correction.rollout_is
@@ -170,7 +172,7 @@ def accumulate_gradients(
         )
         if keep is not None:
             keep.append(logprob.detach().to(batch.input_ids.device))
-        pg_loss, metrics = fns.policy_loss(**_loss_inputs(fns, mb, logprob))
+        pg_loss, metrics = fns.policy_loss(**loss_inputs(fns.policy_loss.select_keys, mb, logprob))
         loss = pg_loss
         if mb.ref_logprob is not None:
             kl_loss, kl_metrics = fns.kl_loss.calculate_kl_loss(

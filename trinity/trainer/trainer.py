@@ -25,13 +25,19 @@ from trinity.algorithm.kl_fn import build_kl_controller
 from trinity.algorithm.optimizer import build_lr_scheduler, build_optimizer
 from trinity.algorithm.rollout_correction import IS_WEIGHTS_KEY, correct_rollout, mismatch_metrics
 from trinity.common.config import effective_trainer_settings
+from trinity.common.config.config import rollout_temperature
 from trinity.common.experience import Experience, ExperienceBatch
 from trinity.common.weights import weights_path
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer import lora
 from trinity.trainer.critic import Critic
 from trinity.trainer.distributed import as_number
-from trinity.trainer.policy_step import LossFns, accumulate_gradients, reference_logprobs
+from trinity.trainer.policy_step import (
+    LossFns,
+    accumulate_gradients,
+    loss_inputs,
+    reference_logprobs,
+)
 from trinity.utils.device import DTYPES, attention_kwargs, compute_in, peak_memory_gb, role_device
 from trinity.utils.openmp import release_workers
 
@@ -121,9 +127,7 @@ class Trainer:
             policy_loss=POLICY_LOSS_FN.get(algo.policy_loss_fn)(**algo.policy_loss_fn_args),
             kl_loss=KL_FN.get(algo.kl_loss_fn)(**algo.kl_loss_fn_args),
             entropy_loss=ENTROPY_LOSS_FN.get(algo.entropy_loss_fn)(**algo.entropy_loss_fn_args),
-            temperature=cfg.buffer.explorer_input.taskset.rollout_args.temperature
-            if self.algorithm.use_advantage
-            else 1.0,
+            temperature=rollout_temperature(cfg) if self.algorithm.use_advantage else 1.0,
         )
         self.fns.loss_agg_mode = self.fns.policy_loss.loss_agg_mode
         self.correction = algo.rollout_correction if algo.rollout_correction.enabled else None
@@ -232,8 +236,10 @@ class Trainer:
         return self.settings[key] if self.settings[dynamic_key] else None
 
     def _batch(self, experiences: List[Experience]) -> ExperienceBatch:
-        """Pad experiences and lift per-row flags that components read by name."""
+        """Pad experiences and lift per-row flags that components read by name; ``step``
+        (every row: the step being trained) is for losses on a schedule (``mix_chord``)."""
         batch = ExperienceBatch.from_experiences(experiences, self.tokenizer.pad_token_id)
+        batch.extra["step"] = torch.full((len(experiences),), float(self.step))
         for flag, name, default in (
             ("is_expert", "expert_mask", 0.0),
             ("sample_weight", "sample_weight", 1.0),
@@ -305,8 +311,12 @@ class Trainer:
         # first pass, which scores with the weights the explorer sampled from (before any
         # update): no extra forward pass.
         scored: Optional[List[torch.Tensor]] = [] if self.correction is None else None
+        loss = self.fns.policy_loss
         for epoch in range(self.settings["ppo_epochs"]):
             self.optimizer.zero_grad(set_to_none=True)
+            if loss.batch_keys:  # whole-batch inputs (M2PO's mask) at this epoch's weights
+                scores = self._score(self.model, batch)
+                batch.extra.update(loss.batch_inputs(**loss_inputs(loss.batch_keys, batch, scores)))
             totals = self._accumulate(batch, max_tokens, scored if epoch == 0 else None)
             grad_norm = as_number(
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings["grad_clip"])

@@ -14,9 +14,11 @@ from trinity.algorithm.advantage_fn.asymre import AsymREAdvantageFn
 from trinity.algorithm.advantage_fn.base import ADVANTAGE_FN, AdvantageFn
 from trinity.algorithm.advantage_fn.gigpo import GiGPOAdvantageFn
 from trinity.algorithm.advantage_fn.grpo import GRPOAdvantageFn
+from trinity.algorithm.advantage_fn.jsd import JSDAdvantageFn
 from trinity.algorithm.advantage_fn.on_policy_distill import OnPolicyDistillAdvantageFn
 from trinity.algorithm.advantage_fn.opmd import OPMDAdvantageFn
 from trinity.algorithm.advantage_fn.ppo import PPOAdvantageFn
+from trinity.algorithm.advantage_fn.rec import RECAdvantageFn
 from trinity.algorithm.advantage_fn.reinforce_plus_plus import REINFORCEPlusPlusAdvantageFn
 from trinity.algorithm.advantage_fn.reinforce_plus_plus_baseline import (
     REINFORCEPlusPlusBaselineAdvantageFn,
@@ -30,9 +32,11 @@ __all__ = [
     "AsymREAdvantageFn",
     "GiGPOAdvantageFn",
     "GRPOAdvantageFn",
+    "JSDAdvantageFn",
     "OnPolicyDistillAdvantageFn",
     "OPMDAdvantageFn",
     "PPOAdvantageFn",
+    "RECAdvantageFn",
     "REINFORCEPlusPlusAdvantageFn",
     "REINFORCEPlusPlusBaselineAdvantageFn",
     "REMAXAdvantageFn",

@@ -11,10 +11,16 @@ from trinity.algorithm.policy_loss_fn.base import POLICY_LOSS_FN, PolicyLossFn
 from trinity.algorithm.policy_loss_fn.cispo import CISPOPolicyLossFn
 from trinity.algorithm.policy_loss_fn.dpo import DPOLossFn
 from trinity.algorithm.policy_loss_fn.gspo import GSPOPolicyLossFn
+from trinity.algorithm.policy_loss_fn.m2po import M2POPolicyLossFn
 from trinity.algorithm.policy_loss_fn.mix import MIXPolicyLossFn
+from trinity.algorithm.policy_loss_fn.mix_chord import MIXCHORDPolicyLossFn
 from trinity.algorithm.policy_loss_fn.opmd import OPMDPolicyLossFn
 from trinity.algorithm.policy_loss_fn.ppo import PPOPolicyLossFn
+from trinity.algorithm.policy_loss_fn.rec import RECPolicyLossFn
+from trinity.algorithm.policy_loss_fn.sapo import SAPOPolicyLossFn
 from trinity.algorithm.policy_loss_fn.sft import SFTLossFn
+from trinity.algorithm.policy_loss_fn.sft_phi import SFTPhiLossFn
+from trinity.algorithm.policy_loss_fn.sppo import SPPOPolicyLossFn
 from trinity.algorithm.policy_loss_fn.topr import TOPRPolicyLossFn
 
 __all__ = [
@@ -23,9 +29,15 @@ __all__ = [
     "CISPOPolicyLossFn",
     "DPOLossFn",
     "GSPOPolicyLossFn",
+    "M2POPolicyLossFn",
+    "MIXCHORDPolicyLossFn",
     "MIXPolicyLossFn",
     "OPMDPolicyLossFn",
     "PPOPolicyLossFn",
+    "RECPolicyLossFn",
+    "SAPOPolicyLossFn",
     "SFTLossFn",
+    "SFTPhiLossFn",
+    "SPPOPolicyLossFn",
     "TOPRPolicyLossFn",
 ]

@@ -31,6 +31,9 @@ class PolicyLossFn(ABC):
     ``ref_logprob``, ...). So a subclass lists the tensors it needs as parameters and
     keeps ``**kwargs`` for forward compatibility.
 
+    A loss that needs a statistic of the whole batch (not of one micro-batch) overrides
+    ``batch_inputs``; its parameter names become ``batch_keys``.
+
     Constructor arguments come from ``algorithm.policy_loss_fn_args``.
     """
 
@@ -38,10 +41,13 @@ class PolicyLossFn(ABC):
     # developer guide's OPMD example) still answer these.
     loss_agg_mode: str = "token-mean"
     select_keys: Tuple[str, ...] = ()
+    batch_keys: Tuple[str, ...] = ()
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         cls.select_keys = call_parameter_names(cls.__call__)
+        if cls.batch_inputs is not PolicyLossFn.batch_inputs:
+            cls.batch_keys = call_parameter_names(cls.batch_inputs)
 
     def __init__(self, loss_agg_mode: str = "token-mean") -> None:
         self.loss_agg_mode = check_loss_agg_mode(loss_agg_mode)
@@ -51,6 +57,17 @@ class PolicyLossFn(ABC):
         self, logprob: torch.Tensor, action_mask: torch.Tensor, **kwargs
     ) -> Tuple[torch.Tensor, Dict]:
         """Return the scalar loss and its metrics (bare names; the trainer adds ``actor/``)."""
+
+    def batch_inputs(self, **tensors: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """``(B, R)`` tensors computed over the whole batch, added to it by name for
+        ``__call__`` to read (e.g. M2PO's token mask, which ranks every token of the batch).
+
+        The trainer calls an override once per optimisation pass, before the micro-batches,
+        with the parameters it names looked up as ``__call__``'s are: ``logprob`` is the whole
+        batch's under the current weights (an extra no-grad pass). Not overridden: no call,
+        no extra pass.
+        """
+        return {}
 
     @classmethod
     def default_args(cls) -> Dict:

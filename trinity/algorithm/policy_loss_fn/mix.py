@@ -57,6 +57,11 @@ class MIXPolicyLossFn(PolicyLossFn):
         )
         self.sft = SFTLossFn(loss_agg_mode)
 
+    def sft_weight(self, step: Optional[torch.Tensor]) -> float:
+        """``mu`` for this call: the constant ``mu`` (a subclass may schedule it by
+        ``step``, the ``(B,)`` training step the trainer puts on every row)."""
+        return self.mu
+
     def __call__(  # type: ignore[override]
         self,
         logprob: torch.Tensor,
@@ -64,16 +69,19 @@ class MIXPolicyLossFn(PolicyLossFn):
         action_mask: torch.Tensor,
         advantages: torch.Tensor,
         expert_mask: Optional[torch.Tensor],
+        step: Optional[torch.Tensor] = None,
         rollout_is_weights: Optional[torch.Tensor] = None,
         **kwargs,
     ) -> Tuple[torch.Tensor, Dict]:
-        """Token inputs ``(B, R)``, ``expert_mask`` ``(B,)``. Metrics: the PPO ones prefixed
-        ``usual/`` (``usual/pg_loss``, ...) and ``expert/sft_loss``. ``rollout_is_weights``
-        weigh the PPO term only (expert rows have no rollout to correct)."""
+        """Token inputs ``(B, R)``, ``expert_mask`` and ``step`` ``(B,)``. Metrics: the PPO
+        ones prefixed ``usual/`` (``usual/pg_loss``, ...), the SFT one prefixed ``expert/``
+        (``expert/sft_loss``) and ``mu``. ``rollout_is_weights`` weigh the PPO term only
+        (expert rows have no rollout to correct)."""
+        mu = self.sft_weight(step)
         expert = expert_rows(expert_mask, logprob.shape[0])
         usual = ~expert
         loss = logprob.new_zeros(())
-        metrics: Dict[str, float] = {}
+        metrics: Dict[str, float] = {"mu": mu}
         if usual.any():
             pg_loss, pg_metrics = self.ppo(
                 logprob=logprob[usual],
@@ -84,13 +92,13 @@ class MIXPolicyLossFn(PolicyLossFn):
                 if rollout_is_weights is None
                 else rollout_is_weights[usual],
             )
-            loss = loss + (1.0 - self.mu) * pg_loss
+            loss = loss + (1.0 - mu) * pg_loss
             metrics.update({f"usual/{k}": v for k, v in pg_metrics.items()})
         if expert.any():
             sft_loss, sft_metrics = self.sft(
                 logprob=logprob[expert], action_mask=action_mask[expert]
             )
-            loss = loss + self.mu * sft_loss
+            loss = loss + mu * sft_loss
             metrics.update({f"expert/{k}": v for k, v in sft_metrics.items()})
         return loss, metrics
 

@@ -11,7 +11,7 @@ import difflib
 import re
 import types
 import typing
-from typing import Annotated, Any, ClassVar, Dict, List, Optional, Tuple
+from typing import Annotated, Any, Callable, ClassVar, Dict, List, Optional, Tuple
 
 from pydantic import (
     AfterValidator,
@@ -86,6 +86,20 @@ def check_name(value: str) -> str:
 
 # A str field checked by :func:`check_name` (project, name, stage_name, actor and buffer names).
 Name = Annotated[str, AfterValidator(check_name)]
+
+
+def move_key(
+    data: Any, alias: str, key: str, both: str, convert: Callable[[Any], Any] = lambda v: v
+) -> Any:
+    """For a ``mode="before"`` validator: ``data`` with key ``alias`` renamed ``key`` (its
+    value passed through ``convert``); ``both`` is the error when the two are set."""
+    if not isinstance(data, dict) or alias not in data:
+        return data
+    if key in data:
+        raise ValueError(both)
+    data = dict(data)
+    data[key] = convert(data.pop(alias))
+    return data
 
 
 def inert(default: Any = None, *, description: str, reason: str, **kwargs: Any) -> Any:

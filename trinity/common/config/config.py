@@ -168,3 +168,13 @@ def rollouts_per_step(config: Config) -> int:
     tasksets = config.buffer.explorer_input.tasksets
     repeats = [ts.repeat_times or config.algorithm.repeat_times for ts in tasksets]
     return config.buffer.batch_size * max(repeats or [config.algorithm.repeat_times])
+
+
+def rollout_temperature(config: Config) -> float:
+    """The temperature training rollouts are sampled at, which the trainer divides logits by
+    too: the first training taskset's ``rollout_args.temperature``; in ``mode: serve`` (no
+    taskset: clients send the requests) ``model.temperature``, unset 1.0."""
+    taskset = config.buffer.explorer_input.taskset
+    if taskset is not None:
+        return taskset.rollout_args.temperature
+    return 1.0 if config.model.temperature is None else config.model.temperature

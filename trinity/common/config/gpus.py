@@ -29,7 +29,7 @@ from typing import List, Optional, Tuple
 from trinity.common.config.config import Config
 
 EXPLORING_MODES = ("both", "colocate", "explore", "bench")
-TRAINING_MODES = ("both", "colocate", "train")
+TRAINING_MODES = ("both", "colocate", "train", "serve")
 
 
 def detect_gpu_count() -> int:
@@ -130,7 +130,7 @@ class GpuShares:
 def gpu_shares(config: Config) -> GpuShares:
     """How a finalized stage's GPUs divide (``gpu_per_node`` unset counts as 0)."""
     explorer, engines = config.explorer, []
-    if config.mode in EXPLORING_MODES:
+    if config.mode in (*EXPLORING_MODES, "serve"):
         served = [("explorer.rollout_model", None, explorer.rollout_model)]
         served += [
             (f"explorer.auxiliary_models[{i}]", i, a)

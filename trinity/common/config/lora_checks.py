@@ -33,7 +33,10 @@ def lora_problems(config: Any) -> List[str]:
             "sample with an adapter, export a merged model with save_merged: true and point "
             "model.model_path at it)"
         )
-    if config.mode in ("both", "colocate") and config.synchronizer.sync_method == "checkpoint":
+    if (
+        config.mode in ("both", "colocate", "serve")
+        and config.synchronizer.sync_method == "checkpoint"
+    ):
         problems.append(
             f"synchronizer.sync_method = checkpoint with {KEY}: a LoRA checkpoint holds only "
             "the adapter, while the engines load merged weights; use sync_method: memory"

@@ -6,7 +6,7 @@ from typing import Any, ClassVar, Dict, List, Literal, Optional
 
 from pydantic import Field, model_validator
 
-from trinity.common.config.base import ConfigModel, Name
+from trinity.common.config.base import ConfigModel, Name, move_key
 
 
 class FormatConfig(ConfigModel):
@@ -54,14 +54,26 @@ class GenerationConfig(ConfigModel):
 
 
 class TaskSelectorConfig(ConfigModel):
-    """``task_selector``: the order in which tasks are read."""
+    """``task_selector`` (alias ``data_selector``): the order in which tasks are read."""
 
     selector_type: str = Field(
         "sequential",
-        description="sequential: file order; shuffle: reshuffled every epoch; or the name of "
-        "a TaskSelector registered by a plugin (docs/extending.md).",
+        description="sequential: file order; shuffle: reshuffled every epoch; random: each "
+        "batch drawn afresh; offline_easy2hard: sorted by feature_keys; diff_based (or "
+        "difficulty_based): tasks whose success rate is nearest kwargs.target_reward, learned "
+        "from the rewards; or a selector registered by a plugin (docs/extending.md).",
     )
-    seed: int = Field(42, description="Shuffle seed.")
+    seed: int = Field(42, description="Seed of shuffle, random and diff_based draws.")
+    feature_keys: List[str] = Field(
+        default_factory=list,
+        description="Numeric columns the selector reads: offline_easy2hard sorts by them; "
+        "diff_based takes one as each task's prior success rate in [0, 1].",
+    )
+    kwargs: Dict[str, Any] = Field(
+        default_factory=dict,
+        description="Selector arguments, checked before start. offline_easy2hard: descending; "
+        "diff_based: target_reward, tau, do_sample, lamb, prior_rollouts.",
+    )
 
 
 class ReplayBufferConfig(ConfigModel):
@@ -130,6 +142,13 @@ class StorageConfig(ConfigModel):
     )
     is_eval: bool = Field(False, description="Internal: set for eval tasksets.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _data_selector_alias(cls, data: Any) -> Any:
+        # Upstream's configs also spell it data_selector; one field, so it is renamed here.
+        both = "set either `task_selector` or its alias `data_selector`, not both"
+        return move_key(data, "data_selector", "task_selector", both)
+
 
 class ExplorerInput(ConfigModel):
     """``buffer.explorer_input``: the tasksets explored and evaluated."""
@@ -156,14 +175,8 @@ class ExplorerInput(ConfigModel):
     @classmethod
     def _single_taskset(cls, data: Any) -> Any:
         # `taskset:` (one mapping) is shorthand for `tasksets:` (a list), which convert-verl writes.
-        if not isinstance(data, dict) or "taskset" not in data:
-            return data
-        data = dict(data)
-        single = data.pop("taskset")
-        if "tasksets" in data:
-            raise ValueError("set either `taskset` (one) or `tasksets` (a list), not both")
-        data["tasksets"] = [] if single is None else [single]
-        return data
+        both = "set either `taskset` (one) or `tasksets` (a list), not both"
+        return move_key(data, "taskset", "tasksets", both, lambda v: [] if v is None else [v])
 
     @property
     def taskset(self) -> Optional[StorageConfig]:

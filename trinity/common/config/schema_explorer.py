@@ -167,6 +167,17 @@ class ExplorerConfig(ConfigModel):
     runner_state_report_interval: float = Field(
         0, ge=0, description="Seconds between runner status reports; 0 is off."
     )
+    listen_address: str = Field(
+        "127.0.0.1",
+        description="Mode serve: the address the OpenAI-compatible endpoint (with /feedback "
+        "and /commit) listens on; 0.0.0.0: every interface.",
+    )
+    proxy_port: int = Field(
+        8010,
+        ge=0,
+        le=65535,
+        description="Mode serve: the port of that endpoint; 0: a free port, printed at start.",
+    )
 
 
 class SynchronizerConfig(ConfigModel):

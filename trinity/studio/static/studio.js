@@ -80,6 +80,17 @@ function leafInput(spec, path) {
   input.placeholder = spec.default === undefined ? "" : spec.default;
   input.value = current === undefined ? "" : current;
   input.addEventListener("input", () => changed(path, input.value));
+  // A free-text key whose runnable values come from a registry (storage_type, monitor_type):
+  // they are offered as suggestions, a plugin's name can still be typed.
+  const runs = supported[keyPattern(path)];
+  if (spec.kind !== "yaml" && runs) {
+    const list = el("datalist", {id: `runs-${name}`});
+    runs.filter((c) => c !== "null").forEach((c) => {
+      list.append(el("option", {value: c.replace(/^"(.*)"$/, "$1")}));
+    });
+    input.setAttribute("list", list.id);
+    return el("span", {class: "suggested"}, input, list);
+  }
   return input;
 }
 

@@ -1,66 +1,14 @@
-"""Task selectors (the order rows are visited in each epoch) and the resumable batch cursor.
-
-A selector is registered in ``TASK_SELECTORS`` under the name users write in
-``task_selector.selector_type``; it only has to return a permutation of row indices for an
-epoch, deterministically, so a resumed run can rebuild the order from ``(seed, epoch)``.
-"""
+"""The resumable batch cursor: hands out row indices batch by batch across epochs."""
 
 from __future__ import annotations
 
 import logging
 import math
-import random
-from abc import ABC, abstractmethod
 from typing import Any, Dict, List, Optional
 
-from trinity.common.registry import Registry
+from trinity.buffer.selector.base import BatchSelector, Selector, TaskSelector, build_selector
 
 logger = logging.getLogger("trinity.buffer")
-
-TASK_SELECTORS: Registry = Registry("task_selectors", base=lambda: TaskSelector)
-
-
-class TaskSelector(ABC):
-    """Decides the order of row indices within one epoch."""
-
-    def __init__(self, seed: int = 42) -> None:
-        self.seed = seed
-
-    @abstractmethod
-    def order(self, num_rows: int, epoch: int) -> List[int]:
-        """A permutation of ``range(num_rows)``; must depend only on (seed, epoch)."""
-
-
-@TASK_SELECTORS.register_module("sequential")
-class SequentialSelector(TaskSelector):
-    """File order, every epoch."""
-
-    def order(self, num_rows: int, epoch: int) -> List[int]:
-        return list(range(num_rows))
-
-
-@TASK_SELECTORS.register_module("shuffle")
-class ShuffleSelector(TaskSelector):
-    """A fresh shuffle each epoch, seeded with ``seed + epoch``."""
-
-    def order(self, num_rows: int, epoch: int) -> List[int]:
-        indices = list(range(num_rows))
-        random.Random(self.seed + epoch).shuffle(indices)
-        return indices
-
-
-def build_selector(task_selector: Any) -> TaskSelector:
-    """The selector a storage's ``task_selector`` config (or None) asks for."""
-    if task_selector is None:
-        return SequentialSelector()
-    name = task_selector.selector_type
-    if name not in TASK_SELECTORS and "." not in name:
-        raise ValueError(
-            f"task_selector.selector_type = {name!r} is not valid; choose one of "
-            f"{', '.join(TASK_SELECTORS.names())}"
-        )
-    seed = task_selector.seed if task_selector.seed is not None else 42
-    return TASK_SELECTORS.get(name)(seed=seed)
 
 
 class BatchCursor:
@@ -68,13 +16,14 @@ class BatchCursor:
 
     Batches run on across epoch boundaries, so every batch is full except possibly the last
     one of the last epoch. With ``total_steps`` set, epochs are unlimited and reading stops
-    after that many batches; otherwise it stops when ``total_epochs`` passes are done.
+    after that many batches; otherwise it stops when ``total_epochs`` passes are done. A
+    ``BatchSelector``'s epoch is ``num_rows`` rows handed out, whichever rows they were.
     """
 
     def __init__(
         self,
         num_rows: int,
-        selector: TaskSelector,
+        selector: Selector,
         total_epochs: int = 1,
         total_steps: Optional[int] = None,
     ) -> None:
@@ -83,9 +32,10 @@ class BatchCursor:
         self.total_epochs = total_epochs
         self.total_steps = total_steps
         self.epoch = 0
-        self.index = 0  # position inside this epoch's order
+        self.index = 0  # position inside this epoch
         self.steps = 0  # batches handed out so far
-        self._order = selector.order(num_rows, 0)
+        self._order: List[int] = []
+        self._start_epoch(0)
 
     def next_batch(self, batch_size: int) -> List[int]:
         """Row indices of the next batch; raises ``StopIteration`` when reading is over."""
@@ -106,16 +56,38 @@ class BatchCursor:
             if self.index >= self.num_rows:
                 self._start_epoch(self.epoch + 1)
                 continue
+            if isinstance(self.selector, BatchSelector):
+                # one draw for the whole request, so its rows are distinct
+                left = self.remaining()
+                k = min(n - len(out), self.num_rows, self.num_rows if left is None else left)
+                out.extend(self.selector.pick(self.num_rows, k, self._drawn()))
+                self.epoch, self.index = divmod(self._drawn() + k, self.num_rows)
+                continue
             stop = min(self.num_rows, self.index + n - len(out))
             out.extend(self._order[self.index : stop])
             self.index = stop
         return out
+
+    def remaining(self) -> Optional[int]:
+        """Rows left to hand out; None when only ``total_steps`` ends the reading."""
+        if self.total_steps is not None:
+            return None
+        return max(0, self.total_epochs * self.num_rows - self._drawn())
 
     def num_steps(self, batch_size: int) -> int:
         """How many batches of ``batch_size`` this cursor hands out from the start."""
         if self.total_steps is not None:
             return self.total_steps
         return math.ceil(self.num_rows * self.total_epochs / batch_size)
+
+    def feedback(
+        self, indices: List[int], values: List[float], counts: Optional[List[int]] = None
+    ) -> None:
+        """Per-row mean rewards for the selector (``Selector.feedback``)."""
+        self.selector.feedback(indices, values, counts)
+
+    def _drawn(self) -> int:
+        return self.epoch * self.num_rows + self.index
 
     def _exhausted(self) -> bool:
         if self.total_steps is not None:
@@ -126,17 +98,22 @@ class BatchCursor:
 
     def _start_epoch(self, epoch: int) -> None:
         self.epoch, self.index = epoch, 0
-        self._order = self.selector.order(self.num_rows, epoch)
+        if isinstance(self.selector, TaskSelector):
+            self._order = self.selector.order(self.num_rows, epoch)
 
-    def state_dict(self) -> Dict[str, int]:
-        return {
+    def state_dict(self) -> Dict[str, Any]:
+        state: Dict[str, Any] = {
             "epoch": self.epoch,
             "index": self.index,
             "steps": self.steps,
             "rows": self.num_rows,
         }
+        learned = self.selector.state_dict()
+        if learned:
+            state["selector"] = learned
+        return state
 
-    def load_state_dict(self, state: Dict[str, int]) -> None:
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
         if state.get("rows", self.num_rows) != self.num_rows:
             # the data changed between runs: positions still apply, but say so
             logger.warning(
@@ -144,6 +121,19 @@ class BatchCursor:
                 state["rows"],
                 self.num_rows,
             )
+        # what the selector learned first: a learning TaskSelector's order may depend on it
+        self.selector.load_state_dict(state.get("selector", {}))
         self._start_epoch(int(state["epoch"]))
         self.index = min(int(state["index"]), self.num_rows)
         self.steps = int(state["steps"])
+
+
+def build_cursor(
+    task_selector: Any, rows: Any, total_epochs: int = 1, total_steps: Optional[int] = None
+) -> BatchCursor:
+    """A cursor over ``rows`` (``buffer.rows.Rows``) ordered by the ``task_selector``
+    config, its selector bound to the rows' feature columns (checked numbers at load)."""
+    selector = build_selector(task_selector)
+    features = {key: [float(v) for v in rows[key]] for key in selector.feature_keys}
+    selector.bind(len(rows), features)
+    return BatchCursor(len(rows), selector, total_epochs, total_steps)
