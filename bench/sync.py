@@ -128,9 +128,16 @@ def _sides(method: str, job_dir: str, model: torch.nn.Module, folder: str, threa
         loaded_version=0,
         report=Reporter(None, "explorer"),
     )
-    wait, releases = ExplorerRole._wait_for_trainer, ExplorerRole._releases
+    wait, releases, load = (
+        ExplorerRole._wait_for_trainer,
+        ExplorerRole._releases,
+        ExplorerRole._load_into,
+    )
     explorer._wait_for_trainer = lambda version: wait(explorer, version)
     explorer._releases = lambda version: releases(explorer, version)
+    explorer._load_into = lambda engines, weights, version: load(
+        explorer, engines, weights, version
+    )
     return trainer, explorer, [sync, engine]
 
 

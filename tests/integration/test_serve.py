@@ -112,7 +112,13 @@ def test_clients_chat_reward_and_commit_while_the_run_trains_and_serves_new_weig
     assert weights_changed(micro_model, result.final_hf)
 
 
-def test_a_trainer_failure_reaches_clients_as_a_503_and_fails_the_run(tmp_path, micro_model):
+def test_a_trainer_failure_reaches_clients_as_a_503_and_fails_the_run(
+    tmp_path, micro_model, monkeypatch
+):
+    from trinity.algorithm import ADVANTAGE_FN
+
+    # the run registers the plugin's advantage in this process too: dropped afterwards
+    monkeypatch.setattr(ADVANTAGE_FN, "_modules", dict(ADVANTAGE_FN._modules))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     plugins = os.path.join(HERE, "plugins_serve")

@@ -17,7 +17,7 @@ from trinity.algorithm.entropy_loss_fn.base import EntropyLossFn
 from trinity.algorithm.kl_fn.base import KLFn
 from trinity.algorithm.policy_loss_fn.base import PolicyLossFn
 from trinity.algorithm.sample_strategy.base import SampleStrategy
-from trinity.buffer.selector import TASK_SELECTORS, TaskSelector
+from trinity.buffer.selector import TASK_SELECTORS, Selector
 from trinity.common.registry import Registry
 from trinity.common.rewards import REWARD_FUNCTIONS, RewardFn
 from trinity.common.workflows import WORKFLOWS, Workflow
@@ -33,7 +33,7 @@ REGISTRIES = [
     (SAMPLE_STRATEGY, SampleStrategy),
     (ALGORITHM_TYPE, AlgorithmType),
     (MONITORS, MetricSink),
-    (TASK_SELECTORS, TaskSelector),
+    (TASK_SELECTORS, Selector),
 ]
 
 
@@ -121,5 +121,9 @@ def test_selector_config_with_a_dotted_non_selector_is_refused():
     from trinity.buffer.selector import build_selector
 
     config = SimpleNamespace(selector_type="os.system", seed=1)
-    with pytest.raises(KeyError, match="is not a TaskSelector subclass"):
+    with pytest.raises(ValueError) as info:
         build_selector(config)
+    assert str(info.value).startswith(
+        "task_selector.selector_type = 'os.system': task_selectors: 'os.system' is not a "
+        "Selector subclass"
+    )

@@ -161,11 +161,9 @@ class Explorer:
                 "time/wait_for_weights": waited,  # includes loading them into the engines
             }
         )
-        # Logged before the write: a run killed between the two resumes before this step and
-        # drops its record (records after the last written step go), so it is logged once.
-        self.log(metrics, step)
         if self.write is not None:
             self.write(experiences, step)  # even when empty: it closes the step
+        self.log(metrics, step)
 
     def evaluate(self, step: int, prefix: str = "eval") -> Dict[str, float]:
         """Run every eval taskset with the weights held now; log ``<prefix>/<taskset>/...``
