@@ -184,21 +184,7 @@ def build_app(served: ServedModel, hooks: Optional[ServeHooks] = None) -> FastAP
     created = int(time.time())
     if hooks is not None:
         add_serve_routes(app, hooks, served.model)
-
-    @app.exception_handler(APIError)
-    async def _api_error(request: Request, exc: APIError) -> _JSON:
-        return _error(exc)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> _JSON:
-        first = exc.errors()[0]
-        where = [str(part) for part in first.get("loc", ()) if part != "body"]
-        param = ".".join(where) or None
-        return _error(APIError(400, f"{param or 'body'}: {first.get('msg')}", param))
-
-    @app.exception_handler(HTTPException)
-    async def _http(request: Request, exc: HTTPException) -> _JSON:
-        return _error(APIError(exc.status_code, str(exc.detail)))
+    _add_error_handlers(app)
 
     @app.get("/v1/models")
     async def models() -> _JSON:
@@ -264,6 +250,25 @@ def build_app(served: ServedModel, hooks: Optional[ServeHooks] = None) -> FastAP
         return _JSON(_with_tokens(request, reply, sampled, usage(sampled)))
 
     return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error leaves as an OpenAI-shaped body with its status."""
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> _JSON:
+        return _error(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> _JSON:
+        first = exc.errors()[0]
+        where = [str(part) for part in first.get("loc", ()) if part != "body"]
+        param = ".".join(where) or None
+        return _error(APIError(400, f"{param or 'body'}: {first.get('msg')}", param))
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException) -> _JSON:
+        return _error(APIError(exc.status_code, str(exc.detail)))
 
 
 async def _before_sampling(hooks: Optional[ServeHooks], body: Any) -> None:
