@@ -2,6 +2,8 @@
 
 import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -82,6 +84,63 @@ def test_single_parquet_file_and_hf_parquet_layout(tmp_path):
     layout.mkdir(parents=True)
     datasets.Dataset.from_list(ROWS[:3]).to_parquet(str(layout / "train-00000-of-00001.parquet"))
     assert load_rows(storage(tmp_path / "hub"))["answer"] == ["1", "2", "3"]
+
+
+PLAIN_LAYOUTS = {
+    "jsonl splits": {"train.jsonl": ROWS, "test.jsonl": ROWS[:2]},
+    "three splits": {"train.json": ROWS, "validation.json": ROWS[1:3], "test.json": ROWS[:1]},
+    "csv": {"test.csv": ROWS[2:]},
+    "parquet": {"train.parquet": ROWS[:4]},
+    "an extra file": {"train.jsonl": ROWS, "notes.jsonl": ROWS[:1]},
+}
+
+
+def write_layout(root: Path, files: dict) -> None:
+    root.mkdir(parents=True)
+    for name, rows in files.items():
+        frame = datasets.Dataset.from_list(rows)
+        {
+            ".jsonl": lambda p: write_jsonl(p, rows),
+            ".json": lambda p: p.write_text(json.dumps(rows)),
+            ".csv": lambda p: frame.to_csv(str(p), index=False),
+            ".parquet": lambda p: frame.to_parquet(str(p)),
+        }[Path(name).suffix](root / name)
+
+
+@pytest.mark.parametrize("layout", PLAIN_LAYOUTS)
+def test_plain_directories_read_as_datasets_resolves_them(tmp_path, layout):
+    """The reader resolves a plain directory itself; each split must hold the rows, in the
+    order, that ``datasets.load_dataset`` gives, and a split ``datasets`` does not find is
+    refused with the same list of splits."""
+    write_layout(tmp_path / layout, PLAIN_LAYOUTS[layout])
+    reference = datasets.load_dataset(str(tmp_path / layout))
+    for split in ("train", "validation", "test"):
+        if split in reference:
+            rows = load_rows(storage(tmp_path / layout, split=split))
+            assert rows["question"] == reference[split]["question"]
+            assert [str(a) for a in rows["answer"]] == [str(a) for a in reference[split]["answer"]]
+        else:
+            with pytest.raises(ValueError, match=f"split` '{split}' does not exist") as err:
+                load_rows(storage(tmp_path / layout, split=split))
+            assert err.value.args[0].endswith(", ".join(reference))
+
+
+def test_splits_of_two_formats_are_refused_by_name(tmp_path):
+    write_layout(tmp_path / "mixed", {"train.jsonl": ROWS, "test.csv": ROWS[:2]})
+    with pytest.raises(ValueError, match="buffer 'math'.*splits mix file formats"):
+        load_rows(storage(tmp_path / "mixed"))
+
+
+def test_the_quickstart_layout_is_read_without_importing_datasets_or_pandas(data_dir):
+    """Both take 0.2-0.4 s to import, which every run would pay before its first step."""
+    code = (
+        "import sys; from types import SimpleNamespace as N; from trinity.buffer import load_rows;"
+        f"s = N(name='t', storage_type='file', path={str(data_dir)!r}, subset_name=None,"
+        " split='test', format=N(prompt_key='question', response_key='answer'));"
+        "print(load_rows(s)['answer'], 'datasets' in sys.modules, 'pandas' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.split() == ["['1',", "'2']", "False", "False"], done.stderr
 
 
 def test_subset_name_selects_a_readme_config(tmp_path):

@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import sys
 from typing import Any, Dict, Iterator, Optional
 
 import torch
@@ -34,6 +35,8 @@ LORA_DTYPES = {
 
 def is_lora(model: torch.nn.Module) -> bool:
     """Whether ``model`` is a peft model (the trainer's model when LoRA is configured)."""
+    if "peft" not in sys.modules:  # then no model is one; importing peft costs 0.1 s
+        return False
     from peft import PeftModel
 
     return isinstance(model, PeftModel)
