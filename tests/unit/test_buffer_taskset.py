@@ -98,13 +98,15 @@ PLAIN_LAYOUTS = {
 def write_layout(root: Path, files: dict) -> None:
     root.mkdir(parents=True)
     for name, rows in files.items():
-        frame = datasets.Dataset.from_list(rows)
-        {
-            ".jsonl": lambda p: write_jsonl(p, rows),
-            ".json": lambda p: p.write_text(json.dumps(rows)),
-            ".csv": lambda p: frame.to_csv(str(p), index=False),
-            ".parquet": lambda p: frame.to_parquet(str(p)),
-        }[Path(name).suffix](root / name)
+        path, frame = root / name, datasets.Dataset.from_list(rows)
+        if path.suffix == ".jsonl":
+            write_jsonl(path, rows)
+        elif path.suffix == ".json":
+            path.write_text(json.dumps(rows))
+        elif path.suffix == ".csv":
+            frame.to_csv(str(path), index=False)
+        else:
+            frame.to_parquet(str(path))
 
 
 @pytest.mark.parametrize("layout", PLAIN_LAYOUTS)
