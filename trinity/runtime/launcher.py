@@ -325,15 +325,24 @@ def run(config_path: str, overrides: List[str], plugin_dirs: List[str]) -> List[
     """Everything ``trinity run`` does; config errors surface before Ray starts."""
     from trinity.common.config import apply_run_name, load_config
     from trinity.preflight.before_start import check_before_start
-    from trinity.preflight.hosting import runs_in_process
     from trinity.utils.plugin_loader import load_plugins
+    from trinity.utils.startup_gc import paused_until_started
 
-    load_plugins(plugin_dirs)
-    root = apply_run_name(load_config(config_path, overrides))
-    # Every stage finalized and checked (models, data, names, arguments) in one pass: all
-    # problems in one ConfigError before anything starts.
-    stages = check_before_start(root)
-    check_cluster_address(stages)  # cluster.node_num >= 2 needs a cluster to join
+    with paused_until_started() as started:
+        load_plugins(plugin_dirs)
+        root = apply_run_name(load_config(config_path, overrides))
+        # Every stage finalized and checked (models, data, names, arguments) in one pass: all
+        # problems in one ConfigError before anything starts.
+        stages = check_before_start(root)
+        check_cluster_address(stages)  # cluster.node_num >= 2 needs a cluster to join
+        started()
+        return _run_stages(stages, plugin_dirs)
+
+
+def _run_stages(stages: List[Any], plugin_dirs: List[str]) -> List[StageResult]:
+    """The checked stages in order, each from the previous one's final model."""
+    from trinity.preflight.hosting import runs_in_process
+
     printer = ProgressPrinter()
     results: List[StageResult] = []
     ray_started = False
