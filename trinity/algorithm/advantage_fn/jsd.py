@@ -59,9 +59,10 @@ class JSDAdvantageFn(AdvantageFn):
     """``kl_coef * (1 - beta) * log(M / Q)`` per sampled token (``jsd_advantages``).
 
     The generalized JSD of Agarwal et al. 2024, "On-Policy Distillation of Language Models:
-    Learning from Self-Generated Mistakes" (GKD, arXiv:2306.13649), between the teacher's
-    and the student's next-token distributions, on the student's own samples (GKD's
-    on-policy setting, student-data fraction 1). GKD sums the divergence over the whole
+    Learning from Self-Generated Mistakes" (GKD, arXiv:2306.13649; ``JSD(beta)`` is its Eq. 1,
+    averaged over the sequence's tokens as in Eq. 2), between the teacher's and the student's
+    next-token distributions, on the student's own samples (the GKD objective of section 3.1
+    with student-data fraction ``lambda = 1``). GKD sums the divergence over the whole
     vocabulary; the trainer scores only the sampled token under the teacher
     (``teacher_logprob``, as for ``on_policy_distill``), so here the divergence enters as
     its policy gradient on the sampled tokens, a one-sample estimate of the full-vocabulary

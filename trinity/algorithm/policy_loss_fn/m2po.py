@@ -16,7 +16,7 @@ def second_moment_mask(
     action_mask: torch.Tensor,
     m2_threshold: float,
 ) -> torch.Tensor:
-    """The tokens M2PO keeps.
+    """The tokens M2PO keeps (the paper's Algorithm 1, section 5.2).
 
     Only tokens in the trust region's reach can be masked: those whose update would push
     the ratio further from 1 (``A > 0`` and ``r > 1``, or ``A < 0`` and ``r < 1``), the
@@ -55,13 +55,15 @@ class M2POPolicyLossFn(PolicyLossFn):
 
     This is Second-Moment Trust Policy Optimization (Zheng, Zhao and Chen 2025, "Prosperity
     before Collapse: How Far Can Off-Policy RL Reach with Stale Data on LLMs?",
-    arXiv:2510.01161): its objective ``J = 1/sum|o_i| * sum_i sum_t M_it r_it A_it``, where
-    the mask of its masking algorithm (``second_moment_mask``) replaces PPO's clipping. On
-    stale data clipping drops many high-entropy tokens, the informative ones; bounding the
-    second moment ``M2 = mean (log r)^2`` of the batch drops only the extreme outliers. The
-    mask is computed over the whole batch, as the paper's: ``batch_inputs`` gives it to the
-    trainer, which scores the batch once per update at the current weights before the
-    micro-batches. The denominator counts every valid token, masked or not (``token-mean``).
+    arXiv:2510.01161v2): its objective ``J = 1/sum|o_i| * sum_i sum_t M_it r_it A_it`` (Eq. 5,
+    section 5.2; the ratio is not clipped), where the mask of its Algorithm 1
+    (``second_moment_mask``) replaces PPO's clipping. On stale data clipping drops many
+    high-entropy tokens, the informative ones; bounding the second moment
+    ``M2 = mean (log r)^2`` of the batch (Eq. 4) drops only the extreme outliers. The mask is
+    computed over the whole batch, as the paper's: ``batch_inputs`` gives it to the trainer,
+    which scores the batch once per update at the current weights before the micro-batches.
+    The denominator counts every valid token, masked or not (``token-mean``, the paper's
+    footnote 2).
 
     Args:
         m2_threshold: ``tau_M2``, the bound on the kept trust-region tokens' mean squared

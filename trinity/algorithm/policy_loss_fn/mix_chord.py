@@ -19,7 +19,9 @@ def mu_schedule(
 
     Linear from 0 to ``peak`` over ``warmup_steps``, then a half cosine from ``peak`` down to
     ``valley`` over ``decay_steps``, then ``valley``. With no warm-up and no decay it is the
-    constant ``valley`` (the paper's CHORD-phi keeps mu fixed).
+    constant ``valley`` (the paper's CHORD-phi keeps mu fixed). The paper gives no formula for
+    the schedule: its section 4.3 decays mu from 0.9 to 0.05 over the first 200 steps and its
+    appendix mentions a warm-up before the decay; this shape is upstream Trinity-RFT's option.
     """
     if updates_done < warmup_steps:
         return peak * updates_done / warmup_steps
@@ -36,15 +38,17 @@ class MIXCHORDPolicyLossFn(MIXPolicyLossFn):
     CHORD (Zhang et al. 2025, "On-Policy RL Meets Off-Policy Experts: Harmonizing Supervised
     Fine-Tuning and Reinforcement Learning via Dynamic Weighting", arXiv:2508.11408) writes
     SFT as an auxiliary objective of on-policy RL: its hybrid loss
-    ``L = (1 - mu) L_GRPO + mu L_SFT``, here the PPO-clipped loss on the policy's own rows
-    (GRPO advantages for ``algorithm_type: mix_chord``) and the SFT loss on the expert rows
-    ``sample_strategy: mix`` adds. Two controls, both the paper's:
+    ``L = (1 - mu) L_GRPO + mu L_SFT`` (Eq. 3 of the ICLR 2026 version, section 3.2), here the
+    PPO-clipped loss on the policy's own rows (GRPO advantages for ``algorithm_type:
+    mix_chord``; the paper's ``L_GRPO`` is its Eq. 2, token-mean, no KL) and the SFT loss on
+    the expert rows ``sample_strategy: mix`` adds (Eq. 1, token-mean). Two controls, both the
+    paper's:
 
     - CHORD-mu, the global weight: ``mu`` warms up to ``mu_peak`` and decays to
       ``mu_valley`` (``mu_schedule``), moving the policy from imitating the expert to its own
       exploration;
     - CHORD-phi, the token weight: with ``enable_phi_function`` the SFT term is ``sft_phi``
-      (each expert token weighted by ``p (1 - p)``), which keeps expert data from
+      (each expert token weighted by ``p (1 - p)``, Eqs. 5-6), which keeps expert data from
       overwriting what the policy is sure of.
 
     The defaults, upstream Trinity-RFT's, are CHORD-phi with a constant ``mu`` of 0.1; a

@@ -11,8 +11,10 @@ from trinity.algorithm.utils import aggregate_loss
 
 
 def phi(logprob: torch.Tensor) -> torch.Tensor:
-    """``p (1 - p)`` with ``p = exp(logprob)``, detached: CHORD's token weight, a coefficient
-    of the token's log-likelihood gradient, never differentiated itself. Shape as given."""
+    """``p (1 - p)`` with ``p = exp(logprob)``, detached: CHORD's token weight (its Eq. 5), a
+    coefficient of the token's log-likelihood gradient. Eq. 6 writes it without a stop-gradient;
+    we detach it, so each token's gradient is ``phi * grad log p``, the weighting the paper
+    argues for. Shape as given."""
     p = logprob.detach().exp()
     return p * (1.0 - p)
 
@@ -23,11 +25,11 @@ class SFTPhiLossFn(PolicyLossFn):
 
     This is the token-wise weighting of Zhang et al. 2025, "On-Policy RL Meets Off-Policy
     Experts: Harmonizing Supervised Fine-Tuning and Reinforcement Learning via Dynamic
-    Weighting" (CHORD, arXiv:2508.11408), its CHORD-phi SFT term: ``p_t`` is the policy's
-    probability of the expert's token. The weight peaks at ``p = 0.5`` and vanishes at both
-    ends, so tokens the policy already predicts (``p -> 1``) and tokens far from its own
-    distribution (``p -> 0``, the ones that disrupt it most) barely move it, while the
-    uncertain middle is learnt.
+    Weighting" (CHORD, arXiv:2508.11408), its CHORD-phi SFT term ``L_SFT-phi`` (Eq. 6 of the
+    ICLR 2026 version, section 3.3): ``p_t`` is the policy's probability of the expert's token.
+    The weight peaks at ``p = 0.5`` and vanishes at both ends, so tokens the policy already
+    predicts (``p -> 1``) and tokens far from its own distribution (``p -> 0``, the ones that
+    disrupt it most) barely move it, while the uncertain middle is learnt.
 
     Args:
         loss_agg_mode: see ``trinity.algorithm.utils.aggregate_loss``.
