@@ -7,7 +7,6 @@ user plugin, so they happen inside the real runner and engine actors.
 
 import json
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import time
 
 import pytest
 
+from bench.kill_matrix import kill_group
 from tests.integration.conftest import base_overrides
 from tests.reliability.conftest import BASE_CONFIG
 from trinity.runtime.launcher import RunFailed, run
@@ -179,17 +179,6 @@ def _wait_for_steps(job_dir: str, proc: subprocess.Popen, steps: int, timeout: f
         time.sleep(0.05)
 
 
-def _kill_group(pgid: int, timeout: float = 60) -> None:
-    """SIGKILL the driver and the Ray it started, until none is left."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        time.sleep(0.2)
-
-
 @pytest.mark.parametrize("style", ["fixed", "explorer_driven", "trainer_driven", "fully_async"])
 def test_kill_9_and_resume_trains_every_experience_once(
     tmp_path, micro_model, arithmetic_data, style
@@ -206,8 +195,7 @@ def test_kill_9_and_resume_trains_every_experience_once(
     )
     _wait_for_steps(job_dir, first, steps=3, timeout=300)
     start = time.monotonic()
-    _kill_group(first.pid)
-    first.wait()
+    kill_group(first)  # reaps the driver: a zombie leader would keep the group alive
     second = subprocess.run(args, capture_output=True, text=True, timeout=600)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "resuming at step" in second.stdout
