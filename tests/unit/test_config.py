@@ -241,6 +241,17 @@ def test_none_string_means_null_for_nullable_keys(tmp_path):
     assert config.model.model_path == "None"  # not nullable: kept as written
 
 
+def test_a_null_section_takes_its_defaults(tmp_path):
+    # The guide's trainer example ends with `trainer_config: null`; an emptied `monitor:`
+    # reads as null too.
+    config = load_text(tmp_path, "trainer:\n  trainer_config: null\nmonitor:\n")
+    assert config.trainer.trainer_config.trainer.balance_batch is True
+    assert config.monitor.monitor_type == "tensorboard"
+    with pytest.raises(ConfigError) as info:  # a value that is not a mapping still is not
+        load_text(tmp_path, "trainer:\n  trainer_config: 3\n")
+    assert "trainer.trainer_config: expected a mapping" in problems_of(info)[0]
+
+
 def test_warmup_style_is_a_deprecated_alias(tmp_path, caplog):
     config = load_text(tmp_path, "algorithm:\n  optimizer:\n    warmup_style: cosine\n")
     assert config.algorithm.optimizer.lr_scheduler_type == "cosine"

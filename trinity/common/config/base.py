@@ -56,6 +56,20 @@ class ConfigModel(BaseModel):
             for k, v in data.items()
         }
 
+    @model_validator(mode="before")
+    @classmethod
+    def _null_sections_take_defaults(cls, data: Any) -> Any:
+        # The guide writes `trainer_config: null` (and YAML reads an emptied `section:` as
+        # null): for a section that cannot be null, that means "nothing set", its defaults.
+        if not isinstance(data, dict):
+            return data
+        fields = cls.model_fields
+        return {
+            k: v
+            for k, v in data.items()
+            if not (v is None and k in fields and _is_section(fields[k].annotation))
+        }
+
     @field_validator("*", mode="before")
     @classmethod
     def _no_bools_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
@@ -273,6 +287,11 @@ def _number_kind(tp: Any) -> Optional[str]:
     if tp is int:
         return "an integer"
     return "a number" if tp is float else None
+
+
+def _is_section(tp: Any) -> bool:
+    """A config section that may not be null (a ``ConfigModel``, not ``Optional``)."""
+    return isinstance(tp, type) and issubclass(tp, ConfigModel)
 
 
 def _allows_none(tp: Any) -> bool:
