@@ -283,6 +283,29 @@ def test_a_stage_after_a_training_stage_does_not_read_the_model_path(tmp_path, a
     ]
 
 
+def test_a_stage_whose_data_folder_inherits_the_queue_is_told_to_set_file(
+    tmp_path, micro_model, arithmetic_data
+):
+    """The guide's sft_warmup stage sets only the experience buffer's name and path; under a
+    global queue buffer it inherits storage_type: queue, which keeps rows in a SQLite file."""
+    sft = (
+        "  trainer_input: {experience_buffer: {name: q, storage_type: queue}}\n"
+        "stages:\n"
+        "  - stage_name: sft_warmup\n"
+        "    mode: train\n"
+        "    algorithm: {algorithm_type: sft}\n"
+        "    buffer:\n"
+        "      train_batch_size: 4\n"
+        f"      trainer_input: {{experience_buffer: {{name: s, path: {arithmetic_data['sft']}}}}}\n"
+        "  - {stage_name: rft}\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        check_before_start(good(tmp_path, micro_model, arithmetic_data["rl"], sft))
+    (problem,) = info.value.problems
+    assert problem.startswith("stage 'sft_warmup': buffer.trainer_input.experience_buffer.path")
+    assert "is a folder" in problem and "storage_type: file" in problem
+
+
 DEAD_SERVER = "postgresql+psycopg://u:secret@127.0.0.1:1/db"  # nothing listens on port 1
 
 

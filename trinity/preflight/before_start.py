@@ -464,6 +464,12 @@ def _database_problems(key: str, path: str, written: bool) -> List[str]:
     except ValueError:
         return []  # reported by the config checks
     file = sqlite_file(url)
+    if file is not None and os.path.isdir(file):  # e.g. a stage's SFT data, storage_type inherited
+        return [
+            f"{key} = {path}: {os.path.abspath(file)} is a folder, but this storage keeps its "
+            "rows in a SQLite file; a folder of data files is storage_type: file (a stage "
+            "inherits the global buffer's storage_type unless it sets its own)"
+        ]
     if file is not None and not written:
         return [] if os.path.isfile(file) else [f"{key} = {path}: no such SQLite file"]
     if file is not None:
