@@ -53,3 +53,26 @@ def test_experiences_get_the_scores_and_groups_stay_whole():
 def test_an_unknown_data_juicer_operator_is_named():
     with pytest.raises(ValueError, match="Data-Juicer has no operator 'no_such_filter'"):
         DataJuicerOperator(operators=[{"no_such_filter": {}}])
+
+
+def test_a_pipeline_operator_named_as_in_data_juicer_runs_through_it():
+    """The guide's task pipeline lists Data-Juicer operators by their own names."""
+    from trinity.buffer.pipelines import build_operators
+    from trinity.common.config.schema_misc import OperatorConfig
+
+    configs = [OperatorConfig(name="text_length_filter", args={"min_len": 3, "max_len": 5})]
+    ((label, op),) = build_operators(configs)
+    assert label == "text_length_filter" and isinstance(op, DataJuicerOperator)
+    rows = [{"q": "ab"}, {"q": "abc"}, {"q": "abcdef"}]
+    assert op.process_tasks(rows, TaskContext(["q"]))[0] == [{"q": "abc"}]
+
+
+def test_a_misspelt_operator_is_named_with_the_closest_one(tmp_path):
+    from trinity.common.config.schema_misc import OperatorConfig
+    from trinity.preflight.operators import _operator_problems
+
+    op = OperatorConfig(name="length_filtr", args={"max_len": 5})
+    (problem,) = _operator_problems(op, "ops[0]", "task", False, {})
+    assert problem.startswith("ops[0].name = length_filtr: not an operator of this build")
+    assert "did you mean 'length_filter'?" in problem
+    assert "Data-Juicer has no operator 'length_filtr'" in problem

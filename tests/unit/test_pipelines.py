@@ -206,8 +206,8 @@ def test_bad_operators_are_named_before_ray(tmp_path, micro_model, arithmetic_da
     ) in found
     assert any(
         p.startswith(
-            "data_processor.task_pipeline.operators[1].name = deduplicater: operators has no "
-            "module named 'deduplicater'; did you mean 'deduplicator'?"
+            "data_processor.task_pipeline.operators[1].name = deduplicater: not an operator of "
+            "this build (did you mean 'deduplicator'?)"
         )
         for p in found
     )
@@ -230,21 +230,46 @@ def test_bad_operator_values_are_named_before_ray(tmp_path, micro_model, arithme
     ]
 
 
-def test_pipeline_settings_that_cannot_run(tmp_path, micro_model, arithmetic_data):
-    extra = """
+def test_the_pipeline_input_is_what_the_training_taskset_reads(
+    tmp_path, micro_model, arithmetic_data
+):
+    """As the guide's example: the taskset gives the format, ``inputs`` the data."""
+    extra = f"""
     data_processor:
       task_pipeline:
-        inputs: [/data/raw.jsonl]
-        target_fields: [prompt]
-        operators: [{name: deduplicator}]
+        inputs: [{arithmetic_data["rl"]}]
+        operators: [{{name: deduplicator}}]
+    """
+    unset = ["buffer.explorer_input.taskset.path=null"]
+    config = _config(tmp_path, micro_model, "null", extra, overrides=unset)
+    (stage,) = check_before_start(config)
+    assert stage.buffer.explorer_input.tasksets[0].path == arithmetic_data["rl"]
+
+
+@pytest.mark.parametrize(
+    "inputs, expected",
+    [
+        (
+            "[/data/raw.jsonl]",
+            "data_processor.task_pipeline.inputs = [/data/raw.jsonl] and "
+            "buffer.explorer_input.taskset.path = {data} disagree; set one of them",
+        ),
+        (
+            "[/data/a.jsonl, /data/b.jsonl]",
+            "data_processor.task_pipeline.inputs: more than one input is not supported yet; "
+            "give one dataset path",
+        ),
+    ],
+)
+def test_pipeline_inputs_that_cannot_run(tmp_path, micro_model, arithmetic_data, inputs, expected):
+    extra = f"""
+    data_processor:
+      task_pipeline:
+        inputs: {inputs}
+        operators: [{{name: deduplicator}}]
     """
     found = problems(tmp_path, micro_model, arithmetic_data, extra)
-    assert any(
-        p.startswith(
-            "data_processor.task_pipeline.inputs = ['/data/raw.jsonl'] is not supported yet"
-        )
-        for p in found
-    ), found
+    assert expected.format(data=arithmetic_data["rl"]) in found, found
 
 
 def test_target_fields_must_be_columns(tmp_path, micro_model, arithmetic_data):

@@ -39,14 +39,24 @@ def operator_kwargs(cls: Any, args: Dict[str, Any], shared: Dict[str, Any]) -> D
     return {**given, **args}
 
 
+def resolved(cfg: Any) -> Tuple[str, Dict[str, Any]]:
+    """The operator an ``OperatorConfig`` names, and its args. A plain name that no operator
+    here has is a Data-Juicer operator (the guide's pipelines list them by their own names,
+    e.g. ``llm_difficulty_score_filter``), run by ``data_juicer`` with that one operator."""
+    if cfg.name in OPERATORS or "." in cfg.name:
+        return cfg.name, dict(cfg.args)
+    return "data_juicer", {"operators": [{cfg.name: dict(cfg.args)}]}
+
+
 def build_operators(configs: Sequence[Any], shared: Optional[Dict[str, Any]] = None) -> Named:
     """``(label, operator)`` per ``OperatorConfig``; a name used twice is labelled by index."""
     names = [c.name for c in configs]
     out = []
     for index, cfg in enumerate(configs):
         label = cfg.name if names.count(cfg.name) == 1 else f"{cfg.name}_{index}"
-        cls = OPERATORS.get(cfg.name)
-        out.append((label, cls(**operator_kwargs(cls, dict(cfg.args), shared or {}))))
+        name, args = resolved(cfg)
+        cls = OPERATORS.get(name)
+        out.append((label, cls(**operator_kwargs(cls, args, shared or {}))))
     return out
 
 

@@ -16,7 +16,7 @@ from trinity.algorithm.algorithm import PairExperienceModel
 from trinity.buffer import load_rows
 from trinity.buffer.pipelines import build_task_pipeline
 from trinity.buffer.row_checks import row_schema
-from trinity.buffer.storages import read_as_rows
+from trinity.buffer.storages import read_as_rows, storage_kind
 from trinity.common.config import gpus
 from trinity.common.config.base import ConfigError, assign, set_default
 from trinity.common.config.config import Config, external_models, rollouts_per_step
@@ -216,6 +216,7 @@ def _derive_buffer(config: Config) -> List[str]:
     if config.model.custom_chat_template is not None:
         for _, storage in storages_of(config):
             set_default(storage.format, "chat_template", config.model.custom_chat_template)
+    problems += _taskset_from_pipeline(config)
     tasksets = buffer.explorer_input.tasksets
     for index, storage in enumerate(tasksets):
         name = "taskset" if len(tasksets) == 1 else f"taskset_{index}"
@@ -224,6 +225,33 @@ def _derive_buffer(config: Config) -> List[str]:
         _derive_taskset(config, storage, f"eval_taskset_{index}", is_eval=True)
     set_default(buffer, "train_batch_size", rollouts_per_step(config))
     return problems
+
+
+def _taskset_from_pipeline(config: Config) -> List[str]:
+    """``data_processor.task_pipeline.inputs``: the pipeline's output is the explorer's input,
+    so the training taskset reads the input (the pipeline runs where a training taskset's rows
+    are loaded, ``buffer/pipelines.py``); the taskset still says what its rows hold."""
+    pipeline, key = config.data_processor.task_pipeline, "data_processor.task_pipeline.inputs"
+    if pipeline is None or not pipeline.inputs:
+        return []
+    tasksets = config.buffer.explorer_input.tasksets
+    if len(pipeline.inputs) > 1:
+        return [f"{key}: more than one input is not supported yet; give one dataset path"]
+    if len(tasksets) != 1:
+        return [
+            f"{key} feeds buffer.explorer_input.taskset: give exactly one training taskset "
+            f"(its format says what the rows hold; {len(tasksets)} given)"
+        ]
+    (storage,), (path,) = tasksets, pipeline.inputs
+    if storage.path is not None and storage.path != path:
+        return [
+            f"{key} = [{path}] and buffer.explorer_input.taskset.path = {storage.path} "
+            "disagree; set one of them"
+        ]
+    if not storage_kind(storage).needs_path:
+        return [f"{key}: the taskset's storage_type '{storage.storage_type}' reads no path"]
+    assign(storage, "path", path)
+    return []
 
 
 def _derive_total_steps(config: Config) -> List[str]:

@@ -10,12 +10,13 @@ explore no training tasks (train, bench) run no pipeline, so nothing is checked 
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Dict, List
 
 from trinity.buffer.file_reader import load_rows
 from trinity.buffer.operators import OPERATORS
 from trinity.buffer.operators.data_juicer import service_url
-from trinity.buffer.pipelines import operator_kwargs, shared_args
+from trinity.buffer.pipelines import operator_kwargs, resolved, shared_args
 from trinity.buffer.storages import path_missing, read_as_rows
 from trinity.common.config.config import Config
 from trinity.preflight.components import bind_problems, is_builtin
@@ -46,22 +47,31 @@ def operator_problems(config: Config, construct: bool) -> List[str]:
 def _operator_problems(
     op: Any, path: str, kind: str, construct: bool, shared: Dict[str, Any]
 ) -> List[str]:
+    name, args = resolved(op)
     try:
-        cls = OPERATORS.get(op.name)
+        cls = OPERATORS.get(name)
     except KeyError as exc:
         return [f"{path}.name = {op.name}: {exc.args[0]}"]
     if kind not in cls.kinds:
         other = next((k for k, v in PIPELINES.items() if v in cls.kinds), None)
         where = f"; put it in data_processor.{other}" if other else ""
         return [f"{path}.name = {op.name}: it does not process {kind}s{where}"]
-    args = dict(op.args)
     problems = bind_problems(cls, args, f"{path}.args", f"operator '{op.name}'", shared)
-    if (construct or op.name == "data_juicer") and not problems and is_builtin(cls):
+    if (construct or name == "data_juicer") and not problems and is_builtin(cls):
         try:  # data_juicer always: a missing Data-Juicer is reported with the install command
             cls(**operator_kwargs(cls, args, shared)).close()
         except (TypeError, ValueError) as exc:
-            problems.append(f"{path}.args: {exc}")
+            if name == op.name:
+                problems.append(f"{path}.args: {exc}")
+            else:  # read as a Data-Juicer operator: maybe a misspelt one of ours
+                problems.append(f"{path}.name = {op.name}: {_not_ours(op.name)}, and {exc}")
     return problems
+
+
+def _not_ours(name: str) -> str:
+    close = difflib.get_close_matches(name, OPERATORS.names(), n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return f"not an operator of this build{hint}, known: {', '.join(OPERATORS.names())}"
 
 
 def _target_field_problems(config: Config, fields: List[str]) -> List[str]:

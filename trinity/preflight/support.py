@@ -126,8 +126,6 @@ SUPPORTED: Dict[str, Allowed] = {
         for key in ("reduce_dtype", "buffer_dtype")
     },
     "monitor.monitor_type": _registered_monitors,
-    # the task pipeline processes buffer.explorer_input.tasksets where they are read
-    "data_processor.task_pipeline.inputs": ([],),
 }
 
 

@@ -49,8 +49,8 @@ class TaskPipelineConfig(ConfigModel):
     operators: List[OperatorConfig] = Field(default_factory=list, description="Operators in order.")
     inputs: List[str] = Field(
         default_factory=list,
-        description="Input dataset paths (not supported yet: it runs on "
-        "buffer.explorer_input.tasksets).",
+        description="The dataset the training taskset reads (its path; one at most); unset: "
+        "the pipeline runs on buffer.explorer_input.taskset's own path.",
     )
     target_fields: List[str] = Field(
         default_factory=list, description="Row fields making a task's text (default: the prompt)."
