@@ -252,6 +252,33 @@ def test_a_null_section_takes_its_defaults(tmp_path):
     assert "trainer.trainer_config: expected a mapping" in problems_of(info)[0]
 
 
+def test_verl_keys_pasted_inline_interpolate_within_their_tree(tmp_path):
+    # The guide's veRL block refers to its own keys (`${actor_rollout_ref.actor...}`), as a
+    # veRL file does; under trainer.trainer_config those keys live deeper.
+    text = """
+    model: {max_prompt_tokens: 100}
+    trainer:
+      trainer_config:
+        actor_rollout_ref:
+          actor: {use_dynamic_bsz: false, ppo_max_token_len_per_gpu: 999}
+          ref:
+            log_prob_use_dynamic_bsz: ${actor_rollout_ref.actor.use_dynamic_bsz}
+            log_prob_max_token_len_per_gpu: ${model.max_prompt_tokens}
+    stages:
+      - stage_name: a
+        trainer:
+          trainer_config:
+            critic:
+              ppo_max_token_len_per_gpu: 7
+              forward_max_token_len_per_gpu: ${critic.ppo_max_token_len_per_gpu}
+    """
+    config = load_text(tmp_path, text)
+    ref = config.trainer.trainer_config.actor_rollout_ref.ref
+    assert ref.log_prob_use_dynamic_bsz is False
+    assert ref.log_prob_max_token_len_per_gpu == 100  # not in the tree: from the top
+    assert config.stages[0].trainer.trainer_config.critic.forward_max_token_len_per_gpu == 7
+
+
 def test_warmup_style_is_a_deprecated_alias(tmp_path, caplog):
     config = load_text(tmp_path, "algorithm:\n  optimizer:\n    warmup_style: cosine\n")
     assert config.algorithm.optimizer.lr_scheduler_type == "cosine"

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any, List, Sequence
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -33,6 +34,8 @@ def load_config(path: str, overrides: Sequence[str] = ()) -> Config:
     if not isinstance(raw, DictConfig):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
     apply_overrides(raw, overrides)
+    for prefix in _verl_trees(raw):
+        _interpolate_within(raw, prefix)
     try:
         data = OmegaConf.to_container(raw, resolve=True)
     except OmegaConfBaseException as exc:
@@ -40,6 +43,39 @@ def load_config(path: str, overrides: Sequence[str] = ()) -> Config:
         reason = str(exc).splitlines()[0]
         raise ConfigError(f"{key}: cannot resolve interpolation: {reason}") from None
     return validate_model(Config, data)
+
+
+_KEY_REFERENCE = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")  # ${a.b.c}, not ${resolver:...}
+_MISSING = object()
+
+
+def _verl_trees(raw: DictConfig) -> List[str]:
+    """Where ``trainer.trainer_config`` sits: at the top and in each stage."""
+    prefixes = ["trainer.trainer_config"]
+    stages = raw.get("stages")
+    if OmegaConf.is_list(stages):
+        prefixes += [f"stages.{i}.trainer.trainer_config" for i in range(len(stages))]
+    return [p for p in prefixes if OmegaConf.is_dict(OmegaConf.select(raw, p))]
+
+
+def _interpolate_within(raw: DictConfig, prefix: str) -> None:
+    """veRL keys pasted under ``prefix`` keep their meaning: a veRL file's
+    ``${actor_rollout_ref.actor.use_dynamic_bsz}`` names a key of that file, so a reference
+    found inside the tree is pointed there; any other resolves from the top as usual."""
+    tree = OmegaConf.select(raw, prefix)
+
+    def point(match: re.Match) -> str:
+        inside = OmegaConf.select(tree, match.group(1), default=_MISSING)
+        return f"${{{prefix}.{match.group(1)}}}" if inside is not _MISSING else match.group(0)
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        return _KEY_REFERENCE.sub(point, value) if isinstance(value, str) else value
+
+    OmegaConf.update(raw, prefix, walk(OmegaConf.to_container(tree, resolve=False)), merge=False)
 
 
 def apply_run_name(config: Config) -> Config:
