@@ -45,30 +45,21 @@ class ConfigModel(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _none_strings_to_null(cls, data: Any) -> Any:
+    def _read_nulls(cls, data: Any) -> Any:
         # The guide's own examples write `custom_chat_template: None`, which YAML reads as the
-        # string "None"; for a field that may be null that can only mean null.
+        # string "None"; for a field that may be null that can only mean null. And they write
+        # `trainer_config: null` (YAML reads an emptied `section:` as null too): for a section
+        # that cannot be null, that means "nothing set", its defaults.
         if not isinstance(data, dict):
             return data
-        fields = cls.model_fields
-        return {
-            k: None if v == "None" and k in fields and _allows_none(fields[k].annotation) else v
-            for k, v in data.items()
-        }
-
-    @model_validator(mode="before")
-    @classmethod
-    def _null_sections_take_defaults(cls, data: Any) -> Any:
-        # The guide writes `trainer_config: null` (and YAML reads an emptied `section:` as
-        # null): for a section that cannot be null, that means "nothing set", its defaults.
-        if not isinstance(data, dict):
-            return data
-        fields = cls.model_fields
-        return {
-            k: v
-            for k, v in data.items()
-            if not (v is None and k in fields and _is_section(fields[k].annotation))
-        }
+        fields, out = cls.model_fields, {}
+        for key, value in data.items():
+            annotation = fields[key].annotation if key in fields else None
+            if value is None and _is_section(annotation):
+                continue
+            nullable = key in fields and _allows_none(annotation)
+            out[key] = None if value == "None" and nullable else value
+        return out
 
     @field_validator("*", mode="before")
     @classmethod
