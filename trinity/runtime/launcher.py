@@ -6,8 +6,10 @@ from the previous stage's final weights (its HF export).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -111,11 +113,28 @@ def _run_on_ray(
         raise RunFailed(failure_message(exc, stage.failed_role(), config)) from None
     finally:
         printer.end_stage()
-        stage.stop()
         if config.monitor.enable_ray_timeline:  # what each actor ran when, for chrome://tracing
-            os.makedirs(os.path.join(job_dir, "monitor"), exist_ok=True)
-            ray.timeline(filename=os.path.join(job_dir, "monitor", "timeline.json"))
+            export_timeline(os.path.join(job_dir, "monitor", "timeline.json"), len(stage.roles))
+        stage.stop()
     return final_hf, stage.outputs
+
+
+def export_timeline(path: str, runs: int, timeout: float = 5.0) -> None:
+    """Ray's timeline as ``path``, once it holds the ``runs`` finished ``run`` calls of the
+    stage's roles (or after ``timeout`` s). Actors report their calls to Ray about once a
+    second, and what a killed actor had not reported is lost: so before the actors stop."""
+    import ray
+
+    deadline = time.monotonic() + timeout
+    events = ray.timeline()
+    while sum(e["ph"] == "X" and e["name"] == "run" for e in events) < runs:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+        events = ray.timeline()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(events, f)
 
 
 def final_export(job_dir: str) -> Optional[str]:
