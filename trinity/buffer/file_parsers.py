@@ -91,8 +91,11 @@ class FileRows:
             return self.table
         if self.source is not None and not self.bad:
             self.table = _jsonl_table(self.source, len(self))
+            if self.table is not None:
+                self.rows = None
+                return self.table
         try:
-            self.table = self.table or _struct_table(self.rows or [])
+            self.table = _struct_table(self.rows or [])
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             self.mark_bad(_mixed_type_rows(self.rows or []))
             try:

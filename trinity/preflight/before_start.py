@@ -232,8 +232,7 @@ def _external_problems(config: Config) -> List[str]:
 
 
 def chat_template_of(model_dir: str) -> Optional[str]:
-    """The chat template the tokenizer in ``model_dir`` ships (the default one of several),
-    or None."""
+    """The chat template the tokenizer in ``model_dir`` ships (the default of several) or None."""
     jinja = os.path.join(model_dir, "chat_template.jinja")
     if os.path.isfile(jinja):
         with open(jinja, encoding="utf-8") as f:
@@ -464,18 +463,18 @@ def _database_problems(key: str, path: str, written: bool) -> List[str]:
     except ValueError:
         return []  # reported by the config checks
     file = sqlite_file(url)
-    if file is not None and os.path.isdir(file):  # e.g. a stage's SFT data, storage_type inherited
+    if file is None:  # a database server
+        problem = connection_problem(url, timeout=CONNECT_CHECK_S)
+        return [f"{key}: {problem}"] if problem else []
+    if os.path.isdir(file):  # e.g. a stage's SFT data, storage_type inherited
         return [
             f"{key} = {path}: {os.path.abspath(file)} is a folder, but this storage keeps its "
             "rows in a SQLite file; a folder of data files is storage_type: file (a stage "
             "inherits the global buffer's storage_type unless it sets its own)"
         ]
-    if file is not None and not written:
+    if not written:
         return [] if os.path.isfile(file) else [f"{key} = {path}: no such SQLite file"]
-    if file is not None:
-        return writable_problems(key, path, file, False)
-    problem = connection_problem(url, timeout=CONNECT_CHECK_S)
-    return [f"{key}: {problem}"] if problem else []
+    return writable_problems(key, path, file, False)
 
 
 def writable_problems(key: str, value: str, target: str, is_folder: bool) -> List[str]:

@@ -10,7 +10,6 @@ explore no training tasks (train, bench) run no pipeline, so nothing is checked 
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, Dict, List
 
 from trinity.buffer.file_reader import load_rows
@@ -18,6 +17,7 @@ from trinity.buffer.operators import OPERATORS
 from trinity.buffer.operators.data_juicer import service_url
 from trinity.buffer.pipelines import operator_kwargs, resolved, shared_args
 from trinity.buffer.storages import path_missing, read_as_rows
+from trinity.common.config.base import did_you_mean
 from trinity.common.config.config import Config
 from trinity.preflight.components import bind_problems, is_builtin
 
@@ -69,9 +69,9 @@ def _operator_problems(
 
 
 def _not_ours(name: str) -> str:
-    close = difflib.get_close_matches(name, OPERATORS.names(), n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
-    return f"not an operator of this build{hint}, known: {', '.join(OPERATORS.names())}"
+    hint = did_you_mean(name, OPERATORS.names()).removeprefix("; ")
+    shown = f" ({hint})" if hint else ""
+    return f"not an operator of this build{shown}, known: {', '.join(OPERATORS.names())}"
 
 
 def _target_field_problems(config: Config, fields: List[str]) -> List[str]:
