@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM
 
 from trinity.common.models.sampling import SamplingParams
 from trinity.engine.decoding import make_decoder, supports_shared_prefix
+from trinity.engine.prompts import PromptSide
 from trinity.engine.sampling import RowSampler
-from trinity.engine.tool_prompt import renders_tools, with_tools_in_text
 from trinity.utils.device import attention_kwargs
 
 __all__ = ["SampleOutput", "SamplingParams", "TransformersEngine"]
@@ -78,7 +78,7 @@ def _merge_adapter_folder(model: torch.nn.Module, path: str) -> torch.nn.Module:
     return PeftModel.from_pretrained(model, path).merge_and_unload()
 
 
-class TransformersEngine:
+class TransformersEngine(PromptSide):
     """Sample from a local Hugging Face causal LM with batched, KV-cached decoding."""
 
     def __init__(
@@ -109,134 +109,39 @@ class TransformersEngine:
             raise ValueError(f"repetition_penalty must be > 0, got {repetition_penalty}")
         if device == "cpu":
             _set_cpu_threads(num_threads)
-        self.max_model_len = max_model_len
-        self.max_prompt_tokens = max_prompt_tokens
-        self.max_response_tokens = max_response_tokens
-        self.min_response_tokens = min_response_tokens
-        self.enable_prompt_truncation = enable_prompt_truncation
+        super().__init__(
+            model_path,
+            max_model_len=max_model_len,
+            max_prompt_tokens=max_prompt_tokens,
+            max_response_tokens=max_response_tokens,
+            min_response_tokens=min_response_tokens,
+            enable_prompt_truncation=enable_prompt_truncation,
+            chat_template=chat_template,
+            enable_thinking=enable_thinking,
+            reasoning_parser=reasoning_parser,
+            tool_call_parser=tool_call_parser,
+            enable_auto_tool_choice=enable_auto_tool_choice,
+        )
         self.repetition_penalty = repetition_penalty
         self.max_num_seqs = max_num_seqs
         self.device = torch.device(device)
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        if chat_template is not None:
-            self.tokenizer.chat_template = chat_template
         self.model = AutoModelForCausalLM.from_pretrained(
             model_path, dtype=_DTYPES[dtype], **attention_kwargs(self.device)
         )
         if adapter_path is not None:  # a peft LoRA adapter folder, merged into the weights
             self.model = _merge_adapter_folder(self.model, adapter_path)
         self.model.to(self.device).eval()
+        self.vocab_size = self.model.get_input_embeddings().num_embeddings
         # One cache copy per distinct prompt where the architecture allows it, on CPU only:
         # there decode attention is bound by reading the cache (1.3x faster, docs/
         # performance.md); on an H100 small models are bound by kernel launches instead,
         # and its extra small kernels made decoding ~1.7x slower than plain SDPA.
         self.shared_prefix = self.device.type == "cpu" and supports_shared_prefix(self.model)
-        self.eos_ids = self._eos_ids()
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = self.eos_ids[0] if self.eos_ids else 0
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
         self._released: Optional[Dict[str, torch.Size]] = None  # name -> shape, see release
-        self._renders_tools: Optional[bool] = None
-        self._warned_truncation = False
-        # A chat template variable (Qwen3's switch for its <think> block); templates that do
-        # not read it ignore it, as Jinja ignores any unused variable.
-        self.template_kwargs = {"enable_thinking": enable_thinking}
-        # how its OpenAI API reads replies: <think> blocks, the tool-call format, and whether
-        # it takes tool_choice auto (vLLM's --enable-auto-tool-choice)
-        self.reasoning_parser, self.tool_call_parser = reasoning_parser, tool_call_parser
-        self.enable_auto_tool_choice = enable_auto_tool_choice
-
-    def _eos_ids(self) -> List[int]:
-        ids = self.model.generation_config.eos_token_id
-        ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
-        if self.tokenizer.eos_token_id is not None:
-            ids.append(self.tokenizer.eos_token_id)
-        return sorted(set(ids))
-
-    # ----------------------------------------------------------------- prompts
-
-    def apply_chat_template(
-        self, messages: List[Dict[str, Any]], tools: Optional[List[Dict[str, Any]]] = None
-    ) -> List[int]:
-        """Token ids of ``messages`` (and ``tools``, OpenAI's function schema list) plus a
-        generation prompt, as ``render_chat`` writes them."""
-        return self.tokenizer.encode(self.render_chat(messages, tools), add_special_tokens=False)
-
-    def render_chat(
-        self,
-        messages: List[Dict[str, Any]],
-        tools: Optional[List[Dict[str, Any]]] = None,
-        add_generation_prompt: bool = True,
-    ) -> str:
-        """The chat template's text of ``messages``; tools and tool calls go through the
-        template, or, when it ignores them, into the messages' text (``tool_prompt``)."""
-        calls = any(m.get("tool_calls") for m in messages)
-        if (tools or calls) and not self._template_renders_tools():
-            messages, tools = with_tools_in_text(messages, tools), None
-        return self.tokenizer.apply_chat_template(
-            messages,
-            tools=tools or None,
-            add_generation_prompt=add_generation_prompt,
-            tokenize=False,
-            **self.template_kwargs,
-        )
-
-    def _template_renders_tools(self) -> bool:
-        if self._renders_tools is None:  # asked once, of the template in use
-
-            def render(messages: Any, tools: Any, add_generation_prompt: bool) -> str:
-                return self.tokenizer.apply_chat_template(
-                    messages,
-                    tools=tools,
-                    add_generation_prompt=add_generation_prompt,
-                    tokenize=False,
-                    **self.template_kwargs,
-                )
-
-            self._renders_tools = renders_tools(render)
-        return self._renders_tools
-
-    def encode_prompt(self, prompt: str) -> List[int]:
-        """Token ids of a raw text prompt (the tokenizer's own special-token rules apply)."""
-        return self.tokenizer.encode(prompt)
-
-    def fit(self, prompt: List[int], params: SamplingParams) -> Tuple[List[int], SamplingParams]:
-        """Apply prompt truncation and resolve token limits so prompt + response fits.
-
-        Raises ``ValueError`` for a prompt that cannot be served (empty, or no room left in
-        ``max_model_len``). A request with ``truncate_prompt`` off is never cut.
-        """
-        if (
-            params.truncate_prompt
-            and self.enable_prompt_truncation
-            and self.max_prompt_tokens is not None
-            and len(prompt) > self.max_prompt_tokens
-        ):
-            if not self._warned_truncation:
-                logger.warning(
-                    "prompt of %d tokens truncated to its last max_prompt_tokens=%d tokens "
-                    "(warned once)",
-                    len(prompt),
-                    self.max_prompt_tokens,
-                )
-                self._warned_truncation = True
-            prompt = prompt[-self.max_prompt_tokens :]
-        if not prompt:
-            raise ValueError("cannot generate from an empty prompt")
-        room = self.max_model_len - len(prompt)
-        if room < 1:
-            raise ValueError(
-                f"prompt has {len(prompt)} tokens, leaving no room to generate within "
-                f"max_model_len={self.max_model_len}; shorten the prompt, raise "
-                "model.max_model_len, or truncate with model.enable_prompt_truncation and "
-                "model.max_prompt_tokens < max_model_len"
-            )
-        max_tokens = min(params.max_tokens or self.max_response_tokens, room)
-        min_tokens = self.min_response_tokens if params.min_tokens is None else params.min_tokens
-        return prompt, replace(
-            params, max_tokens=max_tokens, min_tokens=min(min_tokens, max_tokens)
-        )
 
     # ---------------------------------------------------------------- sampling
 

@@ -50,6 +50,13 @@ class LocalEngine(LoopHost):
         """``{"url", "model"}`` of the OpenAI-compatible server, or None when it is off."""
         return self.api
 
+    def close(self, wait: bool = True) -> None:
+        """Stop the engine's own processes (vLLM's), then the loop (``LoopHost.close``)."""
+        close = getattr(self.hosted, "close", None)
+        if close is not None:
+            close()
+        super().close(wait)
+
     def close_server(self) -> None:
         """Stop the OpenAI-compatible server after answering the requests in flight."""
         if self.api is not None:

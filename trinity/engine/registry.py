@@ -4,8 +4,8 @@
 Both hosts build an engine from here: the Ray ``EngineActor`` (``runtime/actors.py``) and the
 in-process ``LocalEngine`` (``engine/local.py``), so an engine registered by a plugin runs
 under either. ``explorer.rollout_model.engine_type`` and ``explorer.auxiliary_models[i].
-engine_type`` are checked against these names before start; ``vllm`` and ``tinker`` are not
-registered, so they are reported as not supported yet.
+engine_type`` are checked against these names before start; ``tinker`` is not registered, so
+it is reported as not supported yet.
 """
 
 from __future__ import annotations
@@ -14,5 +14,6 @@ from trinity.common.registry import Registry
 
 # Names only: an engine_type in a config is a registered name, never a dotted path.
 ENGINES: Registry = Registry("engines")
-# What an unset engine_type runs (the guide's default, vllm, needs a GPU and is not built).
+# What an unset engine_type runs: the guide's default is vllm, an optional install here
+# (docs/design-notes.md, "The default engine").
 DEFAULT_ENGINE = "transformers"

@@ -104,7 +104,7 @@ class ServedModel:
             model=model,
             name=name,
             max_model_len=engine.max_model_len,
-            vocab_size=engine.model.get_input_embeddings().num_embeddings,
+            vocab_size=engine.vocab_size,
             chat_ids=engine.apply_chat_template,
             text_ids=engine.encode_prompt,
             decode=lambda ids: engine.tokenizer.decode(ids, skip_special_tokens=False),

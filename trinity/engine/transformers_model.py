@@ -43,7 +43,8 @@ class _Request:
 
 @ENGINES.register_module("transformers")
 class TransformersInferenceModel(InferenceModel):
-    """Batches concurrent requests into ``TransformersEngine.generate`` calls."""
+    """Batches concurrent requests into ``TransformersEngine.generate`` calls (or those of
+    another engine with its surface: ``build_engine``)."""
 
     def __init__(
         self,
@@ -52,11 +53,7 @@ class TransformersInferenceModel(InferenceModel):
         max_batch_rows: int = 512,
         **engine_kwargs: Any,
     ):
-        # Imported here, not above: registering the engine (``trinity.engine``) must not load
-        # torch and transformers into processes that only name it (docs/performance.md).
-        from trinity.engine.hf_engine import TransformersEngine
-
-        self.engine = TransformersEngine(**engine_kwargs)
+        self.engine = self.build_engine(**engine_kwargs)
         self.tokenizer = self.engine.tokenizer
         self.batch_wait_s = batch_wait_s
         self.batch_idle_s = batch_idle_s
@@ -69,6 +66,22 @@ class TransformersInferenceModel(InferenceModel):
         # One worker thread: generation and weight loading never overlap.
         self._executor = ThreadPoolExecutor(max_workers=1)
         self._conversations: OrderedDict = OrderedDict()  # session -> Conversation
+
+    @staticmethod
+    def build_engine(**engine_kwargs: Any) -> Any:
+        """The engine this model batches for: ``generate`` over token ids, ``fit``,
+        ``load_state_dict``, ``release`` and ``PromptSide``'s prompt methods."""
+        # Imported here, not above: registering the engine (``trinity.engine``) must not load
+        # torch and transformers into processes that only name it (docs/performance.md).
+        from trinity.engine.hf_engine import TransformersEngine
+
+        return TransformersEngine(**engine_kwargs)
+
+    def close(self) -> None:
+        """Stop what the engine runs outside this object (processes), if anything."""
+        close = getattr(self.engine, "close", None)
+        if close is not None:
+            close()
 
     async def _submit(self, prompt_ids: List[int], params: SamplingParams) -> tuple:
         """(model version, outputs) of one request, once its batch is generated."""

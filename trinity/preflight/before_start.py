@@ -42,6 +42,7 @@ from trinity.preflight.operators import operator_problems
 from trinity.preflight.ranks import warn_ranks
 from trinity.preflight.serve_checks import port_problems
 from trinity.preflight.validate import warn_inert
+from trinity.preflight.vllm_checks import vllm_problems
 from trinity.utils.database import connection_problem, database_url, sqlite_file
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -123,6 +124,7 @@ def stage_problems(config: Config, model_from_previous: bool, construct: bool) -
     problems += monitor_problems(config)
     problems += _process_problems(config)
     problems += port_problems(config)
+    problems += vllm_problems(config)
     return problems
 
 

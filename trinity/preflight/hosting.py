@@ -35,7 +35,7 @@ def ray_reasons(config: Any) -> List[str]:
     if config.mode != "train":
         reasons["explorer.env_vars (set per runner process)"] = bool(explorer.env_vars)
         reasons["synchronizer.sync_method nccl"] = config.synchronizer.sync_method == "nccl"
-        # A registered engine runs in a LocalEngine here; vllm (GPU engines on Ray) is not one.
+        # A registered engine runs in a LocalEngine here; an unregistered name is refused.
         for served in (rollout, *explorer.auxiliary_models):
             reasons[f"engine_type {served.engine_type}"] = served.engine_type not in ENGINES
     return [why for why, applies in reasons.items() if applies]

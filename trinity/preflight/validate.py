@@ -20,6 +20,7 @@ from trinity.common.config.gpus import gpu_problems
 from trinity.common.config.lora_checks import lora_problems
 from trinity.common.config.nodes import node_problems
 from trinity.common.config.schema_buffer import StorageConfig
+from trinity.common.config.schema_explorer import VLLM_KEYS
 from trinity.common.config.sync_checks import sync_problems
 from trinity.preflight.components import bind_problems, is_builtin
 from trinity.preflight.decoupled import decoupled_problems
@@ -391,6 +392,26 @@ def _idle_replay(config: Config) -> List[Tuple[str, Any, str]]:
     return [(f"{path}.enable", True, why)]
 
 
+def _idle_engine_keys(config: Config) -> List[Tuple[str, Any, str]]:
+    """Keys only the vllm engine reads, set for a model another engine serves."""
+    explorer = config.explorer
+    served = [("explorer.rollout_model", explorer.rollout_model)]
+    served += [
+        (f"explorer.auxiliary_models[{i}]", a) for i, a in enumerate(explorer.auxiliary_models)
+    ]
+    return [
+        (
+            f"{path}.{key}",
+            getattr(model, key),
+            f"only the vllm engine reads it ({path}.engine_type = {model.engine_type})",
+        )
+        for path, model in served
+        if model.engine_type != "vllm"
+        for key in VLLM_KEYS
+        if is_set(model, key)
+    ]
+
+
 def _idle_pipelines(config: Config) -> List[Tuple[str, Any, str]]:
     """``data_processor`` pipelines in a mode that explores no training tasks (train, bench:
     e.g. the training YAML run again as the trainer of a decoupled pair): they do not run."""
@@ -409,6 +430,7 @@ def _idle_pipelines(config: Config) -> List[Tuple[str, Any, str]]:
 def warn_inert(config: Config) -> None:
     """Warn about every user-set key that this build accepts but does not use."""
     found = explicit_inert_values(config) + _idle_replay(config) + _idle_pipelines(config)
+    found += _idle_engine_keys(config)
     if found:
         lines = "\n".join(f"  - {path} = {show(value)}: {reason}" for path, value, reason in found)
         logger.warning("These keys are accepted but have no effect here:\n%s", lines)

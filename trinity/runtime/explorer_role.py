@@ -50,8 +50,11 @@ def engine_kwargs(config: Any, auxiliary: Any = None) -> Dict[str, Any]:
     """The engine arguments of the rollout model, or of one of ``explorer.auxiliary_models``
     (its own folder, limits and template; the sampling rules of ``model`` apply to both)."""
     m, rollout = config.model, config.explorer.rollout_model
-    own = auxiliary or m
+    own, served = auxiliary or m, auxiliary or rollout
+    # keys of the served model's section that only some engines read (vllm's memory keys...)
+    engine_keys = getattr(ENGINES.get(engine_type_of(served)), "config_keys", ())
     return dict(
+        {key: getattr(served, key) for key in engine_keys},
         dtype=(auxiliary or rollout).dtype,
         seed=(auxiliary or rollout).seed,
         enable_thinking=(auxiliary or rollout).enable_thinking,

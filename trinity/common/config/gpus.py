@@ -17,7 +17,8 @@ What runs:
   FSDP2 ranks over NCCL, not built yet (``trainer.cpu_ranks`` are CPU ranks). ``explore``
   and ``bench`` stages need no more GPUs than their engines take; the others stay idle.
 - ``mode: colocate`` is one process on one GPU: more GPUs are refused.
-- ``tensor_parallel_size`` > 1 with GPUs is refused: a transformers engine runs on one GPU.
+- ``tensor_parallel_size`` > 1 with GPUs is refused: an engine runs on one GPU (vLLM's tensor
+  parallelism is not wired into the placement yet).
 - Several nodes with GPUs are refused in ``nodes.py``.
 """
 
@@ -163,8 +164,8 @@ def gpu_problems(config: Config) -> List[str]:
             f"; set cluster.gpu_per_node: {seen} or leave it unset (detected)"
         ]
     problems = [
-        f"{share.key}.tensor_parallel_size = {share.tensor_parallel_size}: a transformers "
-        "engine runs on one GPU (tensor parallelism is not supported yet); set "
+        f"{share.key}.tensor_parallel_size = {share.tensor_parallel_size}: an engine runs on "
+        "one GPU (tensor parallelism is not supported yet); set "
         f"{share.key}.tensor_parallel_size: 1"
         for share in shares.engines
         if share.tensor_parallel_size > 1

@@ -6,10 +6,19 @@ from typing import Annotated, Dict, List, Literal, Optional
 
 from pydantic import Field
 
-from trinity.common.config.base import ConfigModel, Name, inert
+from trinity.common.config.base import ConfigModel, Name
 from trinity.common.config.schema_model import ExternalModelConfig
 
-_VLLM_ONLY = "only used by the vllm engine"
+_VLLM_ONLY = "read by the vllm engine; other engines ignore it"
+# Keys of InferenceModelConfig that only the vllm engine reads (its config_keys); set for
+# another engine, validate.warn_inert says they do nothing.
+VLLM_KEYS = (
+    "tensor_parallel_size",
+    "gpu_memory_utilization",
+    "enforce_eager",
+    "enable_prefix_caching",
+    "enable_chunked_prefill",
+)
 
 
 class InferenceModelConfig(ConfigModel):
@@ -21,8 +30,8 @@ class InferenceModelConfig(ConfigModel):
     engine_type: Optional[str] = Field(
         None,
         description="Inference engine, by its name in trinity.engine.ENGINES: transformers "
-        "(unset: transformers here; vllm is not supported yet), external "
-        "(an OpenAI-compatible API, no engine started), or one a plugin registers.",
+        "(unset: transformers), vllm (vLLM's library, an optional install: docs/guides/vllm.md), "
+        "external (an OpenAI-compatible API, no engine started), or one a plugin registers.",
     )
     external_model: ExternalModelConfig = Field(
         default_factory=ExternalModelConfig,
@@ -30,20 +39,28 @@ class InferenceModelConfig(ConfigModel):
         "means engine_type external); the rollout model's is model.external_model.",
     )
     engine_num: int = Field(1, ge=1, description="Number of engines.")
-    tensor_parallel_size: int = inert(
+    tensor_parallel_size: int = Field(
         1,
-        description="Tensor parallel degree per engine; with GPUs each engine takes this many.",
-        reason="a transformers engine runs on one device (> 1 with GPUs is not supported yet)",
+        ge=1,
+        description=f"Tensor parallel degree per engine; > 1 is not supported yet ({_VLLM_ONLY}).",
     )
-    gpu_memory_utilization: float = inert(
-        0.9, description="Fraction of GPU memory an engine may use.", reason=_VLLM_ONLY
+    gpu_memory_utilization: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="Fraction of GPU memory a vllm engine may use; refused on CPU, where its "
+        f"KV cache is sized from max_model_len ({_VLLM_ONLY}).",
     )
-    enforce_eager: bool = inert(True, description="Disable CUDA graphs.", reason=_VLLM_ONLY)
-    enable_prefix_caching: bool = inert(
-        False, description="Cache shared prompt prefixes.", reason=_VLLM_ONLY
+    enforce_eager: bool = Field(
+        True,
+        description="Run the model eagerly: no torch.compile or CUDA graphs (false: a slower "
+        f"start for faster decoding) ({_VLLM_ONLY}).",
     )
-    enable_chunked_prefill: bool = inert(
-        False, description="Split long prefills into chunks.", reason=_VLLM_ONLY
+    enable_prefix_caching: bool = Field(
+        False, description=f"Reuse the KV cache of shared prompt prefixes ({_VLLM_ONLY})."
+    )
+    enable_chunked_prefill: bool = Field(
+        False, description=f"Split long prefills into chunks ({_VLLM_ONLY})."
     )
     dtype: Optional[Literal["float32", "float16", "bfloat16"]] = Field(
         None,

