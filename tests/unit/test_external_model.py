@@ -122,8 +122,8 @@ def test_an_external_rollout_model_explores(tmp_path):
 
 
 def test_other_auxiliary_engines_are_not_built(tmp_path):
-    with pytest.raises(ConfigError, match=rf"{AUX}\[0\].engine_type = vllm is not supported yet"):
-        derived(tmp_path, [f"{AUX}=[{{engine_type: vllm, model_path: j}}]"])
+    with pytest.raises(ConfigError, match=rf"{AUX}\[0\].engine_type = tinker is not supported yet"):
+        derived(tmp_path, [f"{AUX}=[{{engine_type: tinker, model_path: j}}]"])
 
 
 GOOD = """

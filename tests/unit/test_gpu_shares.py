@@ -82,8 +82,8 @@ def test_a_train_stage_takes_every_gpu(tmp_path):
 def test_tensor_parallel_engines_are_refused_on_gpus_only(tmp_path):
     tp = ["explorer.rollout_model.tensor_parallel_size=2"]
     assert problems(tmp_path, tp + ["cluster.gpu_per_node=3"]) == [
-        "explorer.rollout_model.tensor_parallel_size = 2: a transformers engine runs on one "
-        "GPU (tensor parallelism is not supported yet); set "
+        "explorer.rollout_model.tensor_parallel_size = 2: an engine runs on one GPU (tensor "
+        "parallelism is not supported yet); set "
         "explorer.rollout_model.tensor_parallel_size: 1"
     ]
     finalized(tmp_path, tp + ["cluster.gpu_per_node=0"])  # on CPU it has no effect

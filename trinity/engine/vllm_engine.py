@@ -31,12 +31,13 @@ import time
 from typing import Any, Dict, List, Optional
 
 import torch
+from safetensors.torch import save_file
 
 from trinity.common.config.schema_buffer import MAX_TOP_LOGPROBS
 from trinity.common.models.sampling import SamplingParams
 from trinity.engine.hf_engine import SampleOutput
 from trinity.engine.prompts import PromptSide
-from trinity.engine.vllm_worker import expected_stats, mismatches
+from trinity.engine.vllm_worker import mismatches, tensor_stats
 from trinity.utils.output import log_folder, output_to
 
 logger = logging.getLogger(__name__)
@@ -176,28 +177,26 @@ class VLLMEngine(PromptSide):
         """Load the trainer's tensors (checkpoint names) into every worker, then check that
         each worker holds them (``WeightSyncError`` names those it does not)."""
         start = time.monotonic()
+        tensors = _as_stored(state_dict, self.dtype)
+        sent = {name: tensor_stats(tensor) for name, tensor in tensors.items()}
         folder = tempfile.mkdtemp(prefix="trinity-vllm-", dir=_shared_memory_dir())
         try:
             path = os.path.join(folder, "weights.safetensors")
-            _save(state_dict, self.dtype, path)
+            save_file(tensors, path)
             self.llm.collective_rpc("trinity_load", args=(path,))
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         self.llm.reset_prefix_cache()  # cached prompts were computed with the old weights
-        wrong = mismatches(
-            expected_stats(state_dict, self.dtype),
-            self.llm.collective_rpc("trinity_checksums"),
-            self.tied,
-        )
+        wrong = mismatches(sent, self.llm.collective_rpc("trinity_checksums"), self.tied)
         if wrong:
             raise WeightSyncError(
-                f"the vllm engine does not hold {len(wrong)} of the {len(state_dict)} tensors "
-                f"it was sent after loading them, e.g. {wrong[:3]}: its samples would come "
-                "from other weights than the trainer's"
+                f"the vllm engine does not hold {len(wrong)} of the {len(tensors)} tensors it "
+                f"was sent after loading them, e.g. {wrong[:3]}: its samples would come from "
+                "other weights than the trainer's"
             )
         logger.info(
             "vllm engine loaded and checked %d tensors in %.2fs",
-            len(state_dict),
+            len(tensors),
             time.monotonic() - start,
         )
 
@@ -212,17 +211,25 @@ class VLLMEngine(PromptSide):
         self.llm.llm_engine.engine_core.shutdown()
 
 
+def import_vllm() -> Any:
+    """The ``vllm`` package, its loggers in this process writing to this process's log (vLLM
+    gives them a handler onto the console when its logger module is first imported)."""
+    import vllm
+    import vllm.logger  # noqa: F401  (configures the handler now, so it can be taken off)
+
+    vllm_logger = logging.getLogger("vllm")
+    vllm_logger.handlers.clear()
+    vllm_logger.propagate = True
+    return vllm
+
+
 def _start(**engine_args: Any) -> Any:
     """vLLM's ``LLM`` with ``engine_args``, saying on the console that it is starting. What
     vLLM's processes print goes to ``vllm.log`` beside this process's log file."""
     # Its worker processes are spawned, not forked: this process runs threads (an event
     # loop, Ray's), which a fork would copy mid-flight.
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
-    import vllm
-
-    # vLLM's loggers in this process: into this process's log, not onto the console.
-    logging.getLogger("vllm").handlers.clear()
-    logging.getLogger("vllm").propagate = True
+    vllm = import_vllm()
     folder = log_folder()
     where = "" if folder is None else f"; its output: {os.path.join(folder, 'vllm.log')}"
     print(f"Starting the vllm engine for {engine_args['model']}{where} ...", flush=True)
@@ -255,11 +262,9 @@ def _sample(completion: Any, prompt: List[int], top_logprobs: int) -> SampleOutp
     return out
 
 
-def _save(state: Dict[str, torch.Tensor], dtype: torch.dtype, path: str) -> None:
-    """``state`` as a safetensors file in the engine's dtype; a tensor that aliases one
-    already written (tied embeddings) is left out, as checkpoints store it once."""
-    from safetensors.torch import save_file
-
+def _as_stored(state: Dict[str, torch.Tensor], dtype: torch.dtype) -> Dict[str, torch.Tensor]:
+    """``state`` in the engine's dtype, contiguous; a tensor that aliases one already kept
+    (tied embeddings) is left out, as checkpoints store it once."""
     seen, tensors = set(), {}
     for name, tensor in state.items():
         key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tensor.shape)
@@ -267,7 +272,7 @@ def _save(state: Dict[str, torch.Tensor], dtype: torch.dtype, path: str) -> None
             continue
         seen.add(key)
         tensors[name] = tensor.detach().to(dtype).contiguous()
-    save_file(tensors, path)
+    return tensors
 
 
 def _shared_memory_dir() -> Optional[str]:

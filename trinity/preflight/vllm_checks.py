@@ -113,7 +113,10 @@ def _section_problems(
 def _architecture_problems(path: str, folder: str) -> List[str]:
     with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
         architectures = json.load(f).get("architectures") or []
-    # vLLM's table of the architectures it runs (importing it loads vLLM: seconds, once)
+    from trinity.engine.vllm_engine import import_vllm
+
+    import_vllm()  # loads vLLM (seconds, once), its log lines off the console
+    # vLLM's table of the architectures it runs
     from vllm.model_executor.models.registry import _VLLM_MODELS
 
     unknown = [a for a in architectures if a not in _VLLM_MODELS]

