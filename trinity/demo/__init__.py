@@ -81,7 +81,7 @@ DEMOS: Dict[str, Demo] = {
     "smollm2": Demo(
         "trinity.demo.word_problems:prepare_smollm2",
         "TRINITY_SMOLLM2_DIR",
-        ["examples/smollm2/grpo.yaml"],
+        ["examples/smollm2/grpo.yaml", "examples/smollm2/grpo_vllm.yaml"],
     ),
 }
 

