@@ -68,8 +68,10 @@ def test_the_imported_folder_loads_unchanged(smollm2_model):
     assert text.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
 
 
-def test_three_turns_through_the_openai_client_are_one_exact_episode(smollm2_server):
-    wrapper = ModelWrapper(smollm2_server, {"max_tokens": 16}, enable_history=True)
+def assert_three_turns_are_one_exact_episode(host, tokenizer) -> None:
+    """Three greedy turns through ``host``'s OpenAI API, each sending the whole conversation
+    as text: the history is one episode of the exact tokens sampled."""
+    wrapper = ModelWrapper(host, {"max_tokens": 16}, enable_history=True)
     client = wrapper.get_openai_client()
     messages = [{"role": "user", "content": "What is the capital of France?"}]
     for question in ("And of Italy?", "And of Spain?", None):
@@ -84,9 +86,13 @@ def test_three_turns_through_the_openai_client_are_one_exact_episode(smollm2_ser
     sampled = sum(len(h.tokens) - h.prompt_length for h in history)
     assert int(episode.action_mask.sum()) == sampled
     # a reply that stopped on <|im_end|> keeps it: the token it sampled to end its turn
-    end = smollm2_server.model.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     stopped = [h for h in history if h.info["finish_reason"] == "stop"]
     assert stopped and all(h.tokens[-1].item() == end for h in stopped)
+
+
+def test_three_turns_through_the_openai_client_are_one_exact_episode(smollm2_server):
+    assert_three_turns_are_one_exact_episode(smollm2_server, smollm2_server.model.tokenizer)
 
 
 def test_a_thinking_template_continues_from_the_sampled_tokens(smollm2_model):
@@ -145,9 +151,8 @@ def test_tools_reach_a_template_without_a_tools_section(smollm2_server):
     assert text.endswith("<|im_start|>tool\n1776<|im_end|>\n<|im_start|>assistant\n")
 
 
-def test_two_grpo_steps_on_the_real_model_score_what_the_engine_sampled(tmp_path, smollm2_model):
-    """Engine and trainer compute the same logprobs of the same tokens (fp32 on both sides):
-    the PPO ratio at step 1 is 1 to within float rounding."""
+def two_grpo_steps(tmp_path, smollm2_model, overrides: list) -> tuple:
+    """Two GRPO steps on SmolLM2 with ``overrides``: the job folder and the trainer's metrics."""
     from trinity.demo.word_problems import make_word_problems
 
     data = make_word_problems(str(tmp_path / "data"), n_train=8, n_test=4, n_sft=1)
@@ -166,9 +171,16 @@ def test_two_grpo_steps_on_the_real_model_score_what_the_engine_sampled(tmp_path
         "explorer.eval_interval=100",
         "trainer.save_interval=0",
         "trainer.save_hf_checkpoint=never",
+        *overrides,
     ]
     (result,) = run(os.path.join(HERE, "configs", "grpo_small.yaml"), overrides, [])
     with open(os.path.join(result.job_dir, "monitor", "trainer.jsonl")) as f:
-        records = [json.loads(line) for line in f]
+        return result.job_dir, [json.loads(line) for line in f]
+
+
+def test_two_grpo_steps_on_the_real_model_score_what_the_engine_sampled(tmp_path, smollm2_model):
+    """Engine and trainer compute the same logprobs of the same tokens (fp32 on both sides):
+    the PPO ratio at step 1 is 1 to within float rounding."""
+    records = two_grpo_steps(tmp_path, smollm2_model, [])[1]
     assert [r["step"] for r in records] == [1, 2]
     assert abs(records[0]["actor/ppo_kl"]) < 1e-4

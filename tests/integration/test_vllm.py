@@ -5,7 +5,6 @@ One engine serves the first tests (``vllm_host``: vLLM takes about 30 s to start
 GRPO run and the serve run start their own, as `trinity run` does.
 """
 
-import json
 import os
 
 import pytest
@@ -13,17 +12,16 @@ import torch
 
 pytest.importorskip("vllm")
 
-from transformers import AutoModelForCausalLM  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-from tests.integration.conftest import HERE  # noqa: E402
-from tests.integration.test_real_model import continues  # noqa: E402
+from tests.integration.test_real_model import (  # noqa: E402
+    assert_three_turns_are_one_exact_episode,
+    two_grpo_steps,
+)
 from tests.integration.test_serve import ServeRun, client, free_port  # noqa: E402
-from trinity.common.models.model import ModelWrapper  # noqa: E402
 from trinity.common.models.sampling import SamplingParams  # noqa: E402
 from trinity.engine import vllm_engine  # noqa: E402
 from trinity.engine.local import LocalEngine  # noqa: E402
-from trinity.explorer.multiturn import merge_turns  # noqa: E402
-from trinity.runtime.launcher import run  # noqa: E402
 
 PROMPT = [{"role": "user", "content": "What is 12 plus 30?"}]
 
@@ -72,20 +70,10 @@ def test_samples_carry_the_logprobs_the_trainer_computes(vllm_host, trainer_mode
     assert "2" not in stopped[0].response_text and stopped[0].info["stop_reason"] == "2"
 
 
-def test_three_turns_through_the_openai_client_are_one_exact_episode(vllm_host):
-    wrapper = ModelWrapper(vllm_host, {"max_tokens": 16}, enable_history=True)
-    openai_client = wrapper.get_openai_client()
-    messages = [{"role": "user", "content": "What is the capital of France?"}]
-    for question in ("And of Italy?", "And of Spain?", None):
-        reply = openai_client.chat.completions.create(
-            model=openai_client.model_path, messages=messages, max_tokens=16, temperature=0.0
-        )
-        messages += [{"role": "assistant", "content": reply.choices[0].message.content}]
-        messages += [{"role": "user", "content": question}] if question else []
-    history = wrapper.extract_experience_from_history()
-    assert len(history) == 3 and continues(history)
-    episode = merge_turns(history, reward=1.0)
-    assert int(episode.action_mask.sum()) == sum(len(h.tokens) - h.prompt_length for h in history)
+def test_three_turns_through_the_openai_client_are_one_exact_episode(vllm_host, smollm2_model):
+    assert_three_turns_are_one_exact_episode(
+        vllm_host, AutoTokenizer.from_pretrained(smollm2_model)
+    )
 
 
 def test_new_weights_reach_the_samples_and_a_corrupted_copy_stops_the_sync(
@@ -130,37 +118,17 @@ def test_new_weights_reach_the_samples_and_a_corrupted_copy_stops_the_sync(
 
 
 def test_two_grpo_steps_score_what_vllm_sampled(tmp_path, smollm2_model):
-    from trinity.demo.word_problems import make_word_problems
-
-    data = make_word_problems(str(tmp_path / "data"), n_train=8, n_test=4, n_sft=1)
-    overrides = [
-        f"checkpoint_root_dir={tmp_path}",
-        f"model.model_path={smollm2_model}",
-        "model.max_prompt_tokens=96",
-        "model.max_response_tokens=12",
-        "explorer.rollout_model.engine_type=vllm",
-        "algorithm.repeat_times=4",
-        "buffer.batch_size=2",
-        "buffer.total_steps=2",
-        "buffer.explorer_input.default_reward_fn_type=math_verify_reward",
-        f"buffer.explorer_input.taskset.path={data['rl_path']}",
-        f"buffer.explorer_input.eval_tasksets.0.path={data['rl_path']}",
-        "explorer.eval_on_startup=false",
-        "explorer.eval_interval=100",
-        "trainer.save_interval=0",
-        "trainer.save_hf_checkpoint=never",
-    ]
-    (result,) = run(os.path.join(HERE, "configs", "grpo_small.yaml"), overrides, [])
-    with open(os.path.join(result.job_dir, "monitor", "trainer.jsonl")) as f:
-        records = [json.loads(line) for line in f]
+    job_dir, records = two_grpo_steps(
+        tmp_path, smollm2_model, ["explorer.rollout_model.engine_type=vllm"]
+    )
     assert [r["step"] for r in records] == [1, 2]
     assert abs(records[0]["actor/ppo_kl"]) < 1e-3
     logs = ""
-    for name in os.listdir(os.path.join(result.job_dir, "log")):
-        with open(os.path.join(result.job_dir, "log", name)) as f:
+    for name in os.listdir(os.path.join(job_dir, "log")):
+        with open(os.path.join(job_dir, "log", name)) as f:
             logs += f.read()
     assert logs.count("vllm engine loaded and checked 272 tensors") == 2  # one sync a step
-    assert os.path.getsize(os.path.join(result.job_dir, "log", "vllm.log")) > 0
+    assert os.path.getsize(os.path.join(job_dir, "log", "vllm.log")) > 0
 
 
 def test_serve_mode_answers_an_outside_openai_client(tmp_path, smollm2_model):

@@ -68,8 +68,8 @@ def test_one_node_stages_with_what_this_process_can_host_run_here(monkeypatch, c
         ("monitor.enable_ray_timeline", stage(timeline=True)),
         ("cluster.in_process is false", stage(mode="both", in_process=False)),
         ("log.group_by_node", stage(by_node=True)),
-        ("engine_type vllm", stage(mode="both", engine_type="vllm")),
-        ("engine_type vllm", stage(mode="both", auxiliary=["transformers", "vllm"])),
+        ("engine_type tinker", stage(mode="both", engine_type="tinker")),
+        ("engine_type tinker", stage(mode="both", auxiliary=["transformers", "tinker"])),
         ("explorer.env_vars (set per runner process)", stage(mode="both", env_vars={"A": "1"})),
         ("synchronizer.sync_method nccl", stage(mode="both", sync_method="nccl")),
         (
@@ -92,3 +92,9 @@ def test_a_train_stage_ignores_explorer_settings(monkeypatch):
 def test_a_cluster_the_user_names_is_used(monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "auto")
     assert ray_reasons(stage(mode="both")) == ["RAY_ADDRESS names a cluster"]
+
+
+def test_a_vllm_engine_runs_in_the_stage_process(monkeypatch):
+    """vLLM starts processes of its own from the engine's host: no Ray needed."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert runs_in_process(stage(mode="both", engine_type="vllm", auxiliary=["vllm"]))

@@ -12,7 +12,10 @@
 - ``standalone``: one local model served over the API in a process of its own.
 - ``registry``: ``ENGINES``, the engine classes by ``engine_type``; ``transformers``
   (``transformers_model``: batching over ``hf_engine``'s ``TransformersEngine``, with
-  ``decoding`` and ``sampling``) and ``external`` are registered below.
+  ``decoding`` and ``sampling``), ``vllm`` (``vllm_model``: the same batching over
+  ``vllm_engine``'s ``VLLMEngine``, with ``vllm_worker`` inside vLLM's processes) and
+  ``external`` are registered below. ``prompts.PromptSide`` is what the two local engines share:
+  tokenizer, chat template, limits, stop ids.
 - ``local``: ``LocalEngine``, the in-process host of an engine (the Ray host is
   ``runtime/actors.py: EngineActor``).
 
@@ -22,9 +25,10 @@ InferenceModel`` (``chat``, ``generate``, ``generate_ids``, ``load_weights``,
 ``@ENGINES.register_module("name")``, in a ``--plugin-dir`` folder for a plugin or here (then
 imported below) for a built-in; ``engine_type: name`` selects it. Both hosts build it as
 ``cls(**kwargs)`` with the keys of ``runtime/explorer_role.py: engine_kwargs`` (``model_path``,
-``dtype``, ``seed``, ``device``, the length limits...) plus ``num_threads``. A client of a model
-served elsewhere sets ``hosted = False`` and is built like ``external``. Worked example:
-docs/extending.md. vLLM would be one more file here (GPU only, not supported yet). To serve an
+``dtype``, ``seed``, ``device``, the length limits...) plus ``num_threads``, and the fields of
+the served model's section named in its ``config_keys`` (vllm's memory keys). A client of a
+model served elsewhere sets ``hosted = False`` and is built like ``external``. Worked example:
+docs/extending.md. To serve an
 engine over the OpenAI API, build a ``ServedModel`` (its ``generate_ids``, tokenizer functions
 and ``max_model_len``; see ``ServedModel.from_transformers``) and have its host answer
 ``api_address()`` with the server's ``{"url", "model"}``, as ``EngineActor`` does. Another

@@ -85,12 +85,6 @@ class TransformersEngine(PromptSide):
         self,
         model_path: str,
         *,
-        max_model_len: int,
-        max_prompt_tokens: Optional[int],
-        max_response_tokens: int,
-        min_response_tokens: int = 1,
-        enable_prompt_truncation: bool = True,
-        chat_template: Optional[str] = None,
         dtype: str = "float32",
         device: str = "cpu",
         repetition_penalty: float = 1.0,
@@ -98,30 +92,17 @@ class TransformersEngine(PromptSide):
         max_num_seqs: int = 256,
         num_threads: Optional[int] = None,
         adapter_path: Optional[str] = None,
-        enable_thinking: bool = False,
-        reasoning_parser: Optional[str] = None,
-        tool_call_parser: str = "hermes",
-        enable_auto_tool_choice: bool = False,
+        **prompt_side: Any,
     ) -> None:
+        """``prompt_side``: ``PromptSide``'s arguments (the length limits, the chat template,
+        the parsers)."""
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got '{dtype}'")
         if repetition_penalty <= 0:
             raise ValueError(f"repetition_penalty must be > 0, got {repetition_penalty}")
         if device == "cpu":
             _set_cpu_threads(num_threads)
-        super().__init__(
-            model_path,
-            max_model_len=max_model_len,
-            max_prompt_tokens=max_prompt_tokens,
-            max_response_tokens=max_response_tokens,
-            min_response_tokens=min_response_tokens,
-            enable_prompt_truncation=enable_prompt_truncation,
-            chat_template=chat_template,
-            enable_thinking=enable_thinking,
-            reasoning_parser=reasoning_parser,
-            tool_call_parser=tool_call_parser,
-            enable_auto_tool_choice=enable_auto_tool_choice,
-        )
+        super().__init__(model_path, **prompt_side)
         self.repetition_penalty = repetition_penalty
         self.max_num_seqs = max_num_seqs
         self.device = torch.device(device)

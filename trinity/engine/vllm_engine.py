@@ -59,12 +59,6 @@ class VLLMEngine(PromptSide):
         self,
         model_path: str,
         *,
-        max_model_len: int,
-        max_prompt_tokens: Optional[int],
-        max_response_tokens: int,
-        min_response_tokens: int = 1,
-        enable_prompt_truncation: bool = True,
-        chat_template: Optional[str] = None,
         dtype: str = "float32",
         device: str = "cpu",
         repetition_penalty: float = 1.0,
@@ -72,31 +66,19 @@ class VLLMEngine(PromptSide):
         max_num_seqs: int = 256,
         num_threads: Optional[int] = None,
         adapter_path: Optional[str] = None,
-        enable_thinking: bool = False,
-        reasoning_parser: Optional[str] = None,
-        tool_call_parser: str = "hermes",
-        enable_auto_tool_choice: bool = False,
         tensor_parallel_size: int = 1,
         gpu_memory_utilization: float = 0.9,
         enforce_eager: bool = True,
         enable_prefix_caching: bool = False,
         enable_chunked_prefill: bool = False,
+        **prompt_side: Any,
     ) -> None:
+        """The arguments of ``TransformersEngine``, then vLLM's own (``vllm_model.py``'s
+        ``config_keys``); ``num_threads`` is not used: vLLM's CPU worker binds its threads to
+        the cores it is allowed."""
         if adapter_path is not None:  # refused before start (preflight); kept for direct use
             raise ValueError("the vllm engine does not start from a LoRA adapter yet")
-        super().__init__(
-            model_path,
-            max_model_len=max_model_len,
-            max_prompt_tokens=max_prompt_tokens,
-            max_response_tokens=max_response_tokens,
-            min_response_tokens=min_response_tokens,
-            enable_prompt_truncation=enable_prompt_truncation,
-            chat_template=chat_template,
-            enable_thinking=enable_thinking,
-            reasoning_parser=reasoning_parser,
-            tool_call_parser=tool_call_parser,
-            enable_auto_tool_choice=enable_auto_tool_choice,
-        )
+        super().__init__(model_path, **prompt_side)
         from transformers import AutoConfig
 
         model_config = AutoConfig.from_pretrained(model_path)
@@ -109,14 +91,14 @@ class VLLMEngine(PromptSide):
         if device == "cpu":
             memory = {
                 "kv_cache_memory_bytes": cpu_kv_cache_bytes(
-                    model_config, self.dtype, max_model_len, max_num_seqs
+                    model_config, self.dtype, self.max_model_len, max_num_seqs
                 )
             }
         self.llm = _start(
             model=model_path,
             dtype=dtype,
             seed=seed,
-            max_model_len=max_model_len,
+            max_model_len=self.max_model_len,
             max_num_seqs=max_num_seqs,
             tensor_parallel_size=tensor_parallel_size,
             enforce_eager=enforce_eager,
