@@ -151,12 +151,26 @@ def test_tools_reach_a_template_without_a_tools_section(smollm2_server):
     assert text.endswith("<|im_start|>tool\n1776<|im_end|>\n<|im_start|>assistant\n")
 
 
+GRPO_SMALL = os.path.join(HERE, "configs", "grpo_small.yaml")
+
+
 def two_grpo_steps(tmp_path, smollm2_model, overrides: list) -> tuple:
     """Two GRPO steps on SmolLM2 with ``overrides``: the job folder and the trainer's metrics."""
+    (result,) = run(GRPO_SMALL, two_grpo_steps_overrides(tmp_path, smollm2_model, overrides), [])
+    return result.job_dir, trainer_records(result.job_dir)
+
+
+def trainer_records(job_dir: str) -> list:
+    with open(os.path.join(job_dir, "monitor", "trainer.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def two_grpo_steps_overrides(tmp_path, smollm2_model, overrides: list) -> list:
+    """The command-line overrides of ``two_grpo_steps``."""
     from trinity.demo.word_problems import make_word_problems
 
     data = make_word_problems(str(tmp_path / "data"), n_train=8, n_test=4, n_sft=1)
-    overrides = [
+    return [
         f"checkpoint_root_dir={tmp_path}",
         f"model.model_path={smollm2_model}",
         "model.max_prompt_tokens=96",
@@ -173,9 +187,6 @@ def two_grpo_steps(tmp_path, smollm2_model, overrides: list) -> tuple:
         "trainer.save_hf_checkpoint=never",
         *overrides,
     ]
-    (result,) = run(os.path.join(HERE, "configs", "grpo_small.yaml"), overrides, [])
-    with open(os.path.join(result.job_dir, "monitor", "trainer.jsonl")) as f:
-        return result.job_dir, [json.loads(line) for line in f]
 
 
 def test_two_grpo_steps_on_the_real_model_score_what_the_engine_sampled(tmp_path, smollm2_model):

@@ -6,7 +6,11 @@ GRPO run and the serve run start their own, as `trinity run` does.
 """
 
 import os
+import signal
+import threading
+import time
 
+import psutil
 import pytest
 import torch
 
@@ -15,13 +19,17 @@ pytest.importorskip("vllm")
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from tests.integration.test_real_model import (  # noqa: E402
+    GRPO_SMALL,
     assert_three_turns_are_one_exact_episode,
-    two_grpo_steps,
+    trainer_records,
+    two_grpo_steps_overrides,
 )
 from tests.integration.test_serve import ServeRun, client, free_port  # noqa: E402
 from trinity.common.models.sampling import SamplingParams  # noqa: E402
 from trinity.engine import vllm_engine  # noqa: E402
 from trinity.engine.local import LocalEngine  # noqa: E402
+from trinity.runtime.failures import RunFailed  # noqa: E402
+from trinity.runtime.launcher import run  # noqa: E402
 
 PROMPT = [{"role": "user", "content": "What is 12 plus 30?"}]
 
@@ -117,17 +125,52 @@ def test_new_weights_reach_the_samples_and_a_corrupted_copy_stops_the_sync(
         trainer_model.load_state_dict(original)
 
 
-def test_two_grpo_steps_score_what_vllm_sampled(tmp_path, smollm2_model):
-    job_dir, records = two_grpo_steps(
-        tmp_path, smollm2_model, ["explorer.rollout_model.engine_type=vllm"]
+def engine_cores() -> set:
+    """vLLM engine-core processes started by this one (the module's engine's among them)."""
+    return {
+        p.pid
+        for p in psutil.Process().children(recursive=True)
+        if "EngineCore" in " ".join(p.cmdline())
+    }
+
+
+def test_grpo_steps_score_what_vllm_sampled_and_resume_after_the_engine_dies(
+    tmp_path, smollm2_model
+):
+    """Two GRPO steps; the run's engine killed once step 1 is trained, then the same command."""
+    overrides = two_grpo_steps_overrides(
+        tmp_path,
+        smollm2_model,
+        ["explorer.rollout_model.engine_type=vllm", "trainer.save_interval=1"],
     )
-    assert [r["step"] for r in records] == [1, 2]
-    assert abs(records[0]["actor/ppo_kl"]) < 1e-3
+    others, outcome = engine_cores(), {}
+
+    def first_run() -> None:
+        try:
+            run(GRPO_SMALL, overrides, [])
+        except RunFailed as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=first_run)
+    thread.start()
+    job_dir = os.path.join(tmp_path, "tests", "grpo_small")
+    metrics = os.path.join(job_dir, "monitor", "trainer.jsonl")
+    while thread.is_alive() and not (os.path.exists(metrics) and trainer_records(job_dir)):
+        time.sleep(0.5)
+    for pid in engine_cores() - others:
+        os.kill(pid, signal.SIGKILL)
+    thread.join(timeout=300)
+    assert "vllm engine's processes have ended" in str(outcome.get("error")), outcome
+    assert abs(trainer_records(job_dir)[0]["actor/ppo_kl"]) < 1e-3  # step 1, before the kill
+
+    (result,) = run(GRPO_SMALL, overrides, [])  # the same command again
+    assert [r["step"] for r in trainer_records(result.job_dir)] == [1, 2]
     logs = ""
     for name in os.listdir(os.path.join(job_dir, "log")):
         with open(os.path.join(job_dir, "log", name)) as f:
             logs += f.read()
-    assert logs.count("vllm engine loaded and checked 272 tensors") == 2  # one sync a step
+    # one sync a step: step 1's in the first run, step 2's in the second
+    assert logs.count("vllm engine loaded and checked 272 tensors") == 2
     assert os.path.getsize(os.path.join(job_dir, "log", "vllm.log")) > 0
 
 

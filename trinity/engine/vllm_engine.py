@@ -28,7 +28,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import torch
 from safetensors.torch import save_file
@@ -50,6 +50,25 @@ CPU_KV_SHARE = 0.25
 
 class WeightSyncError(RuntimeError):
     """The engine does not hold the weights it was sent."""
+
+
+class EngineDied(RuntimeError):
+    """vLLM's processes have ended."""
+
+
+@contextlib.contextmanager
+def _alive() -> Iterator[None]:
+    """vLLM's ``EngineDeadError`` as ``EngineDied``, saying what it means for the run."""
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    try:
+        yield
+    except EngineDeadError as exc:
+        raise EngineDied(
+            "the vllm engine's processes have ended (killed, or out of memory: see log/vllm.log "
+            "in the run's folder); run the same command again to resume from the last "
+            "checkpoint"
+        ) from exc
 
 
 class VLLMEngine(PromptSide):
@@ -123,11 +142,12 @@ class VLLMEngine(PromptSide):
         fitted = [self.fit(list(x), p) for x, p in zip(prompts, params, strict=True)]
         if not fitted:
             return []
-        outputs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=prompt) for prompt, _ in fitted],
-            [self._sampling(p) for _, p in fitted],
-            use_tqdm=False,
-        )
+        with _alive():
+            outputs = self.llm.generate(
+                [TokensPrompt(prompt_token_ids=prompt) for prompt, _ in fitted],
+                [self._sampling(p) for _, p in fitted],
+                use_tqdm=False,
+            )
         return [
             [_sample(c, prompt, p.top_logprobs) for c in out.outputs]
             for (prompt, p), out in zip(fitted, outputs, strict=True)
@@ -165,11 +185,14 @@ class VLLMEngine(PromptSide):
         try:
             path = os.path.join(folder, "weights.safetensors")
             save_file(tensors, path)
-            self.llm.collective_rpc("trinity_load", args=(path,))
+            with _alive():
+                self.llm.collective_rpc("trinity_load", args=(path,))
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-        self.llm.reset_prefix_cache()  # cached prompts were computed with the old weights
-        wrong = mismatches(sent, self.llm.collective_rpc("trinity_checksums"), self.tied)
+        with _alive():
+            self.llm.reset_prefix_cache()  # cached prompts were computed with the old weights
+            held = self.llm.collective_rpc("trinity_checksums")
+        wrong = mismatches(sent, held, self.tied)
         if wrong:
             raise WeightSyncError(
                 f"the vllm engine does not hold {len(wrong)} of the {len(tensors)} tensors it "
@@ -189,7 +212,8 @@ class VLLMEngine(PromptSide):
         )
 
     def close(self) -> None:
-        """Stop vLLM's processes."""
+        """Stop vLLM's processes (its notes on how they ended go to the log only)."""
+        logging.getLogger("vllm").setLevel(logging.ERROR)
         self.llm.llm_engine.engine_core.shutdown()
 
 
@@ -199,10 +223,16 @@ def import_vllm() -> Any:
     import vllm
     import vllm.logger  # noqa: F401  (configures the handler now, so it can be taken off)
 
+    _into_our_log()
+    return vllm
+
+
+def _into_our_log() -> None:
+    """vLLM's loggers in this process: into this process's log, not onto the console (vLLM
+    sets its console handler up again when an engine starts)."""
     vllm_logger = logging.getLogger("vllm")
     vllm_logger.handlers.clear()
     vllm_logger.propagate = True
-    return vllm
 
 
 def _start(**engine_args: Any) -> Any:
@@ -218,6 +248,7 @@ def _start(**engine_args: Any) -> Any:
     start = time.monotonic()
     with output_to(os.path.join(folder, "vllm.log")) if folder else contextlib.nullcontext():
         llm = vllm.LLM(**engine_args, disable_log_stats=True)
+    _into_our_log()
     print(f"vllm engine ready in {time.monotonic() - start:.0f}s", flush=True)
     return llm
 
