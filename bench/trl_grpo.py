@@ -3,6 +3,7 @@ a held-out greedy eval on Trinity's cadence, and the timings the report compares
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import os
 import time
@@ -111,7 +112,15 @@ def trl_config(params: Dict, output_dir: str) -> Any:
     kw.update(max_grad_norm=params["grad_clip"], use_cpu=True, bf16=params["bf16"])
     kw.update(seed=params["seed"])
     # TRL turns activation checkpointing on by default; the quickstart turns it off for us.
-    kw.update(activation_checkpointing=False, report_to="none", save_strategy="no")
+    # transformers 5.24 renamed the key (gradient_checkpointing stays, deprecated); vLLM's
+    # CPU build pins transformers below 5.20, which has only the old name.
+    names = {field.name for field in dataclasses.fields(GRPOConfig)}
+    key = (
+        "activation_checkpointing"
+        if "activation_checkpointing" in names
+        else "gradient_checkpointing"
+    )
+    kw.update({key: False}, report_to="none", save_strategy="no")
     return GRPOConfig(**kw, disable_tqdm=True)
 
 
