@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Dict, Iterable, Optional
+from typing import Dict, Iterable, List, Optional
 
 LFS_BYTES = 10 * 1024 * 1024  # at least this big, or a weights/data format: stored through LFS
 LFS_SUFFIXES = (".safetensors", ".bin", ".parquet", ".gguf")
@@ -88,3 +88,25 @@ def cache_repo(
         with open(os.path.join(repo, "refs", ref), "w") as f:
             f.write(commit)
     return snapshot
+
+
+def cache_dataset(
+    cache: str, repo_id: str, subsets: Dict[str, Dict[str, List[dict]]], source: str
+) -> str:
+    """A dataset repository laid out as GSM8K's is on the hub: one folder of parquet shards
+    per subset (``main/train-00000-of-00001.parquet``) and a README whose ``configs:`` name
+    them; written under ``source`` first, then cached as ``repo_id``. Returns the snapshot."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    lines = ["---", "configs:"]
+    for subset, splits in subsets.items():
+        lines += [f"- config_name: {subset}", "  data_files:"]
+        for split, rows in splits.items():
+            os.makedirs(os.path.join(source, subset), exist_ok=True)
+            table = pa.Table.from_pylist(rows)
+            pq.write_table(table, os.path.join(source, subset, f"{split}-00000-of-00001.parquet"))
+            lines += [f"  - split: {split}", f"    path: {subset}/{split}-*"]
+    with open(os.path.join(source, "README.md"), "w") as f:
+        f.write("\n".join(lines + ["---", f"# {repo_id}", ""]))
+    return cache_repo(cache, repo_id, files_of(source), repo_type="dataset")
