@@ -28,7 +28,7 @@ from trinity.buffer.storages import storage_kind
 from trinity.common.config.base import assign
 from trinity.common.config.config import Config, external_models
 from trinity.preflight.validate import read_storages
-from trinity.utils.hub import HubError, hub_ref, resolve
+from trinity.utils.hub import HubError, HubRef, hub_ref, resolve
 
 logger = logging.getLogger("trinity.config")
 
@@ -85,7 +85,7 @@ class HubIds:
             named.put(outcome)
         return problems, failed
 
-    def _resolve(self, named: _Named, ref: Any) -> Union[str, HubError]:
+    def _resolve(self, named: _Named, ref: HubRef) -> Union[str, HubError]:
         try:
             folder = resolve(named.key, named.value, ref, download=self.download, what=named.kind)
         except HubError as exc:
