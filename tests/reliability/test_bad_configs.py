@@ -344,7 +344,7 @@ CASES: List[Bad] = [
     # ---- missing or unusable files -----------------------------------------------------
     Bad(
         "model-missing",
-        ["model.model_path = /nonexistent/model", "nothing is downloaded"],
+        ["model.model_path = /nonexistent/model", "no such folder", "a hub id"],
         set={"model.model_path": "/nonexistent/model"},
         absent=["huggingface.co", "HFValidationError"],
     ),

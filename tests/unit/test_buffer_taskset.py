@@ -154,8 +154,12 @@ def test_subset_name_selects_a_readme_config(tmp_path):
         "- config_name: hard\n  data_files:\n  - split: train\n    path: hard/train.jsonl\n---\n"
     )
     assert len(load_rows(storage(tmp_path, subset_name="hard"))) == 3
-    with pytest.raises(ValueError, match="subset_name.*'medium'"):
+    with pytest.raises(
+        ValueError, match="subset_name` 'medium' does not exist; its subsets: easy, hard"
+    ):
         load_rows(storage(tmp_path, subset_name="medium"))
+    with pytest.raises(ValueError, match="subset_name` is not set, and the dataset has subsets"):
+        load_rows(storage(tmp_path))
 
 
 def test_tasks_carry_the_taskset_settings(data_dir):

@@ -47,18 +47,26 @@ def header(path):
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: os.path.relpath(p, ROOT))
 def test_example_header_says_what_it_needs(path):
-    """Prepare names a demo listing this example, Run lines are the commands
-    prepare-quickstart prints, Reads names exactly the variables the YAML reads."""
+    """Prepare names a demo listing this example (Run lines are the commands
+    prepare-quickstart prints), or the `hf download` of each hub id the YAML names; Reads
+    names exactly the variables the YAML reads."""
     entries = header(path)
     relpath = os.path.relpath(path, ROOT)
-    [task] = re.findall(r"prepare-quickstart --task (\w+) --out", entries["Prepare"][0])
-    runs = [line.removeprefix("trinity run --config ") for line in entries["Run"]]
-    ours = [args for args in DEMOS[task].examples if args.split()[0] == relpath]
-    assert runs == ours
     with open(path) as f:
-        used = set(re.findall(r"oc\.env:(\w+)", f.read()))
+        text = f.read()
+    used = set(re.findall(r"oc\.env:(\w+)", text))
     named = {line.split()[0] for line in entries["Reads"]}
     assert {name for name in named if re.fullmatch(r"[A-Z][A-Z0-9_]+", name)} == used
+    runs = [line.removeprefix("trinity run --config ") for line in entries["Run"]]
+    if entries["Prepare"][0].startswith("hf download "):
+        ids = [line.split()[2] for line in entries["Prepare"] if line.startswith("hf download ")]
+        named_ids = set(re.findall(r"\b(?:model_path|path): ([\w.-]+/[\w.-]+)", text))
+        assert set(ids) == named_ids
+        assert runs == [relpath]
+        return
+    [task] = re.findall(r"prepare-quickstart --task (\w+) --out", entries["Prepare"][0])
+    ours = [args for args in DEMOS[task].examples if args.split()[0] == relpath]
+    assert runs == ours
     assert DEMOS[task].variable in used
 
 

@@ -16,8 +16,9 @@ from trinity.common.config.schema_model import ExternalModelConfig
 from trinity.common.models.model import ModelWrapper
 from trinity.common.models.sampling import SamplingParams
 from trinity.engine.external import NO_KEY, ExternalModel, external_env
-from trinity.preflight.before_start import check_before_start, tokenizer_folder_problems
+from trinity.preflight.before_start import check_before_start
 from trinity.preflight.derive import derive
+from trinity.preflight.model_folders import tokenizer_folder_problems
 from trinity.runtime.explorer_role import external_engine
 
 BASE = """

@@ -309,8 +309,8 @@ def test_a_good_lora_config_passes(tmp_path, micro_model, arithmetic_data):
         ),
         (
             "{path: /nonexistent/adapter}",
-            "model.lora_configs[0].path = /nonexistent/adapter: no such folder (a peft adapter "
-            "folder is expected)",
+            "model.lora_configs[0].path = /nonexistent/adapter: no such folder "
+            "/nonexistent/adapter (a peft adapter folder, or a hub id of one, is expected)",
         ),
     ],
 )

@@ -16,14 +16,16 @@ from pydantic import ValidationError
 from trinity.common.config import ConfigError, OptimizerConfig, load_config
 from trinity.preflight.before_start import (
     _merge_stage_labels,
-    chat_template_of,
     check_before_start,
-    model_folder_problems,
-    template_render_problem,
     writable_problems,
 )
 from trinity.preflight.components import bind_problems
 from trinity.preflight.derive import derive
+from trinity.preflight.model_folders import (
+    chat_template_of,
+    model_folder_problems,
+    template_render_problem,
+)
 from trinity.preflight.validate import check_consistency
 from trinity.utils.database import masked_url
 
@@ -278,8 +280,9 @@ def test_a_stage_after_a_training_stage_does_not_read_the_model_path(tmp_path, a
         check_before_start(good(tmp_path, "/nonexistent/model", arithmetic_data["rl"], sft))
     model_lines = [p for p in info.value.problems if "model.model_path" in p]
     assert model_lines == [
-        "stages 'warm', 'sft': model.model_path = /nonexistent/model: no such folder (models "
-        "are read from local folders; nothing is downloaded)"
+        "stages 'warm', 'sft': model.model_path = /nonexistent/model: no such folder "
+        "/nonexistent/model (give a local folder, or a hub id such as "
+        "HuggingFaceTB/SmolLM2-135M-Instruct)"
     ]
 
 

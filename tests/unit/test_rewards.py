@@ -26,6 +26,18 @@ def test_extract_answer(text, expected):
         ("\\boxed{0.5}", "1/2", 1.0),  # numeric equivalence across notations
         ("1,000", "1000", 1.0),
         ("", "3", 0.0),
+        # GSM8K's answers are worked solutions ending with "#### <answer>"
+        (
+            "She sold 72 clips.",
+            "48/2 = <<48/2=24>>24 in May.\n48+24 = <<48+24=72>>72\n#### 72",
+            1.0,
+        ),
+        (
+            "She sold 24 clips.",
+            "48/2 = <<48/2=24>>24 in May.\n48+24 = <<48+24=72>>72\n#### 72",
+            0.0,
+        ),
+        ("1000", "It is 1,000.\n#### 1,000", 1.0),
     ],
 )
 def test_math_reward(response, truth, score):

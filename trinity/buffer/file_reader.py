@@ -7,7 +7,8 @@ A `file` storage's ``path`` is either a directory laid out the Hugging Face way 
 such as ``train.jsonl`` / ``test.jsonl`` or ``data/train-00000-of-00001.parquet``, subsets
 declared in the README's ``configs:``) or one ``.jsonl`` / ``.json`` / ``.parquet`` / ``.csv``
 file.
-Only local paths are read: a path that does not exist is an error, never a Hub download.
+A dataset named by its hub id is read the same way: the checks before start resolve the id to
+its snapshot folder in the Hugging Face cache (``preflight/hub_ids.py``) before it gets here.
 
 The files are parsed here (``file_parsers``), not by ``datasets``, so that a malformed line or
 row is named by file and 1-based line/row; every row is checked against the columns its reader
@@ -141,8 +142,8 @@ def _checked_path(storage: Any, path_label: Optional[str]) -> str:
     path = os.path.abspath(os.path.expanduser(storage.path))
     if not os.path.exists(path):
         raise FileNotFoundError(
-            f"{label}: `path` '{storage.path}' does not exist (resolved to "
-            f"'{path}'). Only local data is read; datasets are never downloaded from a hub."
+            f"{label}: `path` '{storage.path}' does not exist (resolved to '{path}'); give a "
+            "data folder or file, or a dataset id on the Hugging Face hub (ORG/NAME)"
         )
     return path
 
@@ -319,10 +320,7 @@ def _parse_hf_dir(storage: Any, path: str, label: str) -> Tuple[List[FileRows], 
     except ValueError as exc:  # an unknown or missing subset name, or mixed file formats
         if storage.subset_name is None and "data file format" in str(exc):
             raise DataError(f"{label}: the directory's splits mix file formats: {exc}") from exc
-        raise DataError(
-            f"{label}: `subset_name` is {storage.subset_name!r}, which does not "
-            f"select a subset: {exc}"
-        ) from exc
+        raise DataError(_subset_problem(storage, path, label, exc)) from exc
     except FileNotFoundError as exc:  # a directory without any data file
         raise FileNotFoundError(f"{label}: no data files found: {exc}") from exc
     splits = [str(s) for s in (builder.config.data_files or {})]
@@ -339,6 +337,22 @@ def _parse_hf_dir(storage: Any, path: str, label: str) -> Tuple[List[FileRows], 
         return [FileRows(f"split '{storage.split}'", "row", numbers, table=table)], None
     parts = [_parse_split_file(storage, path, label, file) for file in files]
     return parts, builder.info.features
+
+
+def _subset_problem(storage: Any, path: str, label: str, exc: ValueError) -> str:
+    """Why ``subset_name`` selects no subset of the dataset at ``path``, with its subsets."""
+    import datasets
+
+    try:
+        names = datasets.get_dataset_config_names(path)
+    except Exception:  # the directory's own problem: datasets' message says it
+        names = []
+    if not names:
+        return f"{label}: `subset_name` is {storage.subset_name!r}, which selects no subset: {exc}"
+    listed = ", ".join(names)
+    if storage.subset_name is None:
+        return f"{label}: `subset_name` is not set, and the dataset has subsets {listed}: pick one"
+    return f"{label}: `subset_name` {storage.subset_name!r} does not exist; its subsets: {listed}"
 
 
 def _concat(tables: List[pa.Table], storage: Any, label: str) -> pa.Table:

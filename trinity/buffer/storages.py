@@ -10,7 +10,9 @@ the readers, the runtime and the checks before start ask it, never the name:
   queue, kept in the database at its ``path``: ``store.buffer_database``), ``replays``
   (``replay_buffer`` reuses its experiences);
 - checks: ``needs_path`` (``path`` must be set when its rows are read), ``database_path``
-  (``path`` is a SQLite file or a database URL, reached before start).
+  (``path`` is a SQLite file or a database URL, reached before start), ``hub_datasets``
+  (``path`` may name a dataset on the Hugging Face hub, resolved to its local snapshot folder
+  before start: ``preflight/hub_ids.py``).
 
 Built in: ``file`` (local files), ``sql`` (a table of a database, or the queue kept there)
 and ``queue``. A plugin adds a source of rows: subclass ``Storage``, implement ``rows``,
@@ -26,6 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional
 
 from trinity.common.registry import Registry
+from trinity.utils.hub import cached_repo_of
 
 if TYPE_CHECKING:
     from trinity.buffer.file_reader import LoadedRows
@@ -45,13 +48,18 @@ class Storage:
     replays: ClassVar[bool] = False
     needs_path: ClassVar[bool] = True
     database_path: ClassVar[bool] = False
+    hub_datasets: ClassVar[bool] = False
 
     def rows(self, storage: Any) -> List[Dict[str, Any]]:
         """Every row of ``storage`` (its ``StorageConfig``), one dict per row, in order."""
         raise NotImplementedError(f"{type(self).__name__} does not implement rows()")
 
     def where(self, storage: Any) -> str:
-        """Where the rows are, for messages: ``path 'data/train.jsonl'``."""
+        """Where the rows are, for messages: ``path 'data/train.jsonl'``; a hub dataset's
+        snapshot folder names its repository too."""
+        repo = cached_repo_of(storage.path)
+        if repo is not None:
+            return f"dataset {repo}, path '{storage.path}'"
         if storage.path:
             return f"path '{storage.path}'"
         return f"storage_type '{storage.storage_type}'"
@@ -72,7 +80,10 @@ class Storage:
 
 @STORAGES.register_module("file")
 class FileStorage(Storage):
-    """jsonl/json/parquet/csv files or a dataset directory at ``path`` (``file_reader``)."""
+    """jsonl/json/parquet/csv files or a dataset directory at ``path`` (``file_reader``), or
+    a hub dataset's snapshot folder."""
+
+    hub_datasets = True
 
     def selection(self, storage: Any) -> str:
         return f" (split '{storage.split}')"

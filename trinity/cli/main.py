@@ -14,6 +14,23 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from trinity import __version__
+
+        typer.echo(f"trinity-rft {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version."
+    ),
+) -> None:
+    """Trinity-RFT: reinforcement fine-tuning of LLMs."""
+
+
 @app.command(context_settings={"allow_extra_args": False})
 def run(
     config: str = typer.Option(..., "--config", help="Path to the YAML config."),

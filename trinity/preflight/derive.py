@@ -27,6 +27,7 @@ from trinity.common.config.sync_checks import DYNAMIC_STYLES
 from trinity.common.config.verl_mapping import carry_verl_settings
 from trinity.engine import DEFAULT_ENGINE
 from trinity.explorer.bench import bench_steps
+from trinity.preflight.model_folders import chat_template_of
 from trinity.preflight.support import COMPONENT_REGISTRIES
 from trinity.preflight.validate import (
     check_consistency,
@@ -188,12 +189,20 @@ def _derive_model(config: Config) -> List[str]:
 
 
 def _read_chat_template(model: ModelConfig) -> List[str]:
-    """The guide: chat_template_path, when set, overrides custom_chat_template."""
+    """The guide: chat_template_path, when set, overrides custom_chat_template. A folder (a
+    hub id resolves to one) lends its tokenizer's chat template, as TRL's key does."""
+    path = model.chat_template_path
+    if os.path.isdir(path):
+        template = chat_template_of(path)
+        if template is None:
+            return [f"model.chat_template_path = {path}: the tokenizer there has no chat template"]
+        assign(model, "custom_chat_template", template)
+        return []
     try:
-        with open(model.chat_template_path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             assign(model, "custom_chat_template", f.read())
     except OSError as exc:
-        return [f"model.chat_template_path = {model.chat_template_path}: {exc.strerror}"]
+        return [f"model.chat_template_path = {path}: {exc.strerror} ({os.path.abspath(path)})"]
     return []
 
 

@@ -434,3 +434,23 @@ def warn_inert(config: Config) -> None:
     if found:
         lines = "\n".join(f"  - {path} = {show(value)}: {reason}" for path, value, reason in found)
         logger.warning("These keys are accepted but have no effect here:\n%s", lines)
+
+
+def read_storages(config: Config, kinds: Tuple[str, ...]) -> List[Tuple[str, StorageConfig]]:
+    """(YAML path, storage) of the named kinds of storage that the stage's mode reads."""
+    found: List[Tuple[str, StorageConfig]] = []
+    explorer_input, trainer_input = config.buffer.explorer_input, config.buffer.trainer_input
+    if config.mode in ("both", "colocate", "explore", "bench"):
+        # bench evaluates checkpoints: it reads the eval tasksets only
+        read = ("eval_tasksets",) if config.mode == "bench" else ("tasksets", "eval_tasksets")
+        for kind in read:
+            if kind in kinds:
+                storages = getattr(explorer_input, kind)
+                found += [(f"buffer.explorer_input.{kind}[{i}]", s) for i, s in enumerate(storages)]
+    buffer = trainer_input.experience_buffer
+    if "experience_buffer" in kinds and buffer is not None and config.mode == "train":
+        found.append(("buffer.trainer_input.experience_buffer", buffer))
+    if "auxiliary_buffers" in kinds and config.mode in ("both", "colocate", "train"):
+        auxiliary = trainer_input.auxiliary_buffers.items()
+        found += [(f"buffer.trainer_input.auxiliary_buffers.{k}", s) for k, s in auxiliary]
+    return found

@@ -39,13 +39,6 @@ from trinity.utils.status import Reporter
 logger = logging.getLogger(__name__)
 
 
-def _chat_template(model_cfg: Any) -> Optional[str]:
-    if model_cfg.chat_template_path:
-        with open(model_cfg.chat_template_path, encoding="utf-8") as f:
-            return f.read()
-    return model_cfg.custom_chat_template
-
-
 def engine_kwargs(config: Any, auxiliary: Any = None) -> Dict[str, Any]:
     """The engine arguments of the rollout model, or of one of ``explorer.auxiliary_models``
     (its own folder, limits and template; the sampling rules of ``model`` apply to both)."""
@@ -69,7 +62,8 @@ def engine_kwargs(config: Any, auxiliary: Any = None) -> Dict[str, Any]:
         max_response_tokens=own.max_response_tokens,
         min_response_tokens=m.min_response_tokens,
         enable_prompt_truncation=m.enable_prompt_truncation,
-        chat_template=auxiliary.chat_template if auxiliary else _chat_template(m),
+        # derive read model.chat_template_path (a file, or a tokenizer's) into the template
+        chat_template=auxiliary.chat_template if auxiliary else m.custom_chat_template,
         repetition_penalty=m.repetition_penalty,
         # the host's first visible GPU: the one Ray gave its actor, or the stage's only one
         device="cuda" if config.cluster.gpu_per_node else "cpu",
@@ -114,7 +108,7 @@ def external_engine(config: Any, auxiliary: Any = None) -> Any:
             "model.external_model",
             served.model_path,
             tokenizer_path=config.model.model_path,
-            chat_template=_chat_template(config.model),
+            chat_template=config.model.custom_chat_template,
         )
     index = next(i for i, a in enumerate(config.explorer.auxiliary_models) if a is auxiliary)
     key = f"explorer.auxiliary_models[{index}].external_model"

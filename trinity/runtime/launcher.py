@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from trinity.common.weights import latest_step, step_dir
 from trinity.runtime.failures import RunFailed, failure_message
@@ -25,6 +25,9 @@ from trinity.runtime.placement import (
 )
 from trinity.runtime.progress import ProgressPrinter, eval_summary
 
+if TYPE_CHECKING:
+    from trinity.common.config.loader import ConfigSource
+
 # When trainer rank 0 fails, how long to look for another rank's failure that caused it.
 RANK_FAILURE_WAIT_S = 2.0
 
@@ -36,6 +39,23 @@ class StageResult:
     final_hf: Optional[str]
     evals: Dict[str, tuple] = field(default_factory=dict)  # metric -> (first, last)
     bench: Optional[List[Dict]] = None  # mode bench: one metrics record per checkpoint
+
+
+@dataclass
+class RunResult:
+    """Where a run's outputs are (``trinity.run`` returns it): each stage's, in order."""
+
+    stages: List[StageResult]
+
+    @property
+    def job_dir(self) -> str:
+        """The last stage's folder: resolved config, checkpoints, metrics, logs, plots."""
+        return self.stages[-1].job_dir
+
+    @property
+    def final_hf(self) -> Optional[str]:
+        """The last stage's final weights as a Hugging Face folder (None if not exported)."""
+        return self.stages[-1].final_hf
 
 
 def init_ray(namespace: str) -> None:
@@ -340,22 +360,27 @@ def stage_queue(config: Any, host: Callable[..., Any]) -> Any:
     )
 
 
-def run(config_path: str, overrides: List[str], plugin_dirs: List[str]) -> List[StageResult]:
-    """Everything ``trinity run`` does; config errors surface before Ray starts."""
+def run(
+    config: ConfigSource,
+    overrides: Sequence[str],
+    plugin_dirs: Sequence[str],
+) -> List[StageResult]:
+    """Everything ``trinity run`` does, for a YAML file or its sections as a dict (``config``);
+    config errors surface before Ray starts."""
     from trinity.common.config import apply_run_name, load_config
     from trinity.preflight.before_start import check_before_start
     from trinity.utils.plugin_loader import load_plugins
     from trinity.utils.startup_gc import paused_until_started
 
     with paused_until_started() as started:
-        load_plugins(plugin_dirs)
-        root = apply_run_name(load_config(config_path, overrides))
+        load_plugins(list(plugin_dirs))
+        root = apply_run_name(load_config(config, overrides))
         # Every stage finalized and checked (models, data, names, arguments) in one pass: all
         # problems in one ConfigError before anything starts.
         stages = check_before_start(root)
         check_cluster_address(stages)  # cluster.node_num >= 2 needs a cluster to join
         started()
-        return _run_stages(stages, plugin_dirs)
+        return _run_stages(stages, list(plugin_dirs))
 
 
 def _run_stages(stages: List[Any], plugin_dirs: List[str]) -> List[StageResult]:

@@ -31,7 +31,7 @@ def check(raw: Dict[str, Any]) -> Dict[str, Any]:
     try:
         config = validate_model(Config, _resolved(data))
         result["derived"] = derived_values(config)
-        check_before_start(config)
+        check_before_start(config, download=False)  # a hub id is looked up in the cache only
     except ConfigError as exc:
         result["problems"] = exc.problems
     return result

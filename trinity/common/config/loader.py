@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from datetime import datetime
-from typing import Any, List, Sequence
+from typing import Any, List, Mapping, Sequence, Union
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -15,24 +15,21 @@ from trinity.common.config.base import ConfigError, validate_model
 from trinity.common.config.config import Config
 from trinity.common.config.overrides import apply_overrides
 
+# A config as a run takes it: a YAML file's path, or the file's sections as a dict.
+ConfigSource = Union[str, "os.PathLike[str]", Mapping[str, Any]]
 
-def load_config(path: str, overrides: Sequence[str] = ()) -> Config:
-    """Load a YAML config, apply ``a.b.c=value`` overrides, resolve interpolation, validate.
+
+def load_config(source: ConfigSource, overrides: Sequence[str] = ()) -> Config:
+    """Load a YAML config (a file, or its sections as a dict), apply ``a.b.c=value``
+    overrides, resolve interpolation, validate.
 
     Overrides reach the stages as ``trinity.common.config.overrides`` describes.
 
     ``${oc.env:VAR,default}`` and ``${other.key}`` are resolved by OmegaConf. Nothing is
-    derived and the filesystem is not touched beyond reading ``path``; call
+    derived and the filesystem is not touched beyond reading the file; call
     ``trinity.preflight.derive.finalize`` for that.
     """
-    if not os.path.isfile(path):
-        raise ConfigError(f"config file not found: {path}")
-    try:
-        raw = OmegaConf.load(path)
-    except (OmegaConfBaseException, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(raw, DictConfig):
-        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    raw = _read(source)
     apply_overrides(raw, overrides)
     for prefix in _verl_trees(raw):
         _interpolate_within(raw, prefix)
@@ -43,6 +40,26 @@ def load_config(path: str, overrides: Sequence[str] = ()) -> Config:
         reason = str(exc).splitlines()[0]
         raise ConfigError(f"{key}: cannot resolve interpolation: {reason}") from None
     return validate_model(Config, data)
+
+
+def _read(source: ConfigSource) -> DictConfig:
+    """The config's sections as OmegaConf reads them, from a YAML file or a mapping."""
+    if isinstance(source, Mapping):
+        try:
+            return OmegaConf.create(dict(source))
+        except OmegaConfBaseException as exc:
+            raise ConfigError(f"the config dict cannot be read: {exc}") from None
+    path = os.fspath(source)
+    if not os.path.isfile(path):
+        shown = path if os.path.isabs(path) else f"{path} ({os.path.abspath(path)})"
+        raise ConfigError(f"config file not found: {shown}")
+    try:
+        raw = OmegaConf.load(path)
+    except (OmegaConfBaseException, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(raw, DictConfig):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    return raw
 
 
 _KEY_REFERENCE = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")  # ${a.b.c}, not ${resolver:...}

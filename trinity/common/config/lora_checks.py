@@ -13,8 +13,9 @@ import os
 import re
 from typing import Any, List, Sequence
 
+from trinity.utils.model_files import ADAPTER_WEIGHTS, missing_parts
+
 KEY = "model.lora_configs"
-ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 
 
 def lora_problems(config: Any) -> List[str]:
@@ -81,10 +82,12 @@ def _adapter_folder(entry: Any, key: str) -> tuple:
     """(adapter_config.json, problems) of ``entry.path``; None when it is not an adapter."""
     path = entry.path
     if not os.path.isdir(path):
-        return None, [f"{key}.path = {path}: no such folder (a peft adapter folder is expected)"]
+        return None, [
+            f"{key}.path = {path}: no such folder {os.path.abspath(path)} (a peft adapter "
+            "folder, or a hub id of one, is expected)"
+        ]
     config_file = os.path.join(path, "adapter_config.json")
-    has_weights = any(os.path.isfile(os.path.join(path, name)) for name in ADAPTER_WEIGHTS)
-    if not os.path.isfile(config_file) or not has_weights:
+    if missing_parts(path, "adapter"):
         return None, [
             f"{key}.path = {path}: not a peft adapter folder (adapter_config.json and "
             f"{' or '.join(ADAPTER_WEIGHTS)} expected)"

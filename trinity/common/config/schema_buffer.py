@@ -101,8 +101,9 @@ class StorageConfig(ConfigModel):
     )
     path: Optional[str] = Field(
         None,
-        description="Data directory or file (file); SQLite file or SQLAlchemy URL (sql, queue; "
-        "a sql taskset's table is its name).",
+        description="Data directory or file, or a dataset's hub id (ORG/NAME, optionally "
+        "@REVISION) read from the Hugging Face cache (file); SQLite file or SQLAlchemy URL "
+        "(sql, queue; a sql taskset's table is its name).",
     )
     subset_name: Optional[str] = Field(None, description="`name` of datasets.load_dataset.")
     split: str = Field("train", description="`split` of datasets.load_dataset.")

@@ -25,7 +25,9 @@ class InferenceModelConfig(ConfigModel):
     """``explorer.rollout_model`` and each of ``explorer.auxiliary_models``."""
 
     model_path: Optional[str] = Field(
-        None, description="Model to serve; unset for rollout_model: model.model_path."
+        None,
+        description="Model to serve (a folder or a hub id; an external API's model name); "
+        "unset for rollout_model: model.model_path.",
     )
     engine_type: Optional[str] = Field(
         None,

@@ -16,8 +16,8 @@ class LoRAConfig(ConfigModel):
     name: Optional[str] = Field(None, description="Name of the adapter (a label in logs).")
     path: Optional[str] = Field(
         None,
-        description="A pretrained peft adapter folder to start from (its rank, alpha and "
-        "targets win).",
+        description="A pretrained peft adapter to start from: a folder or a hub id (its "
+        "rank, alpha and targets win).",
     )
     base_model_name: Optional[str] = Field(
         None,
@@ -76,13 +76,21 @@ class ExternalModelConfig(ConfigModel):
 class ModelConfig(ConfigModel):
     """``model``: the model under training and its token limits."""
 
-    model_path: str = Field("", description="Local HF folder (or hub name) of the model.")
-    critic_model_path: str = Field("", description="Critic model; empty: model_path.")
+    model_path: str = Field(
+        "",
+        description="The model: a local Hugging Face folder, or a hub id (ORG/NAME, "
+        "optionally @REVISION) read from the Hugging Face cache, downloaded there if missing.",
+    )
+    critic_model_path: str = Field(
+        "", description="Critic model (a folder or a hub id); empty: model_path."
+    )
     custom_chat_template: Optional[str] = Field(
         None, description="Chat template string; unset: the tokenizer's."
     )
     chat_template_path: Optional[str] = Field(
-        None, description="Jinja2 chat template file; wins over custom_chat_template."
+        None,
+        description="Jinja2 chat template file, or a tokenizer (folder or hub id) whose chat "
+        "template is used; wins over custom_chat_template.",
     )
     max_model_len: Optional[int] = Field(
         None,

@@ -1,7 +1,8 @@
 """Answer-checking rewards for math-style tasks.
 
 Answer extraction order: the last ``\\boxed{...}``, else the last ``<answer>...</answer>``,
-else the last number in the text.
+else the last number in the text. A reference answer is read the same way, or after GSM8K's
+``####`` marker.
 """
 
 from __future__ import annotations
@@ -59,11 +60,22 @@ def _normalize(text: str) -> str:
     return re.sub(r"\s+", " ", text.strip().strip(".").lower())
 
 
+def _final_answer(truth: str) -> str:
+    """The answer part of a reference solution: after GSM8K's ``#### `` marker (its answers
+    are worked solutions ending ``#### 72``), in a ``\\boxed{}`` or ``<answer>`` tag, or the
+    whole text."""
+    if "####" in truth:
+        return truth.rsplit("####", 1)[1].strip()
+    if "\\boxed{" in truth or "<answer>" in truth:
+        return extract_answer(truth) or truth
+    return truth
+
+
 def answers_match(predicted: Optional[str], truth: Optional[str]) -> bool:
     """Numeric equality when both parse as numbers, normalized string equality otherwise."""
     if predicted is None or truth is None:
         return False
-    truth_answer = extract_answer(truth) if ("\\boxed{" in truth or "<answer>" in truth) else truth
+    truth_answer = _final_answer(truth)
     a, b = to_number(predicted), to_number(truth_answer)
     if a is not None and b is not None:
         return a == b
