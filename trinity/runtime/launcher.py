@@ -7,6 +7,7 @@ from the previous stage's final weights (its HF export).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
@@ -353,6 +354,8 @@ def run(config_path: str, overrides: List[str], plugin_dirs: List[str]) -> List[
         # Every stage finalized and checked (models, data, names, arguments) in one pass: all
         # problems in one ConfigError before anything starts.
         stages = check_before_start(root)
+        for line in root.ignored_synchronizer():
+            logging.getLogger("trinity.config").warning("%s", line)
         check_cluster_address(stages)  # cluster.node_num >= 2 needs a cluster to join
         started()
         return _run_stages(stages, plugin_dirs)
