@@ -141,4 +141,6 @@ def test_a_staged_run_trains_fully_async_after_its_sft_stage(
     with open(os.path.join(sft.job_dir, "config.yaml")) as f:
         assert "sync_style: fixed" in f.read()
     notes = [r.getMessage() for r in caplog.records]
-    assert any(n.startswith("stage 'sft' (mode train) ignores synchronizer.sync_style") for n in notes)
+    assert any(
+        n.startswith("stage 'sft' (mode train) ignores synchronizer.sync_style") for n in notes
+    )
