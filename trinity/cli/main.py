@@ -33,7 +33,7 @@ def run(
     one half of each stage; a stage with nothing of that half is skipped, with a line.
     """
     from trinity.common.config import ConfigError
-    from trinity.runtime.launcher import RunFailed
+    from trinity.runtime.launcher import RunFailed, RunInterrupted
     from trinity.runtime.launcher import run as run_experiment
     from trinity.utils.plugin_loader import PluginError
 
@@ -45,6 +45,24 @@ def run(
     except RunFailed as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(code=1) from None
+    except RunInterrupted as exc:
+        typer.secho(str(exc), fg=typer.colors.YELLOW, err=True)
+        _exit_now(130)  # the shell's status for a run ended by Ctrl-C
+
+
+def _exit_now(code: int) -> None:
+    """End the process at once. A stage run in this process leaves its roles' threads in
+    torch's C++ code, which the interpreter's shutdown aborts on ("terminate called without
+    an active exception"); what they wrote is safe (checkpoints appear whole or not at all,
+    experiences are committed rows), so nothing is gained by waiting for them."""
+    import os
+
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():  # the local cluster goes with the run
+        ray.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 @app.command("prepare-quickstart")
