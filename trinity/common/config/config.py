@@ -69,7 +69,8 @@ class Config(ConfigModel):
     ignore_validator_suggestions: bool = inert(
         False,
         description="Skip the GPU memory suggestions of the validator.",
-        reason="no GPU memory check runs here: GPU training is not supported yet",
+        reason="the checks before start make no GPU memory suggestions, so there are none to "
+        "skip (a stage that does not fit its GPUs fails with torch's out-of-memory error)",
     )
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="Algorithm.")
     model: ModelConfig = Field(default_factory=ModelConfig, description="Model and token limits.")

@@ -115,7 +115,9 @@ class DynamicTimeoutConfig(ConfigModel):
 class ExplorerConfig(ConfigModel):
     """``explorer``: rollout models and the workflow runners that use them."""
 
-    name: Name = Field("explorer", description="Ray actor name of the explorer.")
+    name: Name = Field(
+        "explorer", description="Name of the explorer's Ray actor (or thread) and log/<name>.log."
+    )
     runner_per_model: int = Field(8, ge=1, description="Workflow runners per rollout engine.")
     concurrent_mode: Literal["sequential", "asynchronous", "multi-threading"] = Field(
         "sequential",
