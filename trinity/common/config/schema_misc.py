@@ -14,7 +14,9 @@ class MonitorConfig(ConfigModel):
 
     monitor_type: str = Field("tensorboard", description="tensorboard, wandb or mlflow.")
     monitor_args: Dict[str, Any] = Field(
-        default_factory=dict, description="Monitor arguments (wandb: base_url, api_key; ...)."
+        default_factory=dict,
+        description="The sink's arguments (wandb: base_url, api_key, entity, group, tags, "
+        "notes, job_type; mlflow: uri, username, password), checked before start.",
     )
     enable_ray_timeline: bool = Field(False, description="Export a Ray timeline.json.")
 
