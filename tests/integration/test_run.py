@@ -70,7 +70,8 @@ def test_guide_example_workflow_as_plugin(
     assert " finished, 0 failed so far" in out, out
 
 
-def test_sft_stage_then_grpo_stage(tmp_path, micro_model, arithmetic_data, ray_cluster):
+def staged_config(tmp_path, arithmetic_data) -> str:
+    """grpo_small.yaml behind a 2-step train-only sft stage, as the quickstart stages it."""
     with open(CONFIG) as f:
         text = f.read()
     config = tmp_path / "stages.yaml"
@@ -93,8 +94,13 @@ stages:
   - stage_name: rl
 """
     )
+    return str(config)
+
+
+def test_sft_stage_then_grpo_stage(tmp_path, micro_model, arithmetic_data, ray_cluster):
+    config = staged_config(tmp_path, arithmetic_data)
     overrides = base_overrides(tmp_path, micro_model, arithmetic_data)
-    sft, rl = run(str(config), overrides, [])
+    sft, rl = run(config, overrides, [])
     assert sft.name == "grpo_small_sft" and rl.name == "grpo_small_rl"
     assert [r["step"] for r in records(sft.job_dir, "trainer")] == [1, 2]
     assert "actor/sft_loss" in records(sft.job_dir, "trainer")[0]

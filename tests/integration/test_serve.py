@@ -95,6 +95,7 @@ def test_clients_chat_reward_and_commit_while_the_run_trains_and_serves_new_weig
         extra = ["cluster.in_process=false"]
     serve = ServeRun(overrides(tmp_path, micro_model, port) + extra)
     serve.wait_until_serving(url)
+    tool_reply = ask_with_tools(url)
     seen = client(url, samples=4)
     outcome = serve.join()
     assert "error" not in outcome, outcome.get("error")
@@ -110,6 +111,71 @@ def test_clients_chat_reward_and_commit_while_the_run_trains_and_serves_new_weig
     assert os.path.isdir(os.path.join(result.job_dir, "global_step_2"))
     assert result.final_hf == os.path.join(result.job_dir, "global_step_3", "hf")
     assert weights_changed(micro_model, result.final_hf)
+    trained_replies_are_traceable(result.job_dir, tool_reply)
+
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Add two numbers.",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                "required": ["a", "b"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather of a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    },
+]
+
+
+def ask_with_tools(url: str) -> str:
+    """A typical tool request (a system prompt, two tools, tool_choice auto) is served; its
+    reply's id."""
+    import openai
+
+    api = openai.OpenAI(base_url=f"{url}/v1", api_key="EMPTY")
+    messages = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What is 12+30? And the weather in Paris?"},
+    ]
+    model = api.models.list().data[0].id
+    reply = api.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+    assert reply.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    return reply.id
+
+
+def trained_replies_are_traceable(job_dir: str, tool_reply: str) -> None:
+    """What the serve guide says: a reply's row in <buffer>_responses names the explore
+    step its commit made; `trinity view` lists that step's experiences with their reply ids
+    and the train step that read each."""
+    import sqlite3
+
+    from trinity.cli.view import Filters, list_rows, locate, open_store, replies
+
+    with sqlite3.connect(os.path.join(job_dir, "buffer", "serve_buffer.db")) as db:
+        rows = db.execute(
+            "SELECT response_id, committed_step FROM serve_buffer_responses ORDER BY id"
+        ).fetchall()
+    assert (tool_reply, None) in rows  # served and kept, never rewarded nor committed
+    reply, step = next(r for r in rows if r[1] is not None)
+    store = open_store(*locate(job_dir)[:2])
+    try:
+        _, listed = list_rows(store, Filters(step=step, limit=100))
+        pairs = zip(listed, replies(listed), strict=True)
+        traced = [row.consumed_by for row, r in pairs if r.split("#")[0] == reply]
+    finally:
+        store.close()
+    assert traced and all(train_step is not None for train_step in traced)
 
 
 def test_a_trainer_failure_reaches_clients_as_a_503_and_fails_the_run(

@@ -10,7 +10,7 @@ import sqlite3
 import pytest
 
 from tests.integration.conftest import HERE, base_overrides
-from tests.integration.test_run import records
+from tests.integration.test_run import records, staged_config
 from trinity.runtime.launcher import run
 
 CONFIG = os.path.join(HERE, "configs", "grpo_small.yaml")
@@ -119,3 +119,28 @@ def test_the_staleness_bound_holds_and_every_experience_is_trained_or_counted(
     assert trained + dropped == by_trained_steps
     if style == "fixed":
         assert dropped == 0 and last == 4 and trained == written
+
+
+def test_a_staged_run_trains_fully_async_after_its_sft_stage(
+    tmp_path, micro_model, arithmetic_data, ray_cluster, caplog
+):
+    """The quickstart's pipeline: SFT warm-up, then asynchronous GRPO. The global
+    ``sync_style`` applies to the stage that explores and trains; the sft stage says it
+    ignores it."""
+    overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
+        "synchronizer.sync_style=fully_async",
+        "stages.1.buffer.total_steps=2",
+        "buffer.explorer_input.eval_tasksets=[]",
+    ]
+    with caplog.at_level("WARNING", logger="trinity.config"):
+        sft, rl = run(staged_config(tmp_path, arithmetic_data), overrides, [])
+    assert [r["step"] for r in records(sft.job_dir, "trainer")] == [1, 2]
+    assert [r["step"] for r in records(rl.job_dir, "trainer")] == [1, 2]
+    with open(os.path.join(rl.job_dir, "config.yaml")) as f:
+        assert "sync_style: fully_async" in f.read()
+    with open(os.path.join(sft.job_dir, "config.yaml")) as f:
+        assert "sync_style: fixed" in f.read()
+    notes = [r.getMessage() for r in caplog.records]
+    assert any(
+        n.startswith("stage 'sft' (mode train) ignores synchronizer.sync_style") for n in notes
+    )

@@ -411,3 +411,18 @@ def test_storage_example_serves_where_rows_are_read_only(plugins):
         "buffer.explorer_input.tasksets[0].storage_type: unknown storage_type 'tsvv'; did you "
         "mean 'tsv'? (known: file, sql, tsv)"
     ]
+
+
+def test_the_engine_example_implements_the_base_class_signatures(plugins):
+    """The documented engine's methods take what the base class declares, which is what the
+    hosts pass (the Ray host's ``chat`` passes ``session`` to every engine)."""
+    import inspect
+
+    from trinity.common.models.model import InferenceModel
+
+    echo = ENGINES.get("echo")
+    for name in ("chat", "generate", "generate_ids", "load_weights", "model_version"):
+        declared = list(inspect.signature(getattr(InferenceModel, name)).parameters)
+        assert list(inspect.signature(getattr(echo, name)).parameters) == declared, name
+    chat = list(inspect.signature(InferenceModel.chat).parameters)
+    assert chat == ["self", "messages", "params", "tools", "session"]

@@ -158,7 +158,7 @@ def test_a_missing_extra_names_the_install_command(monkeypatch):
 def test_monitor_args_are_held_to_the_sink_parameters():
     assert monitor_problems(config_of("wandb", api_keys="k", base_url="http://h")) == [
         "monitor.monitor_args.api_keys: monitor 'wandb' has no argument 'api_keys'; did you "
-        "mean 'api_key'? (takes: base_url, api_key)"
+        "mean 'api_key'? (takes: base_url, api_key, entity, group, tags, notes, job_type)"
     ]
     assert monitor_problems(config_of("tensorboard", log_dir="x")) == [
         "monitor.monitor_args.log_dir: monitor 'tensorboard' has no argument 'log_dir' "
@@ -256,3 +256,28 @@ def test_metric_names_mlflow_refuses_are_made_acceptable():
     assert name == "eval/gsm8k_test _hard_/accuracy/mean"
     _validate_metric_name(name)  # raises if MLflow would refuse it
     assert metric_name("rollout/time: step-1.5") == "rollout/time: step-1.5"
+
+
+def test_wandb_init_takes_entity_group_tags_notes_and_job_type(tmp_path, wandb_offline):
+    """What users set most on a W&B run reaches ``wandb.init``: read back from the run file."""
+    job_dir = str(tmp_path / "job")
+    args = {
+        "entity": "my-team",
+        "group": "ablation-1",
+        "tags": ["grpo", "tiny"],
+        "notes": "lr sweep",
+        "job_type": "train",
+    }
+    assert monitor_problems(config_of("wandb", **args)) == []  # checked before start too
+    monitor = Monitor(job_dir, "proj", "exp", "trainer", "wandb", args, keep_until=0)
+    monitor.log({"loss": 1.0}, 1)
+    monitor.close()
+    (path,) = glob.glob(os.path.join(job_dir, "monitor", "wandb", "offline-run-*", "run-*.wandb"))
+    records = wandb_records(path)
+    run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
+    assert (run.entity, run.run_group, list(run.tags)) == (
+        "my-team",
+        "ablation-1",
+        ["grpo", "tiny"],
+    )
+    assert (run.notes, run.job_type, run.display_name) == ("lr sweep", "train", "exp_trainer")

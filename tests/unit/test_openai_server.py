@@ -13,7 +13,6 @@ from typing import Any, Dict, List
 import openai
 import pytest
 
-from trinity.common.config.base import ConfigError, validate_model
 from trinity.common.experience import Experience
 from trinity.common.models.client import openai_client
 from trinity.common.models.sampling import SamplingParams
@@ -413,7 +412,7 @@ def test_a_reasoning_parser_moves_the_think_block_to_reasoning_content():
     call = '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
     text = f"<think>\nOne plus two.\n</think>\n\nIt is 3. {call}"
     for parser in ("qwen3", "deepseek_r1"):
-        scripted = _scripted(text, reasoning_parser=parser)
+        scripted = _scripted(text, reasoning_parser=parser, enable_thinking=True)
         try:
             message = _chat(scripted.client(), tools=[ADD_TOOL]).choices[0].message
             # the openai package keeps fields it does not declare in model_extra
@@ -430,31 +429,10 @@ def test_a_reasoning_parser_moves_the_think_block_to_reasoning_content():
         plain.close()
 
 
-def test_split_reasoning_rules_of_each_parser():
-    from trinity.engine.reasoning import REASONING_PARSERS, split_reasoning
-
-    # the template opened the block in the prompt: the reply has only the closing tag
-    assert split_reasoning("steps</think>answer", "deepseek_r1") == ("steps", "answer")
-    assert split_reasoning("steps</think>answer", "qwen3") == ("steps", "answer")
-    # no closing tag: still thinking (cut off) for deepseek_r1, an answer for qwen3
-    assert split_reasoning("still thinking", "deepseek_r1") == ("still thinking", None)
-    assert split_reasoning("just 3", "qwen3") == (None, "just 3")
-    assert split_reasoning("<think>cut off", "qwen3") == ("cut off", None)
-    assert split_reasoning("<think></think>\n\n3", "qwen3") == (None, "3")
-    # the config's choices are the parsers there are
-    from typing import get_args
-
-    from trinity.common.config.schema_explorer import InferenceModelConfig
-
-    annotation = InferenceModelConfig.model_fields["reasoning_parser"].annotation
-    assert set(get_args(get_args(annotation)[0])) == set(REASONING_PARSERS)
-    with pytest.raises(ConfigError, match="did you mean 'qwen3'"):
-        validate_model(InferenceModelConfig, {"reasoning_parser": "qwen"})
-
-
 def test_the_served_model_takes_the_engines_reasoning_parser(micro_model):
-    model = make_engine(micro_model, reasoning_parser="deepseek_r1", num_threads=1)
-    assert ServedModel.from_transformers(model, micro_model).reasoning_parser == "deepseek_r1"
+    model = make_engine(micro_model, reasoning_parser="qwen3", enable_thinking=True, num_threads=1)
+    served = ServedModel.from_transformers(model, micro_model)
+    assert (served.reasoning_parser, served.enable_thinking) == ("qwen3", True)
     assert ServedModel.from_transformers(make_engine(micro_model), "m").reasoning_parser is None
 
 

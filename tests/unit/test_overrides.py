@@ -117,3 +117,16 @@ def test_the_quickstart_is_shortened_by_one_override():
     example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "quickstart")
     config = load_config(os.path.join(example, "arithmetic.yaml"), ["buffer.total_steps=2"])
     assert [s.buffer.total_steps for s in config.stage_configs()] == [2, 2]
+
+
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ("+buffer.batch_size=8", r"Hydra's \+key=value syntax .* write buffer.batch_size=8 "),
+        ("++trainer.save_interval=5", "write trainer.save_interval=5 "),
+        ("~buffer.total_steps", r"Hydra's ~key syntax .* write buffer.total_steps=null"),
+    ],
+)
+def test_a_hydra_style_override_says_the_syntax_here(tmp_path, item, message):
+    with pytest.raises(ConfigError, match=message):
+        load(tmp_path, item)

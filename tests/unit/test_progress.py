@@ -135,3 +135,44 @@ def test_off_a_terminal_the_bench_table_is_not_cut_to_80_columns(capsys):
     for taskset in tasksets:
         assert f"{taskset} accuracy" in out
     assert max(len(line) for line in out.splitlines()) > 80
+
+
+def test_a_wait_shorter_than_the_usual_step_is_not_news(tmp_path, monkeypatch):
+    """A fixed-sync run whose train step takes ~8 s: the explorer waits ~6 s for the weights
+    at every step, which is the schedule; a wait of more than two usual steps is printed."""
+    import trinity.runtime.progress as progress
+    import trinity.runtime.stage_progress as stage_progress
+
+    clock_s = [1000.0]
+    for module in (progress, stage_progress):
+        monkeypatch.setattr(module.time, "time", lambda: clock_s[0])
+        monkeypatch.setattr(module.time, "monotonic", lambda: clock_s[0])
+    out = io.StringIO()
+    printer = ProgressPrinter(Console(file=out, width=200, force_terminal=False))
+    printer.begin_stage(stage_config(tmp_path), steps=10, start=0)
+    printer.progress.started = printer.progress.advanced = clock_s[0]  # read the real clock
+    for step in range(1, 7):  # 8 s a step: the explorer explores 2 s, then waits 6 s
+        clock_s[0] += 2.0
+        since = clock_s[0]
+        clock_s[0] += 4.0  # the first step's wait is seen before a step was timed
+        printer.poll(({"explorer": (f"the trainer to publish model version {step}", since)}, []))
+        clock_s[0] += 2.0
+        if step > 1:
+            printer.poll(
+                ({"explorer": (f"the trainer to publish model version {step}", since)}, [])
+            )
+        append(tmp_path, "trainer", {"step": step, "actor/pg_loss": 0.1})
+        printer.poll(({}, []))
+    assert printer.progress.usual_step_s() == 8.0
+    assert "waiting" not in out.getvalue()
+    since = clock_s[0]
+    clock_s[0] += 17.0  # more than two usual steps: something is slow
+    printer.poll(({"explorer": ("the trainer to publish model version 7", since)}, []))
+    lines = [line.strip() for line in out.getvalue().splitlines() if "waiting" in line]
+    assert lines == ["explorer waiting 17s for the trainer to publish model version 7"]
+
+
+def test_before_a_step_was_timed_a_wait_shows_after_a_few_seconds(tmp_path):
+    printer = ProgressPrinter(Console(file=io.StringIO()))
+    printer.begin_stage(stage_config(tmp_path), steps=10, start=0)
+    assert printer.show_waits_after() == 5.0

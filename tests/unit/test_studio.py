@@ -51,7 +51,9 @@ def test_field_kinds_defaults_choices_and_inert_reasons_come_from_the_schema():
         '"serve"',
     ]
     assert fields["mode"]["default"] == '"both"'
-    assert fields["ignore_validator_suggestions"]["inert"].startswith("no GPU memory check")
+    assert fields["ignore_validator_suggestions"]["inert"].startswith(
+        "the checks before start make"
+    )
     assert fields["continue_from_checkpoint"] == {
         **fields["continue_from_checkpoint"],
         "kind": "bool",

@@ -150,3 +150,28 @@ def test_on_a_terminal_the_console_keeps_the_terminals_width():
     assert terminal.width == Console(file=io.StringIO(), force_terminal=True).width
     assert terminal.width < UNLIMITED_WIDTH
     assert output_console(file=io.StringIO()).width == UNLIMITED_WIDTH
+
+
+def test_a_serve_runs_rows_show_the_reply_they_were_served_as(tmp_path):
+    """mode serve: a committed reply's choices become experiences that carry the reply's id
+    (and choice); the listing shows it beside the train step that read the row."""
+    os.makedirs(tmp_path / "run")
+    with open(tmp_path / "run" / "config.yaml", "w") as f:
+        yaml.safe_dump({"buffer": {"trainer_input": {"experience_buffer": {"name": "s"}}}}, f)
+    served = []
+    for choice in (0, 1):
+        e = exp("q7", 1.0 - choice)
+        e.info.update(response_id="chatcmpl-abc", choice=choice, task_id="q7")
+        served.append(e)
+    store = SQLExperienceStore(str(tmp_path / "run" / "buffer" / "s.db"), "s")
+    store.mark_consumed(store.add(served, step=3), by_step=2)
+    store.close()
+    result = view(tmp_path / "run")
+    assert result.exit_code == 0, result.output
+    assert "reply" in result.output
+    lines = [line for line in result.output.splitlines() if "q7" in line]
+    cells = [[c.strip() for c in line.strip("│ ").split("│")] for line in lines]
+    assert [(c[1], c[5], c[6]) for c in cells] == [
+        ("3", "2", "chatcmpl-abc"),
+        ("3", "2", "chatcmpl-abc#1"),
+    ]

@@ -50,7 +50,7 @@ def run(
     one half of each stage; a stage with nothing of that half is skipped, with a line.
     """
     from trinity.common.config import ConfigError
-    from trinity.runtime.launcher import RunFailed
+    from trinity.runtime.launcher import RunFailed, RunInterrupted
     from trinity.runtime.launcher import run as run_experiment
     from trinity.utils.plugin_loader import PluginError
 
@@ -62,6 +62,24 @@ def run(
     except RunFailed as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(code=1) from None
+    except RunInterrupted as exc:
+        typer.secho(str(exc), fg=typer.colors.YELLOW, err=True)
+        _exit_now(130)  # the shell's status for a run ended by Ctrl-C
+
+
+def _exit_now(code: int) -> None:
+    """End the process at once. A stage run in this process leaves its roles' threads in
+    torch's C++ code, which the interpreter's shutdown aborts on ("terminate called without
+    an active exception"); what they wrote is safe (checkpoints appear whole or not at all,
+    experiences are committed rows), so nothing is gained by waiting for them."""
+    import os
+
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():  # the local cluster goes with the run
+        ray.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 @app.command("prepare-quickstart")
@@ -169,12 +187,12 @@ def view(
     limit: int = typer.Option(20, "--limit", help="Rows listed at most."),
     show: Optional[int] = typer.Option(None, "--show", help="Print row ID whole."),
 ) -> None:
-    """List the experiences a run's buffer holds (explore step, task, reward, who read them),
-    or show one whole."""
+    """List the experiences a run's buffer holds (explore step, task, reward, who read them;
+    in a serve run the reply each came from), or show one whole."""
     from rich.table import Table
 
     from trinity.buffer.store import StoreError
-    from trinity.cli.view import Filters, list_rows, locate, one, open_store, show_row
+    from trinity.cli.view import Filters, list_rows, locate, one, open_store, replies, show_row
     from trinity.utils.console import output_console
 
     console = output_console(highlight=False)  # a pipe gets whole rows, not 80 columns
@@ -189,17 +207,14 @@ def view(
     except (FileNotFoundError, KeyError, StoreError) as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(code=2) from None
-    shown = Table("id", "step", "task", "reward", "version", "read by train step")
-    for row in rows:
+    served = replies(rows)
+    headers = ["id", "step", "task", "reward", "version", "read by train step"]
+    shown = Table(*headers, *(["reply"] if any(served) else []))
+    for row, reply in zip(rows, served, strict=True):
         read_by = "-" if row.consumed_by is None else str(row.consumed_by)
-        shown.add_row(
-            str(row.id),
-            str(row.step),
-            row.group_id,
-            f"{row.reward}",
-            str(row.model_version),
-            read_by,
-        )
+        cells = [str(row.id), str(row.step), row.group_id, f"{row.reward}"]
+        cells += [str(row.model_version), read_by] + ([reply or "-"] if any(served) else [])
+        shown.add_row(*cells)
     console.print(shown)
     console.print(f"{len(rows)} of {total} matching row(s) in {store.where}", soft_wrap=True)
 

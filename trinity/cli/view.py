@@ -4,7 +4,8 @@ The buffer is found from the run's resolved ``config.yaml`` (``train_config.yaml
 ``explore_config.yaml`` for a decoupled run: the experience buffer's ``path`` and ``name``,
 as the run used them), else from ``<job_dir>/buffer/*.db`` (table: the file's
 name). Rows are listed with their explore step, task (group id), reward, model version and the
-train step that read them, filtered by step, task and reward; one row can be shown whole.
+train step that read them (and, for a ``mode: serve`` run, the reply they were served as),
+filtered by step, task and reward; one row can be shown whole.
 Nothing is created or written: a missing database or table is an error that says where it looked.
 """
 
@@ -18,6 +19,7 @@ from typing import Any, List, Optional, Tuple
 import sqlalchemy as sa
 import yaml
 
+from trinity.buffer.codec import decode_experience
 from trinity.buffer.store import SQLExperienceStore
 from trinity.common.experience import Experience
 from trinity.utils.database import database_url, masked_url
@@ -84,10 +86,22 @@ def list_rows(store: SQLExperienceStore, filters: Filters) -> Tuple[int, List[An
     if filters.max_reward is not None:
         where.append(t.c.reward <= filters.max_reward)
     columns = [t.c.id, t.c.step, t.c.group_id, t.c.reward, t.c.model_version, t.c.consumed_by]
+    columns.append(t.c.data)  # a served reply's id is in the experience (replies below)
     with store.engine.connect() as conn:
         total = conn.execute(sa.select(sa.func.count()).select_from(t).where(*where)).scalar()
         rows = conn.execute(sa.select(*columns).where(*where).order_by(t.c.id).limit(filters.limit))
         return int(total or 0), list(rows)
+
+
+def replies(rows: List[Any]) -> List[Optional[str]]:
+    """The served reply each row was committed from (``mode: serve``: its ``id``, and the
+    choice's index after ``#`` when the reply had several), else None."""
+    found = []
+    for row in rows:
+        info = decode_experience(row.data).info
+        reply, choice = info.get("response_id"), info.get("choice", 0)
+        found.append(None if reply is None else f"{reply}#{choice}" if choice else reply)
+    return found
 
 
 def one(store: SQLExperienceStore, row_id: int) -> Experience:

@@ -93,6 +93,7 @@ class ServedModel:
     aliases: Tuple[str, ...] = ()
     conversation: Optional[Callable[[str], Conversation]] = None  # session -> its turns
     reasoning_parser: Optional[str] = None  # a REASONING_PARSERS name: <think> apart
+    enable_thinking: bool = False  # what chat_ids renders the template with; qwen3 reads it
     tool_call_parser: str = "hermes"  # a TOOL_CALL_PARSERS name
     enable_auto_tool_choice: bool = False  # tool_choice auto is served (vLLM's flag)
 
@@ -111,6 +112,7 @@ class ServedModel:
             aliases=(os.path.basename(os.path.normpath(name)),),
             conversation=model.conversation,
             reasoning_parser=engine.reasoning_parser,
+            enable_thinking=engine.template_kwargs["enable_thinking"],
             tool_call_parser=engine.tool_call_parser,
             enable_auto_tool_choice=engine.enable_auto_tool_choice,
         )
@@ -302,7 +304,9 @@ def _chat_choice(served: ServedModel, body: ChatRequest, index: int, exp: Any) -
     reasoning parser, then tool calls parsed from the rest when tools were given."""
     reasoning, content = None, exp.response_text
     if served.reasoning_parser:
-        reasoning, content = split_reasoning(content, served.reasoning_parser)
+        reasoning, content = split_reasoning(
+            content, served.reasoning_parser, served.enable_thinking
+        )
     if body.auto_tool_choice() and content:
         content, calls = parse_tool_calls(content, served.tool_call_parser)
     else:

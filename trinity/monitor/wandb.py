@@ -1,14 +1,16 @@
 """``monitor_type: wandb``: one Weights & Biases run per role, in project ``project``.
 
 ``monitor_args``: ``base_url`` and ``api_key`` override ``WANDB_BASE_URL`` and
-``WANDB_API_KEY``. ``WANDB_MODE=offline`` keeps the run in ``<job_dir>/monitor/wandb/`` for a
-later ``wandb sync``. A resumed job continues the role's run (tracked_run.py).
+``WANDB_API_KEY``; ``entity``, ``group``, ``tags``, ``notes`` and ``job_type`` are
+``wandb.init``'s own (unset: wandb's defaults, ``WANDB_ENTITY`` ... included).
+``WANDB_MODE=offline`` keeps the run in ``<job_dir>/monitor/wandb/`` for a later
+``wandb sync``. A resumed job continues the role's run (tracked_run.py).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from trinity.monitor.monitor import MONITORS, MetricSink
 from trinity.monitor.tracked_run import TrackedRun
@@ -27,6 +29,11 @@ class WandbSink(MetricSink):
         keep_until: Optional[int] = None,
         base_url: Optional[str] = None,
         api_key: Optional[str] = None,
+        entity: Optional[str] = None,
+        group: Optional[str] = None,
+        tags: Optional[List[str]] = None,
+        notes: Optional[str] = None,
+        job_type: Optional[str] = None,
     ) -> None:
         import wandb
 
@@ -34,7 +41,11 @@ class WandbSink(MetricSink):
         overrides = {"base_url": base_url, "api_key": api_key}
         # console="off": Ray already sends the actor's output to its log file.
         settings = wandb.Settings(console="off", **{k: v for k, v in overrides.items() if v})
+        chosen: Dict[str, Any] = dict(
+            entity=entity, group=group, tags=tags, notes=notes, job_type=job_type
+        )
         self._run = wandb.init(
+            **{k: v for k, v in chosen.items() if v is not None},  # unset: wandb's defaults
             project=project,
             name=run_name,
             id=self._tracked.run_id,  # None: wandb makes a new one

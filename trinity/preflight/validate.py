@@ -15,7 +15,7 @@ from trinity.buffer.priority import build_priority_fn
 from trinity.buffer.selector import TASK_SELECTORS, build_selector
 from trinity.buffer.storages import path_missing, read_as_rows, storage_kind
 from trinity.common.config.base import did_you_mean, explicit_inert_values, is_set
-from trinity.common.config.config import Config, external_models
+from trinity.common.config.config import SYNCED_MODES, Config, external_models
 from trinity.common.config.gpus import gpu_problems
 from trinity.common.config.lora_checks import lora_problems
 from trinity.common.config.nodes import node_problems
@@ -173,8 +173,7 @@ def _check_run(config: Config) -> List[str]:
             f"algorithm.algorithm_type = {algorithm.algorithm_type} distils from a teacher: set "
             "explorer.auxiliary_models[0].model_path to it"
         )
-    trains_and_serves = ("both", "colocate", "serve")
-    if config.synchronizer.sync_method == "memory" and config.mode not in trains_and_serves:
+    if config.synchronizer.sync_method == "memory" and config.mode not in SYNCED_MODES:
         problems.append(
             f"synchronizer.sync_method = memory needs mode both (trainer and explorer in one "
             f"run); with mode {config.mode} use checkpoint"

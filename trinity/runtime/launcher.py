@@ -7,6 +7,7 @@ from the previous stage's final weights (its HF export).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 from trinity.common.weights import latest_step, step_dir
 from trinity.runtime.failures import RunFailed, failure_message
 from trinity.runtime.gpu_bundles import check_gpu_count, release_gpus, reserve_gpus
+from trinity.runtime.interrupt import RunInterrupted, stopped_message
 from trinity.runtime.placement import (
     Placement,
     alive_nodes,
@@ -27,6 +29,10 @@ from trinity.runtime.progress import ProgressPrinter, eval_summary
 
 if TYPE_CHECKING:
     from trinity.common.config.loader import ConfigSource
+
+# Where Ray logs that the cluster it starts uses token authentication, and how that begins.
+RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+RAY_TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
 
 # When trainer rank 0 fails, how long to look for another rank's failure that caused it.
 RANK_FAILURE_WAIT_S = 2.0
@@ -75,6 +81,7 @@ def init_ray(namespace: str) -> None:
 
     if ray.is_initialized():
         return
+    logging.getLogger(RAY_AUTH_LOGGER).addFilter(_drop_token_notice)
     ray.init(
         address=address or "local",
         namespace=namespace,
@@ -82,6 +89,13 @@ def init_ray(namespace: str) -> None:
         log_to_driver=False,  # actors log to <job_dir>/log/; the driver prints progress
         configure_logging=False,
     )
+
+
+def _drop_token_notice(record: logging.LogRecord) -> bool:
+    """Ray warns on the console, at every start, that it enabled token authentication for the
+    local cluster (its default, which the run keeps: design notes, "Loopback"); to a user who
+    never started Ray it reads like a problem, so that one notice is dropped."""
+    return not record.getMessage().startswith(RAY_TOKEN_NOTICE)
 
 
 def run_stage(config: Any, plugin_dirs: List[str], printer: ProgressPrinter) -> StageResult:
@@ -378,13 +392,27 @@ def run(
         # Every stage finalized and checked (models, data, names, arguments) in one pass: all
         # problems in one ConfigError before anything starts.
         stages = check_before_start(root)
+        for line in root.ignored_synchronizer():
+            logging.getLogger("trinity.config").warning("%s", line)
         check_cluster_address(stages)  # cluster.node_num >= 2 needs a cluster to join
         started()
-        return _run_stages(stages, list(plugin_dirs))
+        running: List[Any] = []  # the stage that runs now, for the message if stopped
+        try:
+            return _run_stages(stages, list(plugin_dirs), running)
+        except KeyboardInterrupt:
+            if not running:
+                raise
+            # an in-process stage's threads run on until the process ends, logging the errors
+            # their stopped peers cause: only the message below is news
+            logging.disable(logging.CRITICAL)
+            several = len(root.stages) > 1
+            text = stopped_message(running[-1], root.name, root.continue_from_checkpoint, several)
+            raise RunInterrupted(text) from None
 
 
-def _run_stages(stages: List[Any], plugin_dirs: List[str]) -> List[StageResult]:
-    """The checked stages in order, each from the previous one's final model."""
+def _run_stages(stages: List[Any], plugin_dirs: List[str], running: List[Any]) -> List[StageResult]:
+    """The checked stages in order, each from the previous one's final model; ``running``
+    gets each stage as it starts."""
     from trinity.preflight.hosting import runs_in_process
 
     printer = ProgressPrinter()
@@ -398,6 +426,7 @@ def _run_stages(stages: List[Any], plugin_dirs: List[str]) -> List[StageResult]:
             check_node_count(stages)  # every stage's node count, once
             check_gpu_count(stages)  # and whether a node has each stage's GPUs
             ray_started = True
+        running.append(stage)
         results.append(run_stage(stage, plugin_dirs, printer))
         plot_stage(results[-1].job_dir)
     printer.summary(results)

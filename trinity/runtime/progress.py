@@ -20,8 +20,11 @@ from trinity.monitor import read_metrics
 from trinity.runtime.stage_progress import StageProgress
 from trinity.utils.console import output_console
 
-# A wait is shown once it has lasted this long, then again every REPEAT_WAIT_S.
+# A wait is shown once it has lasted this long and USUAL_STEPS times as long as a step
+# usually takes (a fixed-sync explorer waits for the trainer at every step: that is the
+# schedule, not news), then again every REPEAT_WAIT_S.
 SHOW_WAIT_AFTER_S = 5.0
+USUAL_STEPS = 2.0
 REPEAT_WAIT_S = 30.0
 
 # The roles whose metrics files a stage reads.
@@ -117,12 +120,16 @@ class ProgressPrinter:
                 self.console.print(f"  [yellow]{role:<8}[/yellow] {text}")
             self._print_waits(waits)
 
+    def show_waits_after(self) -> float:
+        """Seconds a wait lasts before it is shown: ``SHOW_WAIT_AFTER_S``, or ``USUAL_STEPS``
+        usual steps when that is longer."""
+        usual = self.progress.usual_step_s() if self.progress is not None else None
+        return max(SHOW_WAIT_AFTER_S, USUAL_STEPS * usual) if usual else SHOW_WAIT_AFTER_S
+
     def _print_waits(self, waits: Dict[str, Tuple[str, float]]) -> None:
-        now = time.time()
+        now, after = time.time(), self.show_waits_after()
         if self.live is not None and self.progress is not None:  # shown in the display
-            lasting = [
-                (w, since) for w, since in waits.values() if now - since >= SHOW_WAIT_AFTER_S
-            ]
+            lasting = [(w, since) for w, since in waits.values() if now - since >= after]
             self.progress.waiting = min(lasting, key=lambda item: item[1]) if lasting else None
             return
         for role, (what, since) in waits.items():
@@ -130,7 +137,7 @@ class ProgressPrinter:
             # is printed when it begins and then every REPEAT_WAIT_S, not at every change.
             shown = self.waits_shown.get(role)
             due = shown is None or shown[0] != since or now - shown[1] >= REPEAT_WAIT_S
-            if now - since >= SHOW_WAIT_AFTER_S and due:
+            if now - since >= after and due:
                 self.console.print(f"  {role:<8} waiting {now - since:.0f}s for {what}")
                 self.waits_shown[role] = (since, now)
         for role in set(self.waits_shown) - set(waits):

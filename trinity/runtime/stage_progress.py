@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Set, Tuple
+from statistics import median
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from rich.console import Group
 from rich.progress_bar import ProgressBar
@@ -20,6 +21,8 @@ from rich.text import Text
 # A trainer record's numbers worth a glance, in this order, when the stage logs them.
 LOSSES = ("actor/pg_loss", "actor/sft_loss", "actor/dpo_loss", "actor/kl_loss", "critic/vf_loss")
 EVAL_ENDINGS = ("/accuracy/mean", "/reward/mean")
+# How many of the latest steps' durations say how long a step usually takes.
+USUAL_OF_LAST = 10
 
 
 def clock(seconds: float) -> str:
@@ -40,9 +43,25 @@ class StageProgress:
     eval_step: Optional[int] = None
     waiting: Optional[Tuple[str, float]] = None  # (what, since: unix time)
     benched: Set[int] = field(default_factory=set)  # bench: the checkpoints' train steps done
+    step_seconds: List[float] = field(default_factory=list)  # the latest steps' durations
+    advanced: float = 0.0  # monotonic time the step count last moved
 
     def __post_init__(self) -> None:
         self.step = max(self.step, self.start)
+        self.advanced = self.started  # the first step is timed from the stage's start
+
+    def usual_step_s(self) -> Optional[float]:
+        """The median duration of the latest steps; None before one was seen."""
+        return median(self.step_seconds) if self.step_seconds else None
+
+    def _count(self, step: int) -> None:
+        """Move the step count, timing the steps it moved by (several may arrive at once)."""
+        if step <= self.step:
+            return
+        now = time.monotonic()
+        each = (now - self.advanced) / (step - self.step)
+        self.step_seconds = (self.step_seconds + [each])[-USUAL_OF_LAST:]
+        self.step, self.advanced = step, now
 
     def update(self, role: str, record: Dict[str, Any]) -> bool:
         """Take one metrics record; whether it was an evaluation (its own line off-terminal)."""
@@ -58,9 +77,9 @@ class StageProgress:
             # A bench record's step is its checkpoint's train step (350), not how many of
             # the planned checkpoints are done: count those.
             self.benched.add(int(record["step"]))
-            self.step = self.start + len(self.benched)
+            self._count(self.start + len(self.benched))
         elif role == self.counts:
-            self.step = max(self.step, int(record["step"]))
+            self._count(int(record["step"]))
         if role == "explorer" and _number(record.get("rollout/reward/mean")):
             self.numbers["reward"] = record["rollout/reward/mean"]
         if role == "trainer":

@@ -29,6 +29,8 @@ from trinity.common.config.schema_model import ClusterConfig, ModelConfig
 from trinity.common.config.schema_trainer import TrainerConfig
 
 Mode = Literal["both", "train", "explore", "bench", "colocate", "serve"]
+# Modes whose stage both explores (or serves) and trains: the only ones where weights sync.
+SYNCED_MODES = ("both", "colocate", "serve")
 
 
 class StageConfig(ConfigModel):
@@ -40,6 +42,13 @@ class StageConfig(ConfigModel):
     buffer: Optional[BufferConfig] = Field(None, description="Buffer overrides.")
     explorer: Optional[ExplorerConfig] = Field(None, description="Explorer overrides.")
     trainer: Optional[TrainerConfig] = Field(None, description="Trainer overrides.")
+    synchronizer: Optional[SynchronizerConfig] = Field(
+        None,
+        description=(
+            "Synchronizer overrides. A stage that does not both explore and train ignores the "
+            "global synchronizer section and reads only these."
+        ),
+    )
 
 
 class Config(ConfigModel):
@@ -60,7 +69,8 @@ class Config(ConfigModel):
     ignore_validator_suggestions: bool = inert(
         False,
         description="Skip the GPU memory suggestions of the validator.",
-        reason="no GPU memory check runs here: GPU training is not supported yet",
+        reason="the checks before start make no GPU memory suggestions, so there are none to "
+        "skip (a stage that does not fit its GPUs fails with torch's out-of-memory error)",
     )
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="Algorithm.")
     model: ModelConfig = Field(default_factory=ModelConfig, description="Model and token limits.")
@@ -111,12 +121,40 @@ class Config(ConfigModel):
             merged["name"] = f"{self.name}_{stage.stage_name}"
             if self.mode == "bench":  # benchmark the run of every stage, whatever it ran as
                 merged["mode"] = "bench"
+            if self.stage_mode(stage) not in SYNCED_MODES:
+                # weights sync between a trainer and an explorer of the same stage: the
+                # global section (written for the stages that have both) means nothing here
+                merged["synchronizer"] = copy.deepcopy(overrides.get("synchronizer", {}))
             try:
                 configs.append(validate_model(Config, merged))
             except ConfigError as exc:
                 header = f"Invalid stage {index} ({stage.stage_name})"
                 raise ConfigError(exc.problems, header) from None
         return configs
+
+    def stage_mode(self, stage: StageConfig) -> str:
+        """The mode ``stage`` runs in: its own, else the global one (every stage benchmarks
+        in ``mode: bench``)."""
+        return "bench" if self.mode == "bench" else stage.mode or self.mode
+
+    def ignored_synchronizer(self) -> List[str]:
+        """One line per stage that ignores a global ``synchronizer`` value (one other than the
+        default): a stage that only trains or only explores has no weights to sync."""
+        defaults = SynchronizerConfig()
+        changed = [
+            f"synchronizer.{key}={value}"
+            for key, value in self.synchronizer.model_dump(exclude_unset=True).items()
+            if value != getattr(defaults, key)
+        ]
+        if not changed:
+            return []
+        return [
+            f"stage '{stage.stage_name}' (mode {self.stage_mode(stage)}) ignores "
+            f"{', '.join(changed)}: weights sync only in a stage that both explores and "
+            f"trains (stages.{index}.synchronizer sets this stage's own)"
+            for index, stage in enumerate(self.stages)
+            if self.stage_mode(stage) not in SYNCED_MODES
+        ]
 
 
 def merge_stage(base: Dict[str, Any], stage: Dict[str, Any]) -> Dict[str, Any]:

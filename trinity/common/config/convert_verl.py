@@ -4,8 +4,9 @@ The mapping (docs/reference/verl.md, generated from this module): ``TABLE`` maps
 Trinity key that holds the same setting; the rows that need arithmetic or a choice (the
 advantage estimator, KL switches, data files, batch sizes, the logger, resume) are the
 functions in ``SPECIAL``. Any other veRL key that ``trainer.trainer_config`` declares (the
-veRL tree the native trainer reads) is copied there. Everything else is returned as
-"not mapped", with the reason, so nothing a user wrote disappears silently.
+veRL tree the native trainer reads) is copied there, unless it is declared there only so veRL
+files load (``inert``: nothing reads it). Everything else is returned as "not mapped", with
+the reason, so nothing a user wrote disappears silently.
 """
 
 from __future__ import annotations
@@ -247,9 +248,12 @@ def convert(verl: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
     for key, value in verl.items():
         if key in c.used:
             continue
+        known, inert = _trainer_config_key(key.split("."))
         if key in TABLE:
             c.set(TABLE[key], value)
-        elif _in_trainer_config(key.split(".")):
+        elif inert is not None:  # declared so veRL files load, but nothing reads it here
+            c.skip(key, inert)
+        elif known:
             c.set(f"trainer.trainer_config.{key}", value)
         elif key.startswith("reward_model."):
             c.skip(key, "a reward model is explorer.auxiliary_models[0]; set its keys there")
@@ -258,16 +262,21 @@ def convert(verl: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
     return _nest(c.out), c.unmapped
 
 
-def _in_trainer_config(parts: List[str]) -> bool:
-    """Whether ``trainer.trainer_config.<parts>`` is a key of the veRL tree (not moved)."""
+def _trainer_config_key(parts: List[str]) -> Tuple[bool, Optional[str]]:
+    """Whether ``trainer.trainer_config.<parts>`` is a key of the veRL tree (not moved), and
+    why it has no effect when it (or a section above it) is declared ``inert``."""
     model: Any = VerlTrainerConfig
+    reason: Optional[str] = None
     for part in parts:
         if get_origin(model) is dict:  # a free-form mapping (e.g. override_config) takes any key
-            return True
+            return True, reason
         if not _is_section(model) or part in model.MOVED_KEYS or part not in model.model_fields:
-            return False
-        model = model.model_fields[part].annotation
-    return not _is_section(model)
+            return False, None
+        field = model.model_fields[part]
+        reason = reason or (field.json_schema_extra or {}).get("inert")
+        model = field.annotation
+    known = not _is_section(model)
+    return known, reason if known else None
 
 
 def _is_section(model: Any) -> bool:

@@ -68,7 +68,9 @@ def apply_overrides(raw: DictConfig, overrides: Sequence[str]) -> List[str]:
 
 def _parse(item: str) -> Tuple[str, Any]:
     """``a.b.c=value`` -> (``a.b.c``, value parsed as YAML: numbers, lists, null)."""
-    key, sep, _ = item.partition("=")
+    key, sep, value = item.partition("=")
+    if key.strip().startswith(("+", "~")):
+        raise ConfigError(_hydra_message(item, key.strip(), value))
     if not sep or not key.strip():
         raise ConfigError(f"override '{item}' must look like section.key=value")
     key = key.strip()
@@ -79,6 +81,21 @@ def _parse(item: str) -> Tuple[str, Any]:
         reason = str(exc).splitlines()[0]
         raise ConfigError(f"override '{item}': cannot parse it: {reason}") from None
     return key, value
+
+
+def _hydra_message(item: str, key: str, value: str) -> str:
+    """Hydra's ``+key=value`` (add), ``++key=value`` (force) and ``~key`` (delete) are not
+    this command line's: every key of the schema is set as ``key=value``."""
+    plain = key.lstrip("+~")
+    if key.startswith("~"):
+        return (
+            f"override '{item}': Hydra's ~key syntax is not used here; write {plain}=null "
+            "to unset a key"
+        )
+    return (
+        f"override '{item}': Hydra's +key=value syntax is not used here; write "
+        f"{plain}={value} (any key of the config is set as section.key=value)"
+    )
 
 
 def _update(raw: DictConfig, key: str, value: Any, item: str) -> None:

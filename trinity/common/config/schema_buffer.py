@@ -6,7 +6,7 @@ from typing import Any, ClassVar, Dict, List, Literal, Optional
 
 from pydantic import Field, model_validator
 
-from trinity.common.config.base import ConfigModel, Name, move_key
+from trinity.common.config.base import ConfigModel, Name, inert, move_key
 
 
 class FormatConfig(ConfigModel):
@@ -92,7 +92,11 @@ class ReplayBufferConfig(ConfigModel):
 class StorageConfig(ConfigModel):
     """One dataset or buffer: a (eval) taskset, the experience buffer or an auxiliary buffer."""
 
-    name: Name = Field("", description="Unique name (also the Ray actor name); unset: derived.")
+    name: Name = Field(
+        "",
+        description="Unique name: the label of its metrics (eval/<name>/...) and a queue or sql "
+        "buffer's table (in buffer/<name>.db without a path); unset: derived.",
+    )
     storage_type: str = Field(
         "file",
         description="file: jsonl/parquet; queue: the explorer-to-trainer queue, kept in a "
@@ -137,7 +141,11 @@ class StorageConfig(ConfigModel):
     replay_buffer: ReplayBufferConfig = Field(
         default_factory=ReplayBufferConfig, description="Experience reuse (queue only)."
     )
-    enable_progress_bar: bool = Field(False, description="Show a progress bar while loading.")
+    enable_progress_bar: bool = inert(
+        False,
+        description="Show a progress bar while loading.",
+        reason="rows load without one; the console shows the stage's progress",
+    )
     skip_bad_rows: bool = Field(
         False, description="file: skip (count and log) malformed rows instead of failing."
     )

@@ -88,9 +88,9 @@ class InferenceModelConfig(ConfigModel):
     )
     reasoning_parser: Optional[Literal["deepseek_r1", "qwen3"]] = Field(
         None,
-        description="The OpenAI API returns a reply's <think> block as reasoning_content, the "
-        "rest as content (deepseek_r1: an unclosed block is reasoning; qwen3: an answer); "
-        "unset: all of it is content.",
+        description="The OpenAI API returns a reply's reasoning as reasoning_content, the rest "
+        "as content, as vLLM's parser of that name does (a reply without </think> is all "
+        "reasoning; qwen3 with enable_thinking false: all content); unset: all content.",
     )
     enable_history: bool = Field(False, description="Record every model call as an experience.")
     enable_openai_api: bool = Field(
@@ -134,7 +134,9 @@ class DynamicTimeoutConfig(ConfigModel):
 class ExplorerConfig(ConfigModel):
     """``explorer``: rollout models and the workflow runners that use them."""
 
-    name: Name = Field("explorer", description="Ray actor name of the explorer.")
+    name: Name = Field(
+        "explorer", description="Name of the explorer's Ray actor (or thread) and log/<name>.log."
+    )
     runner_per_model: int = Field(8, ge=1, description="Workflow runners per rollout engine.")
     concurrent_mode: Literal["sequential", "asynchronous", "multi-threading"] = Field(
         "sequential",

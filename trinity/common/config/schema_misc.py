@@ -12,9 +12,14 @@ from trinity.common.config.base import ConfigModel
 class MonitorConfig(ConfigModel):
     """``monitor``: where metrics go."""
 
-    monitor_type: str = Field("tensorboard", description="tensorboard, wandb or mlflow.")
+    monitor_type: str = Field(
+        "tensorboard",
+        description="The metrics sink: tensorboard, wandb, mlflow, or one a plugin registers.",
+    )
     monitor_args: Dict[str, Any] = Field(
-        default_factory=dict, description="Monitor arguments (wandb: base_url, api_key; ...)."
+        default_factory=dict,
+        description="The sink's arguments (wandb: base_url, api_key, entity, group, tags, "
+        "notes, job_type; mlflow: uri, username, password), checked before start.",
     )
     enable_ray_timeline: bool = Field(False, description="Export a Ray timeline.json.")
 

@@ -13,7 +13,9 @@ from trinity.common.config.verl import VerlTrainerConfig
 class TrainerConfig(ConfigModel):
     """``trainer``: how experiences become weight updates."""
 
-    name: Name = Field("trainer", description="Ray actor name of the trainer.")
+    name: Name = Field(
+        "trainer", description="Name of the trainer's Ray actor (or thread) and log/<name>.log."
+    )
     trainer_type: Literal["verl"] = Field(
         "verl", description="Backend; verl, the only value, runs the native trainer."
     )
@@ -29,7 +31,7 @@ class TrainerConfig(ConfigModel):
         1,
         description=(
             "Trainer processes on a machine without GPUs, one gloo process group (FSDP2 "
-            "shards the models over them); with GPUs the ranks are the trainer's GPUs."
+            "shards the models over them); with GPUs the trainer is one process on one GPU."
         ),
     )
     total_steps: Optional[int] = Field(

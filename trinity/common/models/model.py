@@ -56,9 +56,15 @@ class InferenceModel(ABC):
         messages: List[Dict[str, Any]],
         params: SamplingParams,
         tools: Optional[List[Dict[str, Any]]] = None,
+        session: Optional[str] = None,
     ) -> List[Experience]:
         """Sample ``params.n`` responses to a conversation (``tools``: OpenAI function
-        schemas, rendered by the chat template), stamped with the model version."""
+        schemas, rendered by the chat template), stamped with the model version.
+
+        ``session`` names the workflow run the call belongs to (``ModelWrapper`` passes one
+        per run, and the engine hosts always pass it on): an engine may continue a recent
+        turn of it from its exact tokens (the ``transformers`` engine does); one that keeps
+        no conversations ignores it."""
 
     @abstractmethod
     async def generate(self, prompt: str, params: SamplingParams) -> List[Experience]:
