@@ -38,6 +38,7 @@ from trinity.explorer.runner import WorkflowRunner
 from trinity.monitor import MONITORS
 from trinity.preflight.before_start import check_before_start
 from trinity.preflight.derive import finalize, planned_steps
+from trinity.preflight.served_engines import served_engine_problems
 from trinity.preflight.validate import check_supported
 from trinity.runtime.explorer_role import local_engine
 from trinity.utils.plugin_loader import load_plugins
@@ -277,13 +278,16 @@ def test_operator_example_rows_and_groups(plugins):
         OPERATORS.get("banned_words_filter")(words=[])
 
 
-def engine_config(tmp_path: Path, micro_model: str, data: Dict, engine_type: str) -> Any:
+def engine_config(
+    tmp_path: Path, micro_model: str, data: Dict, engine_type: str, overrides: List[str] = ()
+) -> Any:
     """A finalized config of the micro model whose rollout model runs on ``engine_type``."""
     algorithm = json.dumps({"algorithm_type": "grpo", "repeat_times": 4})
     text = CONFIG.format(root=tmp_path, model=micro_model, data=data["rl"], algorithm=algorithm)
     path = tmp_path / "config.yaml"
     path.write_text(textwrap.dedent(text))
-    return finalize(load_config(str(path), [f"explorer.rollout_model.engine_type={engine_type}"]))
+    overrides = [f"explorer.rollout_model.engine_type={engine_type}", *overrides]
+    return finalize(load_config(str(path), overrides))
 
 
 def test_engine_example_runs_in_the_in_process_host(
@@ -301,6 +305,42 @@ def test_engine_example_runs_in_the_in_process_host(
         assert model.model_version == 3
     finally:
         engine.close()
+
+
+def test_engine_example_serves_the_openai_api(tmp_path, micro_model, arithmetic_data, plugins):
+    api = ["explorer.rollout_model.enable_openai_api=true"]
+    config = engine_config(tmp_path, micro_model, arithmetic_data, "echo", api)
+    assert served_engine_problems(config) == []
+    engine = local_engine(config, "echo_engine")
+    try:
+        client = ModelWrapper(engine).get_openai_client()
+        reply = client.completions.create(
+            model=client.model_path, prompt="ab\n12+34=", max_tokens=4
+        )
+        assert reply.choices[0].text == "12+3"  # the echo of the last line, cut to 4 tokens
+        chat = client.chat.completions.create(
+            model=client.model_path, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+        )
+        assert chat.choices[0].message.content is not None
+    finally:
+        engine.close()
+
+
+def test_an_engine_without_served_model_is_refused_where_it_would_be_served(
+    tmp_path, micro_model, arithmetic_data, plugins, monkeypatch
+):
+    echo = ENGINES.get("echo")
+    monkeypatch.delattr(echo, "served_model")
+    api = ["explorer.rollout_model.enable_openai_api=true"]
+    config = engine_config(tmp_path, micro_model, arithmetic_data, "echo", api)
+    assert served_engine_problems(config) == [
+        "explorer.rollout_model.engine_type = echo: enable_openai_api: true serves it over the "
+        "OpenAI-compatible API, but the engine has no served_model(name); add one "
+        '(docs/extending.md, "Rollout engines") or use an engine that has it (transformers, vllm)'
+    ]
+    assert (
+        served_engine_problems(engine_config(tmp_path, micro_model, arithmetic_data, "echo")) == []
+    )
 
 
 def deep_merge(base: Dict, over: Dict) -> Dict:

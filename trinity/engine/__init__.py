@@ -28,10 +28,10 @@ imported below) for a built-in; ``engine_type: name`` selects it. Both hosts bui
 ``dtype``, ``seed``, ``device``, the length limits...) plus ``num_threads``, and the fields of
 the served model's section named in its ``config_keys`` (vllm's memory keys). A client of a
 model served elsewhere sets ``hosted = False`` and is built like ``external``. Worked example:
-docs/extending.md. To serve an
-engine over the OpenAI API, build a ``ServedModel`` (its ``generate_ids``, tokenizer functions
-and ``max_model_len``; see ``ServedModel.from_transformers``) and have its host answer
-``api_address()`` with the server's ``{"url", "model"}``, as ``EngineActor`` does. Another
+docs/extending.md. An engine the OpenAI-compatible server can serve (``enable_openai_api``,
+auxiliary models, mode serve) has ``served_model(name)`` returning a ``server.ServedModel``
+(its ``generate_ids``, tokenizer functions and ``max_model_len``), as the transformers and
+vllm engines do through ``ServedModel.from_transformers``. Another
 tool-call format is a function with the parsers' contract in ``tool_calls.TOOL_CALL_PARSERS``
 and a value of ``tool_call_parser``'s ``Literal``; another reasoning format a row of
 ``reasoning.REASONING_PARSERS``.

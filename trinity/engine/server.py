@@ -99,7 +99,8 @@ class ServedModel:
 
     @classmethod
     def from_transformers(cls, model: Any, name: str) -> ServedModel:
-        """Serve a ``TransformersInferenceModel`` as ``name`` (alias: its folder's basename)."""
+        """Serve a ``TransformersInferenceModel`` (or a subclass: vllm's) as ``name`` (alias:
+        its folder's basename)."""
         engine = model.engine
         return cls(
             model=model,
@@ -404,10 +405,10 @@ class RunningServer:
 def serve_engine(
     model: Any, model_path: str, host: str, port: int, hooks: Optional[ServeHooks] = None
 ) -> RunningServer:
-    """The OpenAI-compatible API of ``model`` (a ``TransformersInferenceModel`` holding
+    """The OpenAI-compatible API of ``model`` (an engine with ``served_model``, holding
     ``model_path``) on the running loop, with the serve routes when ``hooks`` are given; an
     address it cannot listen on is an error naming the keys that set it."""
-    app = build_app(ServedModel.from_transformers(model, model_path), hooks)
+    app = build_app(model.served_model(model_path), hooks)
     try:
         return RunningServer(app, host, port)
     except OSError as exc:

@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 from typing import Optional
 
-from trinity.engine.server import RunningServer, ServedModel, build_app
+from trinity.engine.server import RunningServer, build_app
 from trinity.engine.transformers_model import TransformersInferenceModel
 
 
 async def _serve_forever(model: TransformersInferenceModel, name: str, host: str, port: int):
-    server = RunningServer(build_app(ServedModel.from_transformers(model, name)), host, port)
+    server = RunningServer(build_app(model.served_model(name)), host, port)
     # The first line a parent process reads: where to point OPENAI_BASE_URL.
     print(f"{server.url}/v1", flush=True)
     await server.task

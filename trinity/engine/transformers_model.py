@@ -77,6 +77,12 @@ class TransformersInferenceModel(InferenceModel):
 
         return TransformersEngine(**engine_kwargs)
 
+    def served_model(self, name: str) -> Any:
+        """What the OpenAI-compatible server serves of this engine, as ``name``."""
+        from trinity.engine.server import ServedModel
+
+        return ServedModel.from_transformers(self, name)
+
     def close(self) -> None:
         """Stop what the engine runs outside this object (processes), if anything."""
         close = getattr(self.engine, "close", None)

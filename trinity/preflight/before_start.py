@@ -47,6 +47,7 @@ from trinity.preflight.monitor_checks import monitor_problems
 from trinity.preflight.operators import operator_problems
 from trinity.preflight.ranks import warn_ranks
 from trinity.preflight.serve_checks import port_problems
+from trinity.preflight.served_engines import served_engine_problems
 from trinity.preflight.validate import check_supported, read_storages, warn_inert
 from trinity.preflight.vllm_checks import vllm_problems
 from trinity.utils.database import connection_problem, database_url, sqlite_file
@@ -144,6 +145,7 @@ def stage_problems(config: Config, model_from_previous: bool, construct: bool) -
     problems += _process_problems(config)
     problems += port_problems(config)
     problems += vllm_problems(config)
+    problems += served_engine_problems(config)
     return problems
 
 
