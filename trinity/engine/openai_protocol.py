@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict
 
@@ -59,10 +59,31 @@ class APIError(Exception):
         }
 
 
-class _Request(BaseModel):
-    """Fields shared by chat and completion requests (``None``: the client did not send it)."""
+# Type names pydantic adds to an error's location inside a union (``stop.str``); not fields.
+_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "bytes", "none", "dict", "list"})
 
-    model_config = ConfigDict(extra="allow")
+
+def field_path(loc: Sequence[Any]) -> str:
+    """An error location as a field path: ``("messages", 2, "role")`` -> ``messages[2].role``
+    (pydantic's union member names and the leading ``body`` left out)."""
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif (part == "body" and not path) or part in _TYPE_TAGS or "[" in str(part):
+            continue
+        else:
+            path += f".{part}" if path else str(part)
+    return path
+
+
+class _Request(BaseModel):
+    """Fields shared by chat and completion requests (``None``: the client did not send it).
+
+    Strict: JSON types are not converted (``"n": "3"`` or ``"n": true`` is a 400, as OpenAI
+    answers), and NaN or infinite numbers (which Python's JSON reader accepts) are refused."""
+
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 
     model: str
     n: Optional[int] = None
@@ -203,7 +224,7 @@ def sampling_params(
         top_p=request.top_p,
         top_k=request.top_k,
         min_tokens=request.min_tokens if request.min_tokens is not None else 0,
-        max_tokens=max_tokens or room,
+        max_tokens=max_tokens if max_tokens is not None else room,
         stop=stop or None,
         stop_token_ids=request.stop_token_ids,
         seed=request.seed,

@@ -242,7 +242,10 @@ class ModelWrapper:
             api = self._api_address()
             make = client.openai_client if kind == "sync" else client.openai_async_client
             record = self._record_reply if self.enable_history else None
-            self._clients[kind] = make(api["url"], api["model"], record, self.session)
+            key = api.get("api_key")  # a Secret when explorer.api_server requires a key
+            self._clients[kind] = make(
+                api["url"], api["model"], record, self.session, key.reveal() if key else None
+            )
         return self._clients[kind]
 
     def _record_reply(self, experiences: List[Experience]) -> None:
