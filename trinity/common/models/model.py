@@ -94,7 +94,7 @@ class ModelWrapper:
         self.session = uuid.uuid4().hex
         self._history: List[Experience] = []
         self._history_lock = threading.Lock()  # clients record from the threads calling them
-        self._api: Optional[Dict[str, str]] = None  # the engine's server: url, model name
+        self._api: Optional[Dict[str, Any]] = None  # the engine's server: url, model, api_key
         self._clients: Dict[str, Any] = {}
         # The versions seen by the running task, see track_versions. A context variable, not a
         # thread-local: in ``concurrent_mode: asynchronous`` many tasks share one thread, and
@@ -219,7 +219,7 @@ class ModelWrapper:
         """``model_version`` without blocking the event loop."""
         return await self._acall("model_version")
 
-    def _api_address(self) -> Dict[str, str]:
+    def _api_address(self) -> Dict[str, Any]:
         """The engine's server (asked once per wrapper: an engine that restarted serves on a
         new port, and the runner gives the next workflow instance a new wrapper)."""
         if self._api is None:
