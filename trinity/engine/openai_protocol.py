@@ -77,6 +77,12 @@ def field_path(loc: Sequence[Any]) -> str:
     return path
 
 
+def most_specific(errors: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """The validation error that says most: the deepest location (inside a union, the
+    member the value was meant to be: a list of parts rather than a string)."""
+    return max(errors, key=lambda error: len(error.get("loc", ())))
+
+
 class _Request(BaseModel):
     """Fields shared by chat and completion requests (``None``: the client did not send it).
 
@@ -188,15 +194,17 @@ def sampling_params(
     max_tokens: Optional[int],
     top_logprobs: int,
     prompt_param: str,
-    top_logprobs_param: str = "top_logprobs",
+    names: Optional[Dict[str, str]] = None,
 ) -> SamplingParams:
     """What to sample for one prompt of ``prompt_tokens`` tokens.
 
     An unset ``max_tokens`` is all the room left in ``max_model_len`` (the configuration
     guide's rule for the API); a prompt that leaves no room, or a ``max_tokens`` that does not
     fit, is a 400 error naming both numbers. ``SamplingParams``' own range checks become 400
-    errors naming the field.
+    errors naming the field, by the request's name for it when ``names`` maps one
+    (``{"max_tokens": "max_completion_tokens"}``).
     """
+    names = names or {}
     room = max_model_len - prompt_tokens
     if prompt_tokens == 0:
         raise APIError(400, "the prompt is empty", prompt_param)
@@ -212,9 +220,9 @@ def sampling_params(
         raise APIError(
             400,
             f"This model's maximum context length is {max_model_len} tokens; the prompt has "
-            f"{prompt_tokens}, so at most {room} can be generated, but max_tokens is "
-            f"{max_tokens}",
-            "max_tokens",
+            f"{prompt_tokens}, so at most {room} can be generated, but "
+            f"{names.get('max_tokens', 'max_tokens')} is {max_tokens}",
+            names.get("max_tokens", "max_tokens"),
             "context_length_exceeded",
         )
     stop = [request.stop] if isinstance(request.stop, str) else request.stop
@@ -236,8 +244,8 @@ def sampling_params(
     except ValueError as exc:  # "SamplingParams.<field> must be ..."
         message = str(exc).replace("SamplingParams.", "")
         field = message.split(" ", 1)[0]
-        param = top_logprobs_param if field == "top_logprobs" else field
-        raise APIError(400, message, param) from None
+        param = names.get(field, field)
+        raise APIError(400, param + message[len(field) :], param) from None
 
 
 @dataclass

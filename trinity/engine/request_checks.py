@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Literal, Optional, Sequence, Union
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from trinity.common.config.schema_explorer import APIServerConfig
-from trinity.engine.openai_protocol import APIError, field_path
+from trinity.engine.openai_protocol import APIError, field_path, most_specific
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 # Stop strings per request: each is looked for in every sample's text at every step, so a
@@ -72,7 +72,7 @@ def _check_each(adapter: TypeAdapter, items: Sequence[Any], name: str) -> None:
         try:
             adapter.validate_python(item)
         except ValidationError as exc:
-            first = exc.errors()[0]
+            first = most_specific(exc.errors())
             where = field_path([name, i, *first.get("loc", ())])
             raise APIError(400, f"{where}: {first.get('msg')}", where) from None
 

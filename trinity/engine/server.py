@@ -52,6 +52,7 @@ from trinity.engine.openai_protocol import (
     completion_logprobs,
     envelope,
     field_path,
+    most_specific,
     prompt_blocks,
     sampling_params,
     token_block,
@@ -160,9 +161,8 @@ def _text_messages(messages: Messages) -> Messages:
         content = message.get("content")
         if isinstance(content, list):
             if any(not isinstance(p, dict) or p.get("type") != "text" for p in content):
-                raise APIError(
-                    400, f"messages[{i}].content: only text parts are supported", "messages"
-                )
+                where = f"messages[{i}].content"
+                raise APIError(400, f"{where}: only text parts are supported", where)
             message = {**message, "content": "".join(p.get("text", "") for p in content)}
         out.append(message)
     return out
@@ -223,10 +223,13 @@ def build_app(
         session = request.headers.get(SESSION_HEADER)
         conversation = served.conversation(session) if session and served.conversation else None
         prompt = _chat_prompt(served, conversation, messages, body.tools)
-        limit = body.max_completion_tokens
-        limit = limit if limit is not None else body.max_tokens
+        limit, names = body.max_tokens, {}
+        if body.max_completion_tokens is not None:  # OpenAI's newer name wins
+            limit, names = body.max_completion_tokens, {"max_tokens": "max_completion_tokens"}
         top = (body.top_logprobs or 0) if body.logprobs else 0
-        params = sampling_params(body, len(prompt), served.max_model_len, limit, top, "messages")
+        params = sampling_params(
+            body, len(prompt), served.max_model_len, limit, top, "messages", names
+        )
         sampled = await served.sample(prompt, params)
         choices = [_chat_choice(served, body, i, exp) for i, exp in enumerate(sampled.experiences)]
         if conversation is not None:  # the next turn may continue any of these replies
@@ -251,7 +254,13 @@ def build_app(
         top = body.logprobs or 0
         params = [
             sampling_params(
-                body, len(p), served.max_model_len, body.max_tokens, top, "prompt", "logprobs"
+                body,
+                len(p),
+                served.max_model_len,
+                body.max_tokens,
+                top,
+                "prompt",
+                {"top_logprobs": "logprobs"},
             )
             for p in prompts
         ]
@@ -278,7 +287,10 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> _JSON:
-        first = exc.errors()[0]
+        first = most_specific(exc.errors())
+        if first.get("type") == "json_invalid":  # FastAPI's: the body is not JSON
+            why = (first.get("ctx") or {}).get("error", "")
+            return _error(APIError(400, f"body: not JSON ({why})"))
         param = field_path(first.get("loc", ())) or None
         return _error(APIError(400, f"{param or 'body'}: {first.get('msg')}", param))
 
