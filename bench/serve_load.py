@@ -248,18 +248,23 @@ def settle(url: str, model: str, job_dir: str, args: Any, tally: Tally) -> Dict[
 
 
 def load_phase(args: Any, run: Any, command: List[str], url: str, began: float) -> tuple:
-    """Wait out ``--seconds`` of load, with a kill -9 and restart at ``--kill-at``; the run
-    now serving and what the kill did."""
-    kill = None
-    if args.kill_at is not None:
-        time.sleep(max(0.0, began + args.kill_at - time.monotonic()))
-        killed = time.monotonic()
-        kill_group(run)
-        run = start(command, None)
-        wait_until_serving(url, run)
-        kill = {"at_s": round(killed - began, 1), "down_s": round(time.monotonic() - killed, 1)}
-    time.sleep(max(0.0, began + args.seconds - time.monotonic()))
-    return run, kill
+    """Wait out ``--seconds`` of load, with a kill -9 and restart at ``--kill-at``, sampling
+    the server's memory every 10 s; the run now serving, what the kill did, the samples."""
+    port, kill, memory = int(url.rsplit(":", 1)[1]), None, []
+    while time.monotonic() < began + args.seconds:
+        at = time.monotonic() - began
+        if kill is None and args.kill_at is not None and at >= args.kill_at:
+            kill_group(run)
+            run = start(command, None)
+            wait_until_serving(url, run)
+            kill = {"at_s": round(at, 1), "down_s": round(time.monotonic() - began - at, 1)}
+            continue
+        memory.append([round(at), server_rss_mb(run, port)])
+        wake = min(began + args.seconds, time.monotonic() + 10.0)
+        if kill is None and args.kill_at is not None:
+            wake = min(wake, began + args.kill_at)
+        time.sleep(max(0.0, wake - time.monotonic()))
+    return run, kill, memory
 
 
 def model_folder(name: str, root: str) -> str:
@@ -297,7 +302,7 @@ def measure(args: Any, root: str) -> Dict[str, Any]:
         began = time.monotonic()
         for client in clients:
             client.start()
-        run, report["kill"] = load_phase(args, run, command, url, began)
+        run, report["kill"], report["rss_mb_during"] = load_phase(args, run, command, url, began)
         tally.stop.set()
         for client in clients:
             client.join(120)

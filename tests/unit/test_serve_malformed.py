@@ -43,6 +43,7 @@ def _tool(**function: Any) -> List[Dict[str, Any]]:
 
 
 def chat_corpus(model: str) -> List[Bad]:
+    """The body, the model, the messages."""
     c = lambda **f: _chat(model, **f)  # noqa: E731
     return [
         Bad("not JSON", CHAT, b"{not json", 400, None, "JSON"),
@@ -98,6 +99,12 @@ def chat_corpus(model: str) -> List[Bad]:
         ),
         Bad("a 10 MB message", CHAT, c(messages=_message(content=TEN_MB)), 413, None, "max_body"),
         Bad("1025 messages", CHAT, c(messages=_message() * 1025), 400, "messages", "max_messages"),
+    ]
+
+
+def chat_sampling_corpus(model: str) -> List[Bad]:
+    c = lambda **f: _chat(model, **f)  # noqa: E731
+    return [
         Bad("n negative", CHAT, c(n=-1), 400, "n"),
         Bad("n zero", CHAT, c(n=0), 400, "n"),
         Bad("n huge", CHAT, c(n=10**9), 400, "n", "max_n"),
@@ -152,6 +159,12 @@ def chat_corpus(model: str) -> List[Bad]:
         Bad("stream", CHAT, c(stream=True), 400, "stream", "not supported"),
         Bad("presence_penalty a string", CHAT, c(presence_penalty="x"), 400, "presence_penalty"),
         Bad("logit_bias strings", CHAT, c(logit_bias={"1": "b"}), 400, "logit_bias.1"),
+    ]
+
+
+def chat_tool_corpus(model: str) -> List[Bad]:
+    c = lambda **f: _chat(model, **f)  # noqa: E731
+    return [
         Bad("tools a string", CHAT, c(tools="none"), 400, "tools"),
         Bad("a tool a string", CHAT, c(tools=["x"]), 400, "tools[0]"),
         Bad(
@@ -296,8 +309,9 @@ def test_each_malformed_request_is_a_4xx_naming_its_field_and_changes_nothing(
     with serve_endpoint(micro_model, tmp_path) as endpoint:
         ids = _setup(endpoint)
         before = recorded(endpoint)
-        corpus = chat_corpus(endpoint.model()) + completion_corpus(endpoint.model())
-        corpus += feedback_corpus(ids)
+        model = endpoint.model()
+        corpus = chat_corpus(model) + chat_sampling_corpus(model) + chat_tool_corpus(model)
+        corpus += completion_corpus(model) + feedback_corpus(ids)
         assert len(corpus) == 107
         wrong = [f"{bad.label}: {why}" for bad in corpus for why in _answered(endpoint, bad)]
         assert not wrong, "\n".join(wrong)

@@ -213,69 +213,75 @@ def build_app(
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatRequest, request: Request) -> _JSON:
-        served.check_name(body.model)
-        body.unsupported()
-        check_chat(body, limits, served.vocab_size)
-        if body.auto_tool_choice() and not served.enable_auto_tool_choice:
-            raise APIError(400, AUTO_TOOL_CHOICE_OFF, "tool_choice")
-        await _before_sampling(hooks, body)
-        messages = arguments_as_objects(_text_messages(body.messages))
-        session = request.headers.get(SESSION_HEADER)
-        conversation = served.conversation(session) if session and served.conversation else None
-        prompt = _chat_prompt(served, conversation, messages, body.tools)
-        limit, names = body.max_tokens, {}
-        if body.max_completion_tokens is not None:  # OpenAI's newer name wins
-            limit, names = body.max_completion_tokens, {"max_tokens": "max_completion_tokens"}
-        top = (body.top_logprobs or 0) if body.logprobs else 0
-        params = sampling_params(
-            body, len(prompt), served.max_model_len, limit, top, "messages", names
-        )
-        sampled = await served.sample(prompt, params)
-        choices = [_chat_choice(served, body, i, exp) for i, exp in enumerate(sampled.experiences)]
-        if conversation is not None:  # the next turn may continue any of these replies
-            replies = [c["message"] for c in choices]
-            record_turn(
-                conversation,
-                messages,
-                body.tools,
-                list(zip(replies, sampled.experiences, strict=True)),
-            )
-        reply = {**envelope("chat.completion", served.name), "choices": choices}
-        await _record(hooks, reply["id"], [sampled])
-        return _JSON(_with_tokens(request, reply, [sampled], usage([sampled])))
+        return await _chat(served, hooks, limits, body, request)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> _JSON:
-        served.check_name(body.model)
-        body.unsupported()
-        await _before_sampling(hooks, body)
-        check_sampling(body, limits, served.vocab_size, len(body.prompts()))
-        prompts = [_prompt_ids(served, p, i) for i, p in enumerate(body.prompts())]
-        top = body.logprobs or 0
-        params = [
-            sampling_params(
-                body,
-                len(p),
-                served.max_model_len,
-                body.max_tokens,
-                top,
-                "prompt",
-                {"top_logprobs": "logprobs"},
-            )
-            for p in prompts
-        ]
-        sampled = list(
-            await asyncio.gather(
-                *(served.sample(p, q) for p, q in zip(prompts, params, strict=True))
-            )
-        )
-        exps = [exp for group in sampled for exp in group.experiences]
-        choices = [_completion_choice(served, body, i, exp) for i, exp in enumerate(exps)]
-        reply = {**envelope("text_completion", served.name), "choices": choices}
-        await _record(hooks, reply["id"], sampled)
-        return _JSON(_with_tokens(request, reply, sampled, usage(sampled)))
+        return await _completions(served, hooks, limits, body, request)
 
     return app
+
+
+async def _chat(
+    served: ServedModel,
+    hooks: Optional[ServeHooks],
+    limits: APIServerConfig,
+    body: ChatRequest,
+    request: Request,
+) -> _JSON:
+    """``POST /v1/chat/completions``."""
+    served.check_name(body.model)
+    body.unsupported()
+    check_chat(body, limits, served.vocab_size)
+    if body.auto_tool_choice() and not served.enable_auto_tool_choice:
+        raise APIError(400, AUTO_TOOL_CHOICE_OFF, "tool_choice")
+    await _before_sampling(hooks, body)
+    messages = arguments_as_objects(_text_messages(body.messages))
+    session = request.headers.get(SESSION_HEADER)
+    conversation = served.conversation(session) if session and served.conversation else None
+    prompt = _chat_prompt(served, conversation, messages, body.tools)
+    limit, names = body.max_tokens, {}
+    if body.max_completion_tokens is not None:  # OpenAI's newer name wins
+        limit, names = body.max_completion_tokens, {"max_tokens": "max_completion_tokens"}
+    top = (body.top_logprobs or 0) if body.logprobs else 0
+    params = sampling_params(body, len(prompt), served.max_model_len, limit, top, "messages", names)
+    sampled = await served.sample(prompt, params)
+    choices = [_chat_choice(served, body, i, exp) for i, exp in enumerate(sampled.experiences)]
+    if conversation is not None:  # the next turn may continue any of these replies
+        replies = [c["message"] for c in choices]
+        pairs = list(zip(replies, sampled.experiences, strict=True))
+        record_turn(conversation, messages, body.tools, pairs)
+    reply = {**envelope("chat.completion", served.name), "choices": choices}
+    await _record(hooks, reply["id"], [sampled])
+    return _JSON(_with_tokens(request, reply, [sampled], usage([sampled])))
+
+
+async def _completions(
+    served: ServedModel,
+    hooks: Optional[ServeHooks],
+    limits: APIServerConfig,
+    body: CompletionRequest,
+    request: Request,
+) -> _JSON:
+    """``POST /v1/completions``."""
+    served.check_name(body.model)
+    body.unsupported()
+    await _before_sampling(hooks, body)
+    check_sampling(body, limits, served.vocab_size, len(body.prompts()))
+    prompts = [_prompt_ids(served, p, i) for i, p in enumerate(body.prompts())]
+    top, names = body.logprobs or 0, {"top_logprobs": "logprobs"}
+    params = [
+        sampling_params(body, len(p), served.max_model_len, body.max_tokens, top, "prompt", names)
+        for p in prompts
+    ]
+    sampled = list(
+        await asyncio.gather(*(served.sample(p, q) for p, q in zip(prompts, params, strict=True)))
+    )
+    exps = [exp for group in sampled for exp in group.experiences]
+    choices = [_completion_choice(served, body, i, exp) for i, exp in enumerate(exps)]
+    reply = {**envelope("text_completion", served.name), "choices": choices}
+    await _record(hooks, reply["id"], sampled)
+    return _JSON(_with_tokens(request, reply, sampled, usage(sampled)))
 
 
 def _add_error_handlers(app: FastAPI) -> None:
