@@ -100,19 +100,16 @@ NO_KEY = (
     "<secret>`), or listen on 127.0.0.1"
 )
 
-BOTH = """
-mode: both
-checkpoint_root_dir: /ck
-model: {model_path: /m, max_model_len: 64}
-algorithm: {algorithm_type: grpo}
-buffer: {total_steps: 4, train_batch_size: 8}
-explorer:
+BOTH = (
+    SERVE.replace("mode: serve", "mode: both")
+    + """explorer:
   rollout_model: {enable_openai_api: true, openai_api_host: 10.0.0.5}
   auxiliary_models:
     - {model_path: /j, openai_api_host: "::"}
     - {model_path: gpt, engine_type: external}
     - {model_path: /k, openai_api_host: "::1"}
 """
+)
 
 
 def test_a_server_beyond_loopback_needs_the_api_key_one_line_each(tmp_path, monkeypatch):
