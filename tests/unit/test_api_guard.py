@@ -134,6 +134,11 @@ def test_a_stalled_client_holds_no_one_up_and_is_cut_off_after_read_timeout():
     server = served_by(ScriptedModel("ok"), APIServerConfig(read_timeout=3.0))
     where = (server.server.host, server.server.port)
     try:
+        second_head = socket.create_connection(where)  # one request, then half of another
+        second_head.sendall(b"GET /v1/models HTTP/1.1\r\nHost: test\r\n\r\n")
+        assert _answer(second_head)[0] == 200
+        time.sleep(1.0)  # within the read_timeout of the connection's opening
+        second_head.sendall(b"GET /v1/models HTTP/1.1\r\n")
         silent = socket.create_connection(where)  # connects, sends nothing
         half_head = socket.create_connection(where)
         half_head.sendall(_head("/v1/chat/completions")[:40])
@@ -146,7 +151,8 @@ def test_a_stalled_client_holds_no_one_up_and_is_cut_off_after_read_timeout():
         assert status == 408 and body["error"]["code"] == "request_timeout"
         assert "explorer.api_server.read_timeout" in body["error"]["message"]
         assert 2.5 < time.monotonic() - started < 9
-        assert _answer(silent) == (None, None) and _answer(half_head) == (None, None)  # closed
+        for stalled in (silent, half_head, second_head):  # closed without an answer
+            assert _answer(stalled) == (None, None)
         assert _chat(plain_client(server)).choices  # and the server goes on
     finally:
         server.close()

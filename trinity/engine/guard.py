@@ -208,6 +208,7 @@ def head_deadline_protocol(timeout: float) -> type:
 
     class HeadDeadline(H11Protocol):
         _head_timer: Optional[asyncio.TimerHandle] = None
+        _armed_for: Any = None  # the request cycle current when the timer was armed
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
@@ -215,7 +216,8 @@ def head_deadline_protocol(timeout: float) -> type:
 
         def data_received(self, data: bytes) -> None:
             between = self.cycle is None or self.cycle.response_complete
-            if self._head_timer is None and between:  # the first bytes of a new request
+            # the first bytes of a new request (not of one whose timer already runs)
+            if between and (self._head_timer is None or self._armed_for is not self.cycle):
                 self._arm()
             super().data_received(data)
 
@@ -225,12 +227,15 @@ def head_deadline_protocol(timeout: float) -> type:
             super().connection_lost(exc)
 
         def _arm(self) -> None:
-            self._head_timer = self.loop.call_later(timeout, self._overdue, self.cycle)
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            self._armed_for = self.cycle
+            self._head_timer = self.loop.call_later(timeout, self._overdue)
 
-        def _overdue(self, cycle: Any) -> None:
+        def _overdue(self) -> None:
             self._head_timer = None
             # the same cycle as when armed: no new request head has arrived since
-            if self.cycle is cycle and not self.transport.is_closing():
+            if self.cycle is self._armed_for and not self.transport.is_closing():
                 self.transport.close()
 
     return HeadDeadline
