@@ -13,7 +13,7 @@ from trinity.runtime.launcher import run
 def test_grpo_through_the_openai_client_with_history(
     tmp_path, micro_model, arithmetic_data, ray_cluster, monkeypatch
 ):
-    monkeypatch.setenv("TRINITY_API_KEY", "workflow-key")  # reaches the actors via the launcher
+    monkeypatch.setenv("TRINITY_API_KEY", "workflow-key")  # every server of the run requires it
     overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
         "explorer.rollout_model.enable_openai_api=true",
         "explorer.rollout_model.enable_history=true",

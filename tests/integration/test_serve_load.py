@@ -22,5 +22,6 @@ def test_concurrent_clients_while_the_run_trains_commit_every_reply_exactly_once
     assert report["lost"] == report["twice"] == report["train_steps_logged_twice"] == 0
     assert report["requests_per_s"] > 0
     chat = report["latency"]["chat"]
-    assert chat["count"] == report["replies_served"] and chat["p50_ms"] <= chat["p99_ms"]
+    assert chat["count"] + report["topped_up"] == report["replies_served"]  # all answered
+    assert chat["p50_ms"] <= chat["p99_ms"]
     assert report["rss_mb_start"] > 0 and report["rss_mb_end"] > 0
