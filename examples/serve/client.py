@@ -6,7 +6,9 @@ chat completion each), scores every reply itself (1.0 for the right sum, else ha
 of digits in the reply: "answer with a number" earns something), posts each score to
 /feedback under the question's task_id (so GRPO compares the replies to one question) and
 closes the episode with /commit. It stops when the server answers 503 (training finished or
-failed) or goes away, or after `--max-seconds`, and prints a JSON summary.
+failed) or goes away, or after `--max-seconds`, and prints a JSON summary. When the server
+requires an API key (explorer.api_server.api_key_env), the client sends the one in
+TRINITY_API_KEY.
 
     python examples/serve/client.py --url http://127.0.0.1:8010
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import time
 import urllib.error
@@ -24,6 +27,10 @@ from typing import Any, Dict, List, Optional
 
 import openai
 
+# The server's API key, if it requires one; the openai package needs some key in any case.
+API_KEY = os.environ.get("TRINITY_API_KEY") or "EMPTY"
+HEADERS = {"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"}
+
 
 class Stopped(Exception):
     """The server stopped taking work: training ended (503) or the run is gone."""
@@ -32,9 +39,7 @@ class Stopped(Exception):
 def post(url: str, body: Dict[str, Any]) -> Dict[str, Any]:
     """POST ``body`` as JSON; the JSON reply. ``Stopped`` when the server says training
     stopped (503) or is gone; another HTTP error raises ``HTTPError``."""
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=HEADERS)
     try:
         with urllib.request.urlopen(request, timeout=60) as reply:
             return json.load(reply)
@@ -47,7 +52,7 @@ def post(url: str, body: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def get(url: str) -> Dict[str, Any]:
-    with urllib.request.urlopen(url, timeout=60) as reply:
+    with urllib.request.urlopen(urllib.request.Request(url, headers=HEADERS), timeout=60) as reply:
         return json.load(reply)
 
 
@@ -101,7 +106,7 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=600.0)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    client = openai.OpenAI(base_url=f"{args.url}/v1", api_key="EMPTY", max_retries=0)
+    client = openai.OpenAI(base_url=f"{args.url}/v1", api_key=API_KEY, max_retries=0)
     model = client.models.list().data[0].id
     rng, start = random.Random(args.seed), time.monotonic()
     summary: Dict[str, Any] = {"episodes": 0, "replies": 0, "mean_reward": [], "versions": []}

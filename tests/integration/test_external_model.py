@@ -1,6 +1,7 @@
 """External models: whole runs whose judge or rollout model is an OpenAI-compatible API in
 another process (the project's own server, ``trinity.engine.standalone``), reached through
-the URL in ``OPENAI_BASE_URL`` as a user's API would be."""
+the URL in ``OPENAI_BASE_URL`` as a user's API would be; the server requires an API key,
+which the run's clients send from the variable ``api_key_env`` names."""
 
 import json
 import os
@@ -18,6 +19,7 @@ from trinity.runtime.launcher import run
 
 CONFIG = os.path.join(HERE, "configs", "grpo_small.yaml")
 START_TIMEOUT_S = 180
+API_KEY = "external-key"
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +29,7 @@ def api_url(micro_model):
         "from trinity.engine.standalone import serve; "
         f"serve({micro_model!r}, max_model_len=256, max_response_tokens=8)"
     )
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRINITY_API_KEY": API_KEY}
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env
     )
@@ -63,9 +65,9 @@ def test_a_judge_behind_an_external_api_scores_a_grpo_run(
 ):
     # set after Ray started: the launcher must hand it to the explorer itself
     monkeypatch.setenv("JUDGE_BASE_URL", api_url)
-    judge = (
-        "{engine_type: external, external_model: {base_url_env: JUDGE_BASE_URL, model_name: micro}}"
-    )
+    monkeypatch.setenv("JUDGE_API_KEY", API_KEY)
+    api = "{base_url_env: JUDGE_BASE_URL, api_key_env: JUDGE_API_KEY, model_name: micro}"
+    judge = f"{{engine_type: external, external_model: {api}}}"
     overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
         "buffer.explorer_input.default_workflow_type=llm_judge_workflow",
         "buffer.explorer_input.eval_tasksets=[]",
@@ -88,7 +90,7 @@ def test_an_external_rollout_model_is_evaluated_in_explore_mode(
     tmp_path, micro_model, arithmetic_data, ray_cluster, api_url, monkeypatch
 ):
     monkeypatch.setenv("OPENAI_BASE_URL", api_url)
-    monkeypatch.setenv("OPENAI_API_KEY", "not-checked")
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
     overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
         "mode=explore",
         "model.external_model.enable=true",

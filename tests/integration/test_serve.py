@@ -2,6 +2,7 @@
 outside clients in processes of their own (examples/serve/client.py: only the `openai`
 package and urllib) that chat, post rewards and commit episodes while the run trains."""
 
+import glob
 import json
 import os
 import socket
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from typing import Any, Dict, List
 
@@ -50,6 +52,8 @@ class ServeRun:
             try:
                 urllib.request.urlopen(f"{url}/health", timeout=1)
                 return
+            except urllib.error.HTTPError:  # it answers (401 when it requires a key)
+                return
             except OSError:
                 time.sleep(0.2)
         raise AssertionError(f"the endpoint never answered at {url}: {self.outcome}")
@@ -85,20 +89,25 @@ def overrides(tmp_path, micro_model, port: int) -> List[str]:
 
 @pytest.mark.parametrize("hosting", ["in_process", "ray"])
 def test_clients_chat_reward_and_commit_while_the_run_trains_and_serves_new_weights(
-    tmp_path, micro_model, hosting, request
+    tmp_path, micro_model, hosting, request, monkeypatch
 ):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     extra = []
-    if hosting == "ray":  # the engine, server and roles as Ray actors
+    if hosting == "ray":  # the engine, server and roles as Ray actors, with an API key
         request.getfixturevalue("ray_cluster")
         extra = ["cluster.in_process=false"]
+        # the launcher hands it to the serving actor; the client sends it (examples/serve)
+        monkeypatch.setenv("TRINITY_API_KEY", "integration-key")
     serve = ServeRun(overrides(tmp_path, micro_model, port) + extra)
     serve.wait_until_serving(url)
     tool_reply = ask_with_tools(url)
     seen = client(url, samples=4)
     outcome = serve.join()
     assert "error" not in outcome, outcome.get("error")
+    if hosting == "ray":
+        logs = open(glob.glob(os.path.join(tmp_path, "quickstart", "serve", "log", "*engine*"))[0])
+        assert "(API key required)" in logs.read()
     # the client ran until training ended; no request failed on the way (it would raise)
     assert seen["stopped"].startswith("training has finished")
     assert seen["episodes"] >= 6 and seen["replies"] == 4 * seen["episodes"]
@@ -212,4 +221,17 @@ def test_a_busy_port_is_named_before_anything_starts(tmp_path, micro_model):
         f"explorer.proxy_port = {port}: cannot listen on 127.0.0.1:{port} (Address already in "
         "use); choose a free port (another process may hold this one), or 0 for any free one"
     ]
+    assert not os.path.exists(os.path.join(tmp_path, "quickstart", "serve", "log"))
+
+
+def test_serving_beyond_loopback_without_a_key_is_refused_before_anything_starts(
+    tmp_path, micro_model, monkeypatch
+):
+    monkeypatch.delenv("TRINITY_API_KEY", raising=False)
+    overrides_ = overrides(tmp_path, micro_model, free_port()) + ["explorer.listen_address=0.0.0.0"]
+    with pytest.raises(ConfigError) as caught:
+        run(CONFIG, overrides_, [])
+    (problem,) = caught.value.problems
+    assert problem.startswith("explorer.listen_address = 0.0.0.0: a server reachable beyond")
+    assert "export TRINITY_API_KEY=" in problem
     assert not os.path.exists(os.path.join(tmp_path, "quickstart", "serve", "log"))

@@ -13,6 +13,7 @@ from typing import Any, Dict, List
 import openai
 import pytest
 
+from trinity.common.config.schema_explorer import APIServerConfig
 from trinity.common.experience import Experience
 from trinity.common.models.client import openai_client
 from trinity.common.models.sampling import SamplingParams
@@ -40,15 +41,16 @@ class LocalServer:
     """A model and its server on an event loop in a thread; its methods are the engine
     interface ``ModelWrapper`` calls, run on that loop (as an engine actor runs them)."""
 
-    def __init__(self, model: Any, name: str, served: Any = None) -> None:
+    def __init__(self, model: Any, name: str, served: Any = None, limits: Any = None) -> None:
+        """``limits``: an ``APIServerConfig`` (unset: the defaults)."""
         self.model, self.name = model, name
         self.host = LoopHost(lambda: None, f"server-{name}")
         self.loop = self.host.loop
         served = served or ServedModel.from_transformers(model, name)
-        self.server = self.run(self._start(served))
+        self.server = self.run(self._start(served, limits or APIServerConfig()))
 
-    async def _start(self, served: ServedModel) -> RunningServer:
-        return RunningServer(build_app(served))
+    async def _start(self, served: ServedModel, limits: APIServerConfig) -> RunningServer:
+        return RunningServer(build_app(served, limits=limits), read_timeout=limits.read_timeout)
 
     def run(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=120)
@@ -250,9 +252,10 @@ class ScriptedModel:
         ]
 
 
-def served_by(model: Any, **parsers: Any) -> LocalServer:
+def served_by(model: Any, limits: Any = None, **parsers: Any) -> LocalServer:
     """A server over an engine stand-in with ``generate_ids`` (``parsers``: ServedModel's
-    ``reasoning_parser`` / ``tool_call_parser`` / ``enable_auto_tool_choice``)."""
+    ``reasoning_parser`` / ``tool_call_parser`` / ``enable_auto_tool_choice``; ``limits``:
+    an ``APIServerConfig``)."""
     served = ServedModel(
         model=model,
         name="scripted",
@@ -263,7 +266,7 @@ def served_by(model: Any, **parsers: Any) -> LocalServer:
         decode=lambda ids: "x",
         **parsers,
     )
-    return LocalServer(None, "scripted", served)
+    return LocalServer(None, "scripted", served, limits)
 
 
 def _scripted(text: str, **parsers: Any) -> LocalServer:

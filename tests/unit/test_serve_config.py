@@ -8,7 +8,9 @@ import pytest
 from trinity.common.config import load_config
 from trinity.common.config.base import ConfigError
 from trinity.common.config.config import rollout_temperature
+from trinity.preflight.api_checks import api_key_problems
 from trinity.preflight.derive import finalize
+from trinity.utils.access import is_loopback
 
 SERVE = """
 mode: serve
@@ -89,3 +91,50 @@ def test_serve_runs_these_algorithms(tmp_path, algorithm):
 def test_explorer_driven_sync_is_refused_in_serve(tmp_path):
     found = problems(tmp_path, ["synchronizer.sync_style=explorer_driven"])
     assert any("synchronizer.sync_style = explorer_driven needs mode both" in p for p in found)
+
+
+NO_KEY = (
+    "{key} = {host}: a server reachable beyond this machine needs an API key, and "
+    "TRINITY_API_KEY (explorer.api_server.api_key_env) is not set; export TRINITY_API_KEY=<a "
+    "secret, e.g. from `openssl rand -hex 32`> (clients send `Authorization: Bearer "
+    "<secret>`), or listen on 127.0.0.1"
+)
+
+BOTH = (
+    SERVE.replace("mode: serve", "mode: both")
+    + """explorer:
+  rollout_model: {enable_openai_api: true, openai_api_host: 10.0.0.5}
+  auxiliary_models:
+    - {model_path: /j, openai_api_host: "::"}
+    - {model_path: gpt, engine_type: external}
+    - {model_path: /k, openai_api_host: "::1"}
+"""
+)
+
+
+def test_a_server_beyond_loopback_needs_the_api_key_one_line_each(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRINITY_API_KEY", raising=False)
+    wildcard = finalize(load(tmp_path, ["explorer.listen_address=0.0.0.0"]))
+    assert api_key_problems(wildcard) == [
+        NO_KEY.format(key="explorer.listen_address", host="0.0.0.0")
+    ]
+    explored = load(tmp_path, text=BOTH)  # what is bound is known before derivation
+    assert api_key_problems(explored) == [
+        NO_KEY.format(key="explorer.rollout_model.openai_api_host", host="10.0.0.5"),
+        NO_KEY.format(key="explorer.auxiliary_models[0].openai_api_host", host="::"),
+    ]  # the external model binds nothing; ::1 is loopback
+    assert api_key_problems(finalize(load(tmp_path, ["explorer.listen_address=localhost"]))) == []
+    monkeypatch.setenv("TRINITY_API_KEY", "s3cret")
+    assert api_key_problems(wildcard) == api_key_problems(explored) == []
+    renamed = load(tmp_path, ["explorer.api_server.api_key_env=MY_KEY"], BOTH)
+    assert "MY_KEY (explorer.api_server.api_key_env) is not set" in api_key_problems(renamed)[0]
+
+
+@pytest.mark.parametrize(
+    "host, loopback",
+    [("127.0.0.1", True), ("127.8.0.1", True), ("::1", True), ("[::1]", True)]
+    + [("localhost", True), ("0.0.0.0", False), ("::", False), ("192.168.1.4", False)]
+    + [("my-host", False), ("", False)],
+)
+def test_loopback_addresses(host, loopback):
+    assert is_loopback(host) is loopback

@@ -10,36 +10,15 @@ from typing import Any, Dict, Optional
 import openai
 import pytest
 
+from tests.unit.serve_endpoint import USER, serve_endpoint
 from trinity.common.models.reply_tokens import TOKENS_HEADER
-from trinity.engine.local import LocalEngine
-from trinity.runtime.queue_host import QueueHost
-from trinity.runtime.serve_role import EndpointHooks
-from trinity.runtime.synchronizer import Synchronizer
-from trinity.utils.loop_host import LoopHost
-
-USER = [{"role": "user", "content": "1+1="}]
 
 
 @pytest.fixture()
 def served(micro_model, tmp_path):
     """(base URL, openai client, queue host, synchronizer) of a fresh endpoint."""
-    queue = QueueHost(f"sqlite:///{tmp_path / 'buffer.db'}", "buf", serving=True)
-    sync = LoopHost(lambda: Synchronizer("memory", str(tmp_path), 10, True), "sync")
-    hooks = EndpointHooks(queue, sync, 1.0, "log/trainer.log")
-    engine = LocalEngine(
-        "transformers",
-        {"host": "127.0.0.1", "port": 0, "serve": hooks},
-        model_path=micro_model,
-        max_model_len=256,
-        max_prompt_tokens=None,
-        max_response_tokens=6,
-    )
-    url = engine.api_address()["url"]
-    client = openai.OpenAI(base_url=f"{url}/v1", api_key="EMPTY", max_retries=0)
-    yield url, client, queue, sync
-    engine.close_server()
-    engine.close()
-    sync.close()
+    with serve_endpoint(micro_model, tmp_path) as endpoint:
+        yield endpoint.url, endpoint.client, endpoint.queue, endpoint.sync
 
 
 def post(url: str, body: Any, raw: Optional[bytes] = None) -> Dict[str, Any]:

@@ -39,6 +39,16 @@ class FeedbackResult:
     committed: List[str] = field(default_factory=list)  # ids whose responses were committed
 
 
+# Ids per IN (...) clause: SQLite takes at most 32766 bound parameters per statement (999
+# before 3.32), and a client may name any number of replies.
+_SLICE = 500
+
+
+def _slices(ids: List[Any]) -> Iterator[List[Any]]:
+    for start in range(0, len(ids), _SLICE):
+        yield ids[start : start + _SLICE]
+
+
 class ResponseLog:
     """Served responses in table ``<table>_responses`` of the database at ``url``."""
 
@@ -95,14 +105,13 @@ class ResponseLog:
         replacing an earlier reward; all or nothing (see ``FeedbackResult``)."""
         t, wanted = self.table, list(dict.fromkeys(response_ids))
         with self._errors("record feedback in"), self.engine.begin() as conn:
-            query = sa.select(t.c.response_id, t.c.committed_step).where(
-                t.c.response_id.in_(wanted)
-            )
             states: Dict[str, bool] = {}
-            for row in conn.execute(query):
-                states[row.response_id] = states.get(row.response_id, False) or (
-                    row.committed_step is not None
-                )
+            for ids in _slices(wanted):
+                query = sa.select(t.c.response_id, t.c.committed_step)
+                for row in conn.execute(query.where(t.c.response_id.in_(ids))):
+                    states[row.response_id] = states.get(row.response_id, False) or (
+                        row.committed_step is not None
+                    )
             result = FeedbackResult(
                 unknown=[i for i in wanted if i not in states],
                 committed=[i for i in wanted if states.get(i)],
@@ -110,8 +119,9 @@ class ResponseLog:
             if result.unknown or result.committed:
                 return result
             values = dict(reward=float(reward), task_id=task_id, run_id=run_id)
-            done = conn.execute(t.update().where(t.c.response_id.in_(wanted)).values(**values))
-        result.updated = done.rowcount
+            for ids in _slices(wanted):
+                done = conn.execute(t.update().where(t.c.response_id.in_(ids)).values(**values))
+                result.updated += done.rowcount
         return result
 
     def commit(self, step: int, task_id: Optional[str] = None) -> List[Experience]:
@@ -123,8 +133,7 @@ class ResponseLog:
             ready = ready & (t.c.task_id == task_id)
         with self._errors(f"commit step {step} in"), self.engine.begin() as conn:
             rows = list(conn.execute(sa.select(t).where(ready).order_by(t.c.id)))
-            if rows:
-                ids = [row.id for row in rows]
+            for ids in _slices([row.id for row in rows]):
                 conn.execute(t.update().where(t.c.id.in_(ids)).values(committed_step=step))
         return grouped([self._experience(row) for row in rows])
 

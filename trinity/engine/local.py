@@ -10,13 +10,10 @@ the loop has their answer, and ``api_address`` says where the server listens.
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Dict, Optional
 
 from trinity.engine.registry import ENGINES
 from trinity.utils.loop_host import LoopHost
-
-logger = logging.getLogger(__name__)
 
 
 class LocalEngine(LoopHost):
@@ -28,26 +25,25 @@ class LocalEngine(LoopHost):
         **engine_kwargs: Any,
     ) -> None:
         """Host the engine ``ENGINES`` registers as ``engine_type``, built with
-        ``engine_kwargs``; ``openai_api``: ``{"host", "port"}`` to serve it over the OpenAI API
+        ``engine_kwargs``; ``openai_api``: where and how to serve it over the OpenAI API
+        (``host``, ``port``, ``limits``, ``api_key``: ``runtime/explorer_role.openai_api``)
         (None: off), with ``"serve"``: the hooks of mode serve's routes; ``name``: the
         loop's thread."""
         engine_cls = ENGINES.get(engine_type)
         super().__init__(lambda: engine_cls(**engine_kwargs), name)
-        self.api: Optional[Dict[str, str]] = None
+        self.api: Optional[Dict[str, Any]] = None
         if openai_api is not None:
             self.api = self.run(self._serve(openai_api, engine_kwargs["model_path"]))
 
-    async def _serve(self, where: Dict[str, Any], model_path: str) -> Dict[str, str]:
-        from trinity.engine.server import serve_engine
+    async def _serve(self, where: Dict[str, Any], model_path: str) -> Dict[str, Any]:
+        from trinity.engine.server import serve_engine, served_at
 
-        self.server = serve_engine(
-            self.hosted, model_path, where["host"], where["port"], where.get("serve")
-        )
-        logger.info("OpenAI-compatible API of %s at %s/v1", model_path, self.server.url)
-        return {"url": self.server.url, "model": model_path}
+        self.server = serve_engine(self.hosted, model_path, where)
+        return served_at(model_path, self.server.url, where.get("api_key"))
 
-    def api_address(self) -> Optional[Dict[str, str]]:
-        """``{"url", "model"}`` of the OpenAI-compatible server, or None when it is off."""
+    def api_address(self) -> Optional[Dict[str, Any]]:
+        """``{"url", "model", "api_key"}`` of the OpenAI-compatible server (``server.served_at``),
+        or None when it is off."""
         return self.api
 
     def close(self, wait: bool = True) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict
 
@@ -59,10 +59,37 @@ class APIError(Exception):
         }
 
 
-class _Request(BaseModel):
-    """Fields shared by chat and completion requests (``None``: the client did not send it)."""
+# Type names pydantic adds to an error's location inside a union (``stop.str``); not fields.
+_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "bytes", "none", "dict", "list"})
 
-    model_config = ConfigDict(extra="allow")
+
+def field_path(loc: Sequence[Any]) -> str:
+    """An error location as a field path: ``("messages", 2, "role")`` -> ``messages[2].role``
+    (pydantic's union member names and the leading ``body`` left out)."""
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif (part == "body" and not path) or part in _TYPE_TAGS or "[" in str(part):
+            continue
+        else:
+            path += f".{part}" if path else str(part)
+    return path
+
+
+def most_specific(errors: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """The validation error that says most: the deepest location (inside a union, the
+    member the value was meant to be: a list of parts rather than a string)."""
+    return max(errors, key=lambda error: len(error.get("loc", ())))
+
+
+class _Request(BaseModel):
+    """Fields shared by chat and completion requests (``None``: the client did not send it).
+
+    Strict: JSON types are not converted (``"n": "3"`` or ``"n": true`` is a 400, as OpenAI
+    answers), and NaN or infinite numbers (which Python's JSON reader accepts) are refused."""
+
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 
     model: str
     n: Optional[int] = None
@@ -167,15 +194,17 @@ def sampling_params(
     max_tokens: Optional[int],
     top_logprobs: int,
     prompt_param: str,
-    top_logprobs_param: str = "top_logprobs",
+    names: Optional[Dict[str, str]] = None,
 ) -> SamplingParams:
     """What to sample for one prompt of ``prompt_tokens`` tokens.
 
     An unset ``max_tokens`` is all the room left in ``max_model_len`` (the configuration
     guide's rule for the API); a prompt that leaves no room, or a ``max_tokens`` that does not
     fit, is a 400 error naming both numbers. ``SamplingParams``' own range checks become 400
-    errors naming the field.
+    errors naming the field, by the request's name for it when ``names`` maps one
+    (``{"max_tokens": "max_completion_tokens"}``).
     """
+    names = names or {}
     room = max_model_len - prompt_tokens
     if prompt_tokens == 0:
         raise APIError(400, "the prompt is empty", prompt_param)
@@ -191,9 +220,9 @@ def sampling_params(
         raise APIError(
             400,
             f"This model's maximum context length is {max_model_len} tokens; the prompt has "
-            f"{prompt_tokens}, so at most {room} can be generated, but max_tokens is "
-            f"{max_tokens}",
-            "max_tokens",
+            f"{prompt_tokens}, so at most {room} can be generated, but "
+            f"{names.get('max_tokens', 'max_tokens')} is {max_tokens}",
+            names.get("max_tokens", "max_tokens"),
             "context_length_exceeded",
         )
     stop = [request.stop] if isinstance(request.stop, str) else request.stop
@@ -203,7 +232,7 @@ def sampling_params(
         top_p=request.top_p,
         top_k=request.top_k,
         min_tokens=request.min_tokens if request.min_tokens is not None else 0,
-        max_tokens=max_tokens or room,
+        max_tokens=max_tokens if max_tokens is not None else room,
         stop=stop or None,
         stop_token_ids=request.stop_token_ids,
         seed=request.seed,
@@ -215,8 +244,8 @@ def sampling_params(
     except ValueError as exc:  # "SamplingParams.<field> must be ..."
         message = str(exc).replace("SamplingParams.", "")
         field = message.split(" ", 1)[0]
-        param = top_logprobs_param if field == "top_logprobs" else field
-        raise APIError(400, message, param) from None
+        param = names.get(field, field)
+        raise APIError(400, param + message[len(field) :], param) from None
 
 
 @dataclass

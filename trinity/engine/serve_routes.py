@@ -73,8 +73,8 @@ async def _json_body(request: Request) -> Dict[str, Any]:
         return {}
     try:
         body = json.loads(raw)
-    except ValueError as exc:
-        raise APIError(400, f"the body is not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep to read
+        raise APIError(400, f"the body is not JSON: {str(exc) or type(exc).__name__}") from None
     if not isinstance(body, dict):
         raise APIError(400, "the body must be a JSON object")
     return body

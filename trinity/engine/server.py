@@ -38,9 +38,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from trinity.common.config.schema_explorer import APIServerConfig
 from trinity.common.models.reply_tokens import SESSION_HEADER, TOKENS_HEADER
 from trinity.common.models.sampling import SamplingParams
 from trinity.engine.conversation import Conversation, record_turn
+from trinity.engine.guard import Guard, head_deadline_protocol
 from trinity.engine.openai_protocol import (
     APIError,
     ChatRequest,
@@ -49,18 +51,22 @@ from trinity.engine.openai_protocol import (
     chat_logprobs,
     completion_logprobs,
     envelope,
+    field_path,
+    most_specific,
     prompt_blocks,
     sampling_params,
     token_block,
     usage,
 )
 from trinity.engine.reasoning import split_reasoning
+from trinity.engine.request_checks import check_chat, check_sampling
 from trinity.engine.serve_routes import (
     ServeHooks,
     add_serve_routes,
     sample_at_training_temperature,
 )
 from trinity.engine.tool_calls import arguments_as_objects, parse_tool_calls
+from trinity.utils.access import Secret
 
 logger = logging.getLogger(__name__)
 
@@ -158,9 +164,8 @@ def _text_messages(messages: Messages) -> Messages:
         content = message.get("content")
         if isinstance(content, list):
             if any(not isinstance(p, dict) or p.get("type") != "text" for p in content):
-                raise APIError(
-                    400, f"messages[{i}].content: only text parts are supported", "messages"
-                )
+                where = f"messages[{i}].content"
+                raise APIError(400, f"{where}: only text parts are supported", where)
             message = {**message, "content": "".join(p.get("text", "") for p in content)}
         out.append(message)
     return out
@@ -179,11 +184,20 @@ def _prompt_ids(served: ServedModel, prompt: Union[str, List[int]], index: int) 
     return list(prompt)
 
 
-def build_app(served: ServedModel, hooks: Optional[ServeHooks] = None) -> FastAPI:
+def build_app(
+    served: ServedModel,
+    hooks: Optional[ServeHooks] = None,
+    limits: Optional[APIServerConfig] = None,
+    api_key: Optional[Secret] = None,
+) -> FastAPI:
     """The OpenAI-compatible app over ``served``; see the module docstring. With ``hooks``
     (``mode: serve``) every reply is recorded before it is sent, and the app has the serve
-    routes (``serve_routes.py``)."""
+    routes (``serve_routes.py``). ``limits`` (unset: the defaults of
+    ``explorer.api_server``) bound every request; with ``api_key`` every route requires it
+    (``guard.py``)."""
+    limits = limits if limits is not None else APIServerConfig()
     app = FastAPI(title="Trinity-RFT rollout model", docs_url=None, redoc_url=None)
+    app.add_middleware(Guard, limits=limits, api_key=api_key)
     created = int(time.time())
     if hooks is not None:
         add_serve_routes(app, hooks, served.model)
@@ -202,57 +216,75 @@ def build_app(served: ServedModel, hooks: Optional[ServeHooks] = None) -> FastAP
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatRequest, request: Request) -> _JSON:
-        served.check_name(body.model)
-        body.unsupported()
-        if body.auto_tool_choice() and not served.enable_auto_tool_choice:
-            raise APIError(400, AUTO_TOOL_CHOICE_OFF, "tool_choice")
-        await _before_sampling(hooks, body)
-        messages = arguments_as_objects(_text_messages(body.messages))
-        session = request.headers.get(SESSION_HEADER)
-        conversation = served.conversation(session) if session and served.conversation else None
-        prompt = _chat_prompt(served, conversation, messages, body.tools)
-        limit = body.max_completion_tokens if body.max_completion_tokens else body.max_tokens
-        top = (body.top_logprobs or 0) if body.logprobs else 0
-        params = sampling_params(body, len(prompt), served.max_model_len, limit, top, "messages")
-        sampled = await served.sample(prompt, params)
-        choices = [_chat_choice(served, body, i, exp) for i, exp in enumerate(sampled.experiences)]
-        if conversation is not None:  # the next turn may continue any of these replies
-            replies = [c["message"] for c in choices]
-            record_turn(
-                conversation,
-                messages,
-                body.tools,
-                list(zip(replies, sampled.experiences, strict=True)),
-            )
-        reply = {**envelope("chat.completion", served.name), "choices": choices}
-        await _record(hooks, reply["id"], [sampled])
-        return _JSON(_with_tokens(request, reply, [sampled], usage([sampled])))
+        return await _chat(served, hooks, limits, body, request)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> _JSON:
-        served.check_name(body.model)
-        body.unsupported()
-        await _before_sampling(hooks, body)
-        prompts = [_prompt_ids(served, p, i) for i, p in enumerate(body.prompts())]
-        top = body.logprobs or 0
-        params = [
-            sampling_params(
-                body, len(p), served.max_model_len, body.max_tokens, top, "prompt", "logprobs"
-            )
-            for p in prompts
-        ]
-        sampled = list(
-            await asyncio.gather(
-                *(served.sample(p, q) for p, q in zip(prompts, params, strict=True))
-            )
-        )
-        exps = [exp for group in sampled for exp in group.experiences]
-        choices = [_completion_choice(served, body, i, exp) for i, exp in enumerate(exps)]
-        reply = {**envelope("text_completion", served.name), "choices": choices}
-        await _record(hooks, reply["id"], sampled)
-        return _JSON(_with_tokens(request, reply, sampled, usage(sampled)))
+        return await _completions(served, hooks, limits, body, request)
 
     return app
+
+
+async def _chat(
+    served: ServedModel,
+    hooks: Optional[ServeHooks],
+    limits: APIServerConfig,
+    body: ChatRequest,
+    request: Request,
+) -> _JSON:
+    """``POST /v1/chat/completions``."""
+    served.check_name(body.model)
+    body.unsupported()
+    check_chat(body, limits, served.vocab_size)
+    if body.auto_tool_choice() and not served.enable_auto_tool_choice:
+        raise APIError(400, AUTO_TOOL_CHOICE_OFF, "tool_choice")
+    await _before_sampling(hooks, body)
+    messages = arguments_as_objects(_text_messages(body.messages))
+    session = request.headers.get(SESSION_HEADER)
+    conversation = served.conversation(session) if session and served.conversation else None
+    prompt = _chat_prompt(served, conversation, messages, body.tools)
+    limit, names = body.max_tokens, {}
+    if body.max_completion_tokens is not None:  # OpenAI's newer name wins
+        limit, names = body.max_completion_tokens, {"max_tokens": "max_completion_tokens"}
+    top = (body.top_logprobs or 0) if body.logprobs else 0
+    params = sampling_params(body, len(prompt), served.max_model_len, limit, top, "messages", names)
+    sampled = await served.sample(prompt, params)
+    choices = [_chat_choice(served, body, i, exp) for i, exp in enumerate(sampled.experiences)]
+    if conversation is not None:  # the next turn may continue any of these replies
+        replies = [c["message"] for c in choices]
+        pairs = list(zip(replies, sampled.experiences, strict=True))
+        record_turn(conversation, messages, body.tools, pairs)
+    reply = {**envelope("chat.completion", served.name), "choices": choices}
+    await _record(hooks, reply["id"], [sampled])
+    return _JSON(_with_tokens(request, reply, [sampled], usage([sampled])))
+
+
+async def _completions(
+    served: ServedModel,
+    hooks: Optional[ServeHooks],
+    limits: APIServerConfig,
+    body: CompletionRequest,
+    request: Request,
+) -> _JSON:
+    """``POST /v1/completions``."""
+    served.check_name(body.model)
+    body.unsupported()
+    await _before_sampling(hooks, body)
+    check_sampling(body, limits, served.vocab_size, len(body.prompts()))
+    prompts = [_prompt_ids(served, p, i) for i, p in enumerate(body.prompts())]
+    top, names = body.logprobs or 0, {"top_logprobs": "logprobs"}
+    params = [
+        sampling_params(body, len(p), served.max_model_len, body.max_tokens, top, "prompt", names)
+        for p in prompts
+    ]
+    sampled = list(
+        await asyncio.gather(*(served.sample(p, q) for p, q in zip(prompts, params, strict=True)))
+    )
+    exps = [exp for group in sampled for exp in group.experiences]
+    choices = [_completion_choice(served, body, i, exp) for i, exp in enumerate(exps)]
+    reply = {**envelope("text_completion", served.name), "choices": choices}
+    await _record(hooks, reply["id"], sampled)
+    return _JSON(_with_tokens(request, reply, sampled, usage(sampled)))
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -264,9 +296,11 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> _JSON:
-        first = exc.errors()[0]
-        where = [str(part) for part in first.get("loc", ()) if part != "body"]
-        param = ".".join(where) or None
+        first = most_specific(exc.errors())
+        if first.get("type") == "json_invalid":  # FastAPI's: the body is not JSON
+            why = (first.get("ctx") or {}).get("error", "")
+            return _error(APIError(400, f"body: not JSON ({why})"))
+        param = field_path(first.get("loc", ())) or None
         return _error(APIError(400, f"{param or 'body'}: {first.get('msg')}", param))
 
     @app.exception_handler(HTTPException)
@@ -371,14 +405,22 @@ class RunningServer:
     """``app`` served by uvicorn as a task on the running event loop.
 
     Create it inside that loop (an async actor's ``__init__`` runs there). ``host`` and
-    ``port`` are where it listens, fixed before the constructor returns.
+    ``port`` are where it listens, fixed before the constructor returns. A connection whose
+    request head takes longer than ``read_timeout`` seconds is closed (``guard.py``).
     """
 
-    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        app: FastAPI,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        read_timeout: float = APIServerConfig().read_timeout,
+    ) -> None:
         self.socket = bind(host, port)
         self.host, self.port = self.socket.getsockname()[:2]
         config = uvicorn.Config(
             app,
+            http=head_deadline_protocol(read_timeout),
             log_config=None,  # leave logging to the process (an actor logs to its own file)
             access_log=False,
             lifespan="off",
@@ -403,14 +445,21 @@ class RunningServer:
 
 
 def serve_engine(
-    model: Any, model_path: str, host: str, port: int, hooks: Optional[ServeHooks] = None
+    model: Any,
+    model_path: str,
+    where: Dict[str, Any],
 ) -> RunningServer:
     """The OpenAI-compatible API of ``model`` (an engine with ``served_model``, holding
-    ``model_path``) on the running loop, with the serve routes when ``hooks`` are given; an
-    address it cannot listen on is an error naming the keys that set it."""
-    app = build_app(model.served_model(model_path), hooks)
+    ``model_path``) on the running loop, as ``where`` says (``runtime/explorer_role.py:
+    openai_api``: ``host``, ``port``, ``limits``, ``api_key``, and in mode serve the
+    ``serve`` hooks, which add the serve routes); an address it cannot listen on is an error
+    naming the keys that set it."""
+    host, port, hooks = where["host"], where["port"], where.get("serve")
+    limits = where.get("limits") or APIServerConfig()
+    served = model.served_model(model_path)
+    app = build_app(served, hooks, limits, where.get("api_key"))
     try:
-        return RunningServer(app, host, port)
+        return RunningServer(app, host, port, limits.read_timeout)
     except OSError as exc:
         keys = (
             "explorer.listen_address/proxy_port"
@@ -421,3 +470,11 @@ def serve_engine(
             f"{keys}: cannot listen on {host}:{port} ({exc.strerror}); use a free port, or 0 "
             "for any free one"
         ) from exc
+
+
+def served_at(model_path: str, url: str, api_key: Optional[Secret]) -> Dict[str, Any]:
+    """What an engine host's ``api_address`` answers: ``{"url", "model", "api_key"}``, the
+    key (a ``Secret``, or None) for the project's own clients; logged without the key."""
+    required = " (API key required)" if api_key is not None else ""
+    logger.info("OpenAI-compatible API of %s at %s/v1%s", model_path, url, required)
+    return {"url": url, "model": model_path, "api_key": api_key}

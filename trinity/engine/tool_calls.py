@@ -162,7 +162,7 @@ def arguments_as_objects(messages: List[Dict[str, Any]]) -> List[Dict[str, Any]]
             if isinstance(function.get("arguments"), str):
                 try:
                     function["arguments"] = json.loads(function["arguments"])
-                except json.JSONDecodeError:
+                except (ValueError, RecursionError):  # not JSON, or nested too deep
                     pass
             parsed.append({**call, "function": function})
         out.append({**message, "tool_calls": parsed})

@@ -27,6 +27,7 @@ from trinity.common.config.config import Config, external_models
 from trinity.common.config.gpus import gpu_shares
 from trinity.common.config.lora_checks import lora_folder_problems, lora_handover_problems
 from trinity.common.config.schema_buffer import StorageConfig
+from trinity.preflight.api_checks import api_key_problems
 from trinity.preflight.bench_checks import bench_problems
 from trinity.preflight.components import (
     component_problems,
@@ -144,6 +145,7 @@ def stage_problems(config: Config, model_from_previous: bool, construct: bool) -
     problems += monitor_problems(config)
     problems += _process_problems(config)
     problems += port_problems(config)
+    problems += api_key_problems(config)
     problems += vllm_problems(config)
     problems += served_engine_problems(config)
     return problems

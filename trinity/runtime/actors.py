@@ -7,7 +7,6 @@ threads), then builds the plain component it hosts.
 from __future__ import annotations
 
 import concurrent.futures
-import logging
 from typing import Any, Dict, List, Optional
 
 import ray
@@ -28,8 +27,6 @@ from trinity.runtime.roles import setup_process
 from trinity.runtime.serve_role import ServeRole
 from trinity.runtime.trainer_role import TrainerRole
 from trinity.utils.status import RunStatus
-
-logger = logging.getLogger(__name__)
 
 
 @ray.remote(num_cpus=0)
@@ -75,7 +72,8 @@ ENGINE_RESTARTS = 3
 @ray.remote(num_cpus=0, max_restarts=ENGINE_RESTARTS, max_task_retries=2)
 class EngineActor:
     """Hosts the engine ``ENGINES`` registers as ``engine_type`` (async methods: requests are
-    batched), and with ``openai_api`` (``{"host", "port"}``) its OpenAI-compatible server."""
+    batched), and with ``openai_api`` (``explorer_role.openai_api``) its OpenAI-compatible
+    server."""
 
     def __init__(
         self,
@@ -96,29 +94,27 @@ class EngineActor:
         # without what this process's plugins register.
         engine_cls = trinity.engine.ENGINES.get(engine_type)
         self.model = engine_cls(num_threads=threads, **engine_kwargs)
-        self.api: Optional[Dict[str, str]] = None
+        self.api: Optional[Dict[str, Any]] = None
         if openai_api is not None:
             self.api = self._serve(openai_api, engine_kwargs)
 
-    def _serve(self, where: Dict[str, Any], engine_kwargs: Dict[str, Any]) -> Dict[str, str]:
-        """Start the server (``where``: host, port, and in mode serve its hooks) as a task on
+    def _serve(self, where: Dict[str, Any], engine_kwargs: Dict[str, Any]) -> Dict[str, Any]:
+        """Start the server (``where``: ``explorer_role.openai_api``) as a task on
         this actor's event loop (an async actor's ``__init__`` runs on it), so HTTP requests
         reach the same batching as ``chat``. A restarted engine serves again, on a new port
         when ``port`` is 0."""
-        from trinity.engine.server import serve_engine
+        from trinity.engine.server import serve_engine, served_at
 
         model_path = engine_kwargs["model_path"]
-        self.server = serve_engine(
-            self.model, model_path, where["host"], where["port"], where.get("serve")
-        )
+        self.server = serve_engine(self.model, model_path, where)
         url = self.server.url
         if self.server.host in ("0.0.0.0", "::"):  # every interface: clients use the node's IP
             url = f"http://{ray.util.get_node_ip_address()}:{self.server.port}"
-        logger.info("OpenAI-compatible API of %s at %s/v1", model_path, url)
-        return {"url": url, "model": model_path}
+        return served_at(model_path, url, where.get("api_key"))
 
-    async def api_address(self) -> Optional[Dict[str, str]]:
-        """``{"url", "model"}`` of the OpenAI-compatible server, or None when it is off."""
+    async def api_address(self) -> Optional[Dict[str, Any]]:
+        """``{"url", "model", "api_key"}`` of the OpenAI-compatible server (``server.served_at``),
+        or None when it is off."""
         if self.api is not None and self.server.task.done():  # uvicorn failed or stopped
             raise RuntimeError(
                 f"the OpenAI-compatible server at {self.api['url']} has stopped; see this "

@@ -33,6 +33,7 @@ from trinity.runtime.roles import (
     setup_process,
 )
 from trinity.runtime.synchronizer import SyncTimeoutError
+from trinity.utils.access import read_secret
 from trinity.utils.loop_host import LoopHost
 from trinity.utils.status import Reporter
 
@@ -71,16 +72,24 @@ def engine_kwargs(config: Any, auxiliary: Any = None) -> Dict[str, Any]:
 
 
 def openai_api(config: Any, auxiliary: Any = None, serve: Any = None) -> Optional[Dict[str, Any]]:
-    """Where an engine serves its OpenAI-compatible API, or None when it is off. Auxiliary
-    models are always served: workflows reach them only through it. ``serve``: the rollout
-    engine of mode serve, at ``explorer.listen_address:proxy_port`` with these hooks."""
+    """Where and how an engine serves its OpenAI-compatible API, or None when it is off:
+    host, port, the request ``limits`` and ``api_key`` of ``explorer.api_server`` (the key
+    read from this process's environment, where the launcher put it). Auxiliary models are
+    always served: workflows reach them only through it. ``serve``: the rollout engine of
+    mode serve, at ``explorer.listen_address:proxy_port`` with these hooks."""
+    explorer = config.explorer
+    guard = {"limits": explorer.api_server, "api_key": read_secret(explorer.api_server.api_key_env)}
     if serve is not None:
-        explorer = config.explorer
-        return {"host": explorer.listen_address, "port": explorer.proxy_port, "serve": serve}
-    served = auxiliary or config.explorer.rollout_model
+        return {
+            "host": explorer.listen_address,
+            "port": explorer.proxy_port,
+            "serve": serve,
+            **guard,
+        }
+    served = auxiliary or explorer.rollout_model
     if auxiliary is None and not served.enable_openai_api:
         return None
-    return {"host": served.openai_api_host, "port": served.openai_api_port}
+    return {"host": served.openai_api_host, "port": served.openai_api_port, **guard}
 
 
 def engine_type_of(served: Any) -> str:

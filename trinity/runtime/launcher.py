@@ -223,12 +223,14 @@ class _Stage:
         from trinity.engine.external import external_env
         from trinity.monitor import monitor_env
         from trinity.runtime.actors import ExplorerActor, ServeActor, TrainerActor
+        from trinity.utils.access import passed_on
 
         cfg, start = self.config, 0
         tracker = monitor_env(cfg.monitor.monitor_type)  # WANDB_MODE, MLFLOW_... of this shell
         if cfg.mode in ("both", "colocate", "explore", "bench", "serve"):
-            # An external model's URL and key, from this environment wherever the actor runs.
-            env = {**tracker, **external_env(cfg)}
+            # An external model's URL and key, and the key of the servers the explorer binds
+            # (explorer.api_server.api_key_env), from this environment wherever it runs.
+            env = {**tracker, **external_env(cfg), **passed_on(cfg.explorer.api_server.api_key_env)}
             role = ServeActor if cfg.mode == "serve" else ExplorerActor
             self.explorer = role.options(
                 runtime_env={"env_vars": env} if env else None,

@@ -39,7 +39,8 @@ class QueueHost:
         else:
             self.queue = ExperienceQueue(store=store, rewind_to=rewind_to, replay=replay)
         self.responses = None
-        self._commits = threading.Lock()  # one commit at a time: each takes the next step
+        # one commit at a time (each takes the next step), and no feedback during one
+        self._commits = threading.Lock()
         if serving and database:
             from trinity.buffer.responses import ResponseLog
 
@@ -74,8 +75,10 @@ class QueueHost:
     def feedback(
         self, response_ids: List[str], reward: float, task_id: Optional[str], run_id: int
     ) -> Any:
-        """``ResponseLog.feedback``: a ``FeedbackResult``."""
-        return self.responses.feedback(response_ids, reward, task_id, run_id)
+        """``ResponseLog.feedback``: a ``FeedbackResult``. Under the commit lock: a commit
+        between its check and its write would leave a committed reply's reward changed."""
+        with self._commits:
+            return self.responses.feedback(response_ids, reward, task_id, run_id)
 
     def commit(self, task_id: Optional[str] = None) -> Tuple[int, int]:
         """(step, experiences) of a commit of the rewarded responses (of ``task_id``, or

@@ -54,6 +54,7 @@ from trinity.common.config.schema_buffer import (
     TrainerInput,
 )
 from trinity.common.config.schema_explorer import (
+    APIServerConfig,
     ExplorerConfig,
     InferenceModelConfig,
     SynchronizerConfig,
@@ -70,6 +71,7 @@ from trinity.common.config.verl import VerlTrainerConfig
 from trinity.common.config.verl_mapping import effective_trainer_settings
 
 __all__ = [
+    "APIServerConfig",
     "AlgorithmConfig",
     "BufferConfig",
     "ClusterConfig",

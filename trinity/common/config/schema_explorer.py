@@ -117,6 +117,43 @@ class InferenceModelConfig(ConfigModel):
     )
 
 
+class APIServerConfig(ConfigModel):
+    """``explorer.api_server``: every OpenAI-compatible server the explorer binds (mode
+    serve's endpoint, the rollout model's API, auxiliary models' APIs): who may call it and
+    how much one request may ask. Beyond a limit a request gets a 4xx naming it."""
+
+    api_key_env: str = Field(
+        "TRINITY_API_KEY",
+        description="Env var holding the API key (vLLM's --api-key; clients send "
+        "Authorization: Bearer <key>). Set: every route requires it. Unset: only loopback "
+        "addresses may be bound.",
+    )
+    max_body_bytes: int = Field(
+        4 * 1024 * 1024,
+        ge=1024,
+        description="Largest request body in bytes; beyond it a 413 before the body is read.",
+    )
+    max_n: int = Field(
+        64,
+        ge=1,
+        description="Most samples one request may ask for: n (times the prompts of a "
+        "completion); max_tokens is bounded by the model's max_model_len.",
+    )
+    max_messages: int = Field(1024, ge=1, description="Most messages in one chat request.")
+    max_in_flight: int = Field(
+        256,
+        ge=1,
+        description="Requests handled at once; one more gets a 503 with Retry-After, never a "
+        "queue.",
+    )
+    read_timeout: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds a client has to send a request's head, then its body (408), and "
+        "to take each part of the reply; a stalled client then loses its connection.",
+    )
+
+
 class OverRolloutConfig(ConfigModel):
     """``explorer.over_rollout``: proceed before the slowest tasks finish."""
 
@@ -198,6 +235,11 @@ class ExplorerConfig(ConfigModel):
         ge=0,
         le=65535,
         description="Mode serve: the port of that endpoint; 0: a free port, printed at start.",
+    )
+    api_server: APIServerConfig = Field(
+        default_factory=APIServerConfig,
+        description="API key and request limits of every OpenAI-compatible server the "
+        "explorer binds (mode serve's endpoint, the rollout and auxiliary models' APIs).",
     )
 
 

@@ -27,7 +27,7 @@ import openai
 from trinity.common.experience import Experience
 from trinity.common.models.reply_tokens import SESSION_HEADER, TOKENS_HEADER, experiences_from_reply
 
-# The server checks no key, but the openai package refuses to start without one.
+# What is sent to a server that checks no key: the openai package refuses to start without one.
 API_KEY = "EMPTY"
 
 Record = Callable[[List[Experience]], None]
@@ -95,18 +95,23 @@ def _unregister(key: str) -> None:
 
 
 def openai_client(
-    url: str, model: str, record: Optional[Record] = None, session: Optional[str] = None
+    url: str,
+    model: str,
+    record: Optional[Record] = None,
+    session: Optional[str] = None,
+    api_key: Optional[str] = None,
 ) -> openai.OpenAI:
     """An ``openai.OpenAI`` for the server at ``url``; ``client.model_path`` is the served
     model name. With ``record``, every reply's experiences are passed to it; with
-    ``session``, chat requests continuing an earlier reply continue its exact tokens."""
+    ``session``, chat requests continuing an earlier reply continue its exact tokens;
+    ``api_key``: the server's (``explorer.api_server.api_key_env``), if it requires one."""
     headers = _headers(record, session)
     key = _register(record) if record is not None else None
     if key is not None:
         headers[RECORDER_HEADER] = key
     client = openai.OpenAI(
         base_url=f"{url}/v1",
-        api_key=API_KEY,
+        api_key=api_key or API_KEY,
         default_headers=headers,
         http_client=_shared_http_client(),
     )
@@ -117,7 +122,11 @@ def openai_client(
 
 
 def openai_async_client(
-    url: str, model: str, record: Optional[Record] = None, session: Optional[str] = None
+    url: str,
+    model: str,
+    record: Optional[Record] = None,
+    session: Optional[str] = None,
+    api_key: Optional[str] = None,
 ) -> openai.AsyncOpenAI:
     """``openai_client`` for asyncio code: an ``openai.AsyncOpenAI``."""
     options: Dict[str, Any] = {"default_headers": _headers(record, session)}
@@ -130,6 +139,6 @@ def openai_async_client(
                 record(experiences)
 
         options["http_client"] = openai.DefaultAsyncHttpxClient(event_hooks={"response": [hook]})
-    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=API_KEY, **options)
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=api_key or API_KEY, **options)
     client.model_path = model
     return client

@@ -100,7 +100,7 @@ class ModelWrapper:
         self.session = uuid.uuid4().hex
         self._history: List[Experience] = []
         self._history_lock = threading.Lock()  # clients record from the threads calling them
-        self._api: Optional[Dict[str, str]] = None  # the engine's server: url, model name
+        self._api: Optional[Dict[str, Any]] = None  # the engine's server: url, model, api_key
         self._clients: Dict[str, Any] = {}
         # The versions seen by the running task, see track_versions. A context variable, not a
         # thread-local: in ``concurrent_mode: asynchronous`` many tasks share one thread, and
@@ -225,7 +225,7 @@ class ModelWrapper:
         """``model_version`` without blocking the event loop."""
         return await self._acall("model_version")
 
-    def _api_address(self) -> Dict[str, str]:
+    def _api_address(self) -> Dict[str, Any]:
         """The engine's server (asked once per wrapper: an engine that restarted serves on a
         new port, and the runner gives the next workflow instance a new wrapper)."""
         if self._api is None:
@@ -248,7 +248,10 @@ class ModelWrapper:
             api = self._api_address()
             make = client.openai_client if kind == "sync" else client.openai_async_client
             record = self._record_reply if self.enable_history else None
-            self._clients[kind] = make(api["url"], api["model"], record, self.session)
+            key = api.get("api_key")  # a Secret when explorer.api_server requires a key
+            self._clients[kind] = make(
+                api["url"], api["model"], record, self.session, key.reveal() if key else None
+            )
         return self._clients[kind]
 
     def _record_reply(self, experiences: List[Experience]) -> None:

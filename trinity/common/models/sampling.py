@@ -46,5 +46,15 @@ class SamplingParams:
                 f"SamplingParams.top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], "
                 f"got {self.top_logprobs}"
             )
+        # Engines put these in int64 tensors and seed generators with them: a value out of
+        # range would fail the whole batch a request joined, not just that request.
+        for name in ("top_k", "min_tokens", "max_tokens"):
+            value = getattr(self, name)
+            if value is not None and not -(2**31) < value < 2**31:
+                raise ValueError(
+                    f"SamplingParams.{name} must be within (-2**31, 2**31), got {value}"
+                )
+        if self.seed is not None and not -(2**63) <= self.seed < 2**63:
+            raise ValueError(f"SamplingParams.seed must fit in 64 bits, got {self.seed}")
         if self.stop is not None and not all(isinstance(s, str) and s for s in self.stop):
             raise ValueError(f"SamplingParams.stop must be non-empty strings, got {self.stop!r}")
