@@ -8,7 +8,8 @@ tokens (min_tokens = max_tokens, so both do the same work). Each worker reports 
 its process tree (vLLM runs its model in child processes) and the median time of a weight sync
 (``load_weights`` of the full state dict, checks included). With ``--shared`` every measure is
 taken again while a second process runs matrix products on every core, as a trainer does
-beside an engine in the asynchronous sync styles.
+beside an engine in the asynchronous sync styles, and the transformers engine once more on one
+thread (the cores actually free).
 
 Part 2 (``--grpo-steps N``): ``examples/smollm2/grpo.yaml`` and ``grpo_vllm.yaml`` end to end,
 one after the other: samples/s over the run and greedy held-out accuracy at each evaluation.
@@ -69,6 +70,7 @@ def worker(args: argparse.Namespace) -> Dict[str, Any]:
         max_prompt_tokens=256,
         max_response_tokens=args.tokens,
         dtype=args.dtype,
+        num_threads=args.threads,
     )
     started = time.monotonic() - start
     ids = prompts(args.data, model.engine.apply_chat_template, args.prompts)
@@ -98,6 +100,7 @@ def worker(args: argparse.Namespace) -> Dict[str, Any]:
     result = {
         "engine": args.worker,
         "dtype": args.dtype,
+        "threads": args.threads or "default",
         "start_s": round(started, 2),
         "tokens_per_s": round(statistics.median(rates), 1),
         "tokens_per_s_each": [round(r, 1) for r in rates],
@@ -108,9 +111,12 @@ def worker(args: argparse.Namespace) -> Dict[str, Any]:
     return result
 
 
-def run_worker(args: argparse.Namespace, engine: str, dtype: str) -> Dict[str, Any]:
+def run_worker(
+    args: argparse.Namespace, engine: str, dtype: str, threads: int = 0
+) -> Dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         command = [sys.executable, __file__, "--worker", engine, "--dtype", dtype]
+        command += ["--threads", str(threads)] if threads else []
         command += ["--data", args.data, "--worker-out", out.name]
         command += ["--prompts", str(args.prompts), "--samples", str(args.samples)]
         command += ["--tokens", str(args.tokens), "--repeats", str(args.repeats)]
@@ -132,8 +138,11 @@ def engine_part(args: argparse.Namespace) -> List[Dict[str, Any]]:
         try:
             for dtype in args.dtypes:
                 for _ in range(args.rounds):  # alternating: the machine's drift falls on both
-                    for engine in ENGINES:
-                        result = run_worker(args, engine, dtype)
+                    # beside a busy process, also the transformers engine on one thread: the
+                    # cores actually free
+                    runs = [(e, 0) for e in ENGINES] + ([("transformers", 1)] if shared else [])
+                    for engine, threads in runs:
+                        result = run_worker(args, engine, dtype, threads)
                         result["shared_cores"] = shared
                         print(json.dumps(result), flush=True)
                         results.append(result)
@@ -196,6 +205,7 @@ def main() -> None:
     parser.add_argument("--eval-interval", type=int, default=25)
     parser.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
     parser.add_argument("--dtype", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
