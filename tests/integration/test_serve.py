@@ -152,7 +152,8 @@ def ask_with_tools(url: str) -> str:
     reply's id."""
     import openai
 
-    api = openai.OpenAI(base_url=f"{url}/v1", api_key="EMPTY")
+    # the key a run with one requires (the Ray case sets it), as examples/serve/client.py sends
+    api = openai.OpenAI(base_url=f"{url}/v1", api_key=os.environ.get("TRINITY_API_KEY", "EMPTY"))
     messages = [
         {"role": "system", "content": "You are a helpful assistant."},
         {"role": "user", "content": "What is 12+30? And the weather in Paris?"},
