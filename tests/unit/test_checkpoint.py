@@ -369,3 +369,59 @@ def test_trainer_hf_export_disk_full_cleans_up(tmp_path, micro_model, arithmetic
     with pytest.raises(ckpt.CheckpointError, match="disk full while writing the Hugging Face"):
         trainer.export_hf(out)
     assert not os.path.exists(out) and not os.path.exists(out + ".tmp")
+
+
+class _Killed(BaseException):
+    """Stands for a kill -9 between a step's checkpoint and its metrics record."""
+
+
+def test_a_step_checkpointed_by_its_publish_keeps_its_metrics_for_the_resumed_run(
+    tmp_path, micro_model, arithmetic_data
+):
+    from trinity.common.experience import Experience
+    from trinity.monitor import Monitor
+
+    trainer = _trainer(tmp_path, micro_model, arithmetic_data)
+    prompt = trainer.tokenizer.encode("1+1=")
+
+    class Rows:  # one GRPO group per read
+        def read(self, n, timeout=None):
+            return [
+                Experience(
+                    tokens=prompt + trainer.tokenizer.encode(answer),
+                    prompt_length=len(prompt),
+                    reward=reward,
+                    logprobs=[-1.0] * len(trainer.tokenizer.encode(answer)),
+                    group_id="g",
+                )
+                for answer, reward in (("2", 1.0), ("3", 0.0))
+            ]
+
+    logged = {}
+
+    def log(metrics, step):
+        if step == 2:  # the checkpoint of step 2 is on disk, its record is not
+            raise _Killed
+        logged[step] = dict(metrics)
+
+    trainer.attach_reader(Rows())
+    trainer.log = log
+    trainer.publish = lambda version, model: trainer.save(final=False)  # sync by checkpoint
+    trainer.publish_due = lambda step: True
+    with pytest.raises(_Killed):
+        trainer.run()
+    assert sorted(logged) == [1]
+
+    resumed = _trainer(tmp_path, micro_model, arithmetic_data)
+    assert resumed.step == 2
+    # the metrics of step 2 as the killed run computed them, before its publish was timed
+    assert resumed.unlogged["sample/experience_count"] == 2
+    assert "actor/pg_loss" in resumed.unlogged and "time/sync_weights" not in resumed.unlogged
+    with open(os.path.join(trainer.job_dir, "global_step_1", "extra.json")) as f:
+        saved = json.load(f)["unlogged_metrics"]  # each publish saves before it logs
+    assert saved["actor/pg_loss"] == logged[1]["actor/pg_loss"]
+    # what the trainer role asks before logging them again (only step 1 was logged)
+    monitor = Monitor(trainer.job_dir, "p", "n", "trainer", "tensorboard", {}, keep_until=2)
+    monitor.log(logged[1], 1)
+    assert monitor.has_logged(1) and not monitor.has_logged(2)
+    monitor.close()

@@ -71,9 +71,9 @@ class Monitor:
         """``keep_until``: the step a resumed role continues after; later records are dropped,
         so the metrics hold each step once."""
         run_name = f"{name}_{role}"
-        path = os.path.join(job_dir, "monitor", f"{role}.jsonl")
+        self.path = os.path.join(job_dir, "monitor", f"{role}.jsonl")
         self.sinks: List[MetricSink] = [
-            JsonlSink(path, run_name, keep_until),
+            JsonlSink(self.path, run_name, keep_until),
             MONITORS.get(monitor_type)(
                 job_dir, project, run_name, keep_until, **(monitor_args or {})
             ),
@@ -82,6 +82,10 @@ class Monitor:
     def log(self, metrics: Dict[str, float], step: int) -> None:
         for sink in self.sinks:
             sink.log(metrics, step)
+
+    def has_logged(self, step: int) -> bool:
+        """Whether the metrics file holds a record of ``step``."""
+        return any(r.get("step") == step for r in read_metrics(self.path))
 
     def close(self) -> None:
         for sink in self.sinks:

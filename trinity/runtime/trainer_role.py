@@ -79,6 +79,9 @@ class TrainerRole:
         else:
             self.trainer = Trainer(self.config, **kwargs)
         step = self.trainer.prepare_model()
+        if self.trainer.unlogged is not None and not self.monitor.has_logged(step):
+            self.monitor.log(self.trainer.unlogged, step)  # killed after its checkpoint
+        self.trainer.unlogged = None
         self.trainer.attach_reader(self._reader(), self._auxiliary_readers())
         if step and self.config.mode in ("both", "colocate", "serve"):
             self._publish(step, self.trainer.model)

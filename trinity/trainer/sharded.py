@@ -29,7 +29,7 @@ from trinity.trainer.distributed import (
 )
 from trinity.trainer.policy_step import accumulate_gradients, reference_logprobs
 from trinity.trainer.sharded_checkpoint import load_sharded, save_sharded
-from trinity.trainer.trainer import Trainer
+from trinity.trainer.trainer import UNLOGGED_KEY, Trainer
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +120,7 @@ class ShardedTrainer(Trainer):
         self.scheduler.load_state_dict(state["optim"]["scheduler"])
         self._sampler_state = state["extra"].get("sample_strategy", {})
         self.kl_ctrl.load_state_dict(state["extra"].get("kl_ctrl", self.kl_ctrl.state_dict()))
+        self.unlogged = state["extra"].get(UNLOGGED_KEY)
         self.step = step
         logger.info("resumed the trainer from %s", ckpt.step_dir(self.job_dir, step))
 
@@ -131,7 +132,7 @@ class ShardedTrainer(Trainer):
         if self.ranks.broadcast_json(main and ckpt.latest_step(self.job_dir) != self.step):
             extra = {"kl_ctrl": self.kl_ctrl.state_dict()}
             if main:
-                extra["sample_strategy"] = self.sampler.state_dict()
+                extra.update(sample_strategy=self.sampler.state_dict(), **self._unlogged_extra())
             save_sharded(
                 self.ranks,
                 self.job_dir,

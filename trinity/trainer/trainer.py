@@ -64,6 +64,9 @@ def _stats(prefix: str, values: torch.Tensor) -> Dict[str, float]:
     }
 
 
+UNLOGGED_KEY = "unlogged_metrics"  # in a checkpoint's extra.json: its step's metrics
+
+
 class Trainer:
     def __init__(
         self,
@@ -87,6 +90,8 @@ class Trainer:
         self.report = report or (lambda text: None)
         self.job_dir = config.checkpoint_job_dir
         self.step = 0
+        # this step's metrics from its publish until they are logged (see ``run``)
+        self.unlogged: Optional[Dict[str, float]] = None
 
     # ---- setup ---------------------------------------------------------------------------
     def prepare_model(self) -> int:
@@ -200,6 +205,7 @@ class Trainer:
         self.scheduler.load_state_dict(state["optim"]["scheduler"])
         self._sampler_state = state["extra"].get("sample_strategy", {})
         self.kl_ctrl.load_state_dict(state["extra"].get("kl_ctrl", self.kl_ctrl.state_dict()))
+        self.unlogged = state["extra"].get(UNLOGGED_KEY)
         if self.critic is not None:
             if "critic" not in state["states"]:
                 raise ckpt.CheckpointError(
@@ -409,10 +415,15 @@ class Trainer:
             else:  # e.g. every task of its explore step failed: keep the step count in sync
                 self.report(f"train step {self.step}: no experience to train on; weights unchanged")
             if self.publish is not None and self.publish_due(self.step):
-                start = time.monotonic()  # publish before logging: the explorer may be waiting
+                # Publish before logging: the explorer may be waiting. A publish by checkpoint
+                # saves this step before its metrics are logged, so the checkpoint carries
+                # them (``unlogged``): a run killed in between logs them when it resumes.
+                self.unlogged = metrics
+                start = time.monotonic()
                 self.publish(self.step, self.model)
                 metrics["time/sync_weights"] = time.monotonic() - start
             self.log(metrics, self.step)
+            self.unlogged = None
             release_workers()  # the explorer's turn: see utils/openmp.py
             if cfg.trainer.save_interval and self.step % cfg.trainer.save_interval == 0:
                 self.save(final=False)
@@ -431,6 +442,10 @@ class Trainer:
             metrics.update(self.reader.step_metrics())
         return exps, metrics
 
+    def _unlogged_extra(self) -> Dict[str, Any]:
+        """For a checkpoint's ``extra``: this step's metrics if they are not logged yet."""
+        return {UNLOGGED_KEY: self.unlogged} if self.unlogged is not None else {}
+
     def save(self, final: bool) -> None:
         """Save the current step (once); HF export per ``trainer.save_hf_checkpoint``."""
         if self.step == 0:
@@ -447,6 +462,7 @@ class Trainer:
                 {
                     "sample_strategy": self.sampler.state_dict(),
                     "kl_ctrl": self.kl_ctrl.state_dict(),
+                    **self._unlogged_extra(),
                 },
                 max_to_keep=self.config.trainer.max_checkpoints_to_keep,
                 states={"critic": self.critic.state_dict()} if self.critic is not None else None,
