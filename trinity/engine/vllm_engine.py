@@ -27,8 +27,11 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
-from typing import Any, Dict, Iterator, List, Optional
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, Callable, Dict, Iterator, List, Optional, TypeVar
 
 import torch
 from safetensors.torch import save_file
@@ -46,6 +49,9 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 WORKER_EXTENSION = "trinity.engine.vllm_worker.TrinityWorkerExtension"
 # Share of the memory available at start that the KV cache may take on CPU, at most.
 CPU_KV_SHARE = 0.25
+# How often a call in flight checks that vLLM's engine core is still alive (seconds).
+LIVENESS_POLL_S = 0.5
+T = TypeVar("T")
 
 
 class WeightSyncError(RuntimeError):
@@ -69,6 +75,33 @@ def _alive() -> Iterator[None]:
             "in the run's folder); run the same command again to resume from the last "
             "checkpoint"
         ) from exc
+
+
+def _watched(llm: Any, call: Callable[[], T]) -> T:
+    """``call()``, which waits on vLLM's engine core, failing with ``EngineDeadError`` once
+    that process is gone. vLLM's sync client (0.32) marks the engine dead when its process
+    ends but never fails a call already waiting: a ``collective_rpc`` or a ``generate`` in
+    flight when the engine core was killed waited forever (seen in the kill test), so the
+    call runs in a thread of its own while this one watches the engine's liveness flag."""
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    done: Future = Future()
+
+    def run() -> None:
+        try:
+            done.set_result(call())
+        except BaseException as exc:  # handed to the caller, whatever it is
+            done.set_exception(exc)
+
+    # daemon: a call stranded by a dead engine must not keep the process from exiting
+    threading.Thread(target=run, daemon=True, name="vllm-call").start()
+    resources = getattr(llm.llm_engine.engine_core, "resources", None)
+    while True:
+        try:
+            return done.result(timeout=LIVENESS_POLL_S)
+        except FutureTimeout:
+            if resources is not None and resources.engine_dead:
+                raise EngineDeadError(suppress_context=True) from None
 
 
 class VLLMEngine(PromptSide):
@@ -143,10 +176,13 @@ class VLLMEngine(PromptSide):
         if not fitted:
             return []
         with _alive():
-            outputs = self.llm.generate(
-                [TokensPrompt(prompt_token_ids=prompt) for prompt, _ in fitted],
-                [self._sampling(p) for _, p in fitted],
-                use_tqdm=False,
+            outputs = _watched(
+                self.llm,
+                lambda: self.llm.generate(
+                    [TokensPrompt(prompt_token_ids=prompt) for prompt, _ in fitted],
+                    [self._sampling(p) for _, p in fitted],
+                    use_tqdm=False,
+                ),
             )
         return [
             [_sample(c, prompt, p.top_logprobs) for c in out.outputs]
@@ -186,12 +222,13 @@ class VLLMEngine(PromptSide):
             path = os.path.join(folder, "weights.safetensors")
             save_file(tensors, path)
             with _alive():
-                self.llm.collective_rpc("trinity_load", args=(path,))
+                _watched(self.llm, lambda: self.llm.collective_rpc("trinity_load", args=(path,)))
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         with _alive():
-            self.llm.reset_prefix_cache()  # cached prompts were computed with the old weights
-            held = self.llm.collective_rpc("trinity_checksums")
+            # cached prompts were computed with the old weights
+            _watched(self.llm, self.llm.reset_prefix_cache)
+            held = _watched(self.llm, lambda: self.llm.collective_rpc("trinity_checksums"))
         wrong = mismatches(sent, held, self.tied)
         if wrong:
             raise WeightSyncError(
