@@ -38,7 +38,8 @@ from trinity.trainer.policy_step import (
     loss_inputs,
     reference_logprobs,
 )
-from trinity.utils.device import DTYPES, attention_kwargs, compute_in, peak_memory_gb, role_device
+from trinity.trainer.step_metrics import batch_metrics, perf_metrics
+from trinity.utils.device import DTYPES, attention_kwargs, compute_in, role_device
 from trinity.utils.openmp import release_workers
 
 logger = logging.getLogger(__name__)
@@ -53,15 +54,6 @@ def sampled_tokens(batch: ExperienceBatch) -> torch.Tensor:
     rows = [e.logprobs is not None for e in batch.experiences]
     has = torch.tensor(rows, dtype=batch.action_mask.dtype, device=batch.action_mask.device)
     return batch.action_mask * has[:, None]
-
-
-def _stats(prefix: str, values: torch.Tensor) -> Dict[str, float]:
-    values = values.float()
-    return {
-        f"{prefix}/mean": values.mean().item(),
-        f"{prefix}/max": values.max().item(),
-        f"{prefix}/min": values.min().item(),
-    }
 
 
 UNLOGGED_KEY = "unlogged_metrics"  # in a checkpoint's extra.json: its step's metrics
@@ -369,33 +361,9 @@ class Trainer:
             actor_batch, correction_metrics = self._actor_batch(batch)
             metrics.update(correction_metrics)
             metrics.update(self._update_actor(actor_batch))
-        metrics.update(self._batch_metrics(batch))
+        metrics.update(batch_metrics(batch, self.config.model.max_response_tokens))
         metrics["time/train_step"] = time.monotonic() - start
-        metrics.update(self._perf_metrics(batch, metrics["time/train_step"]))
-        return metrics
-
-    def _perf_metrics(self, batch: ExperienceBatch, seconds: float) -> Dict[str, float]:
-        """veRL's ``perf/`` names: tokens trained (prompt + response, padding excluded), their
-        rate, and on a GPU the step's peak memory (reset for the next step)."""
-        tokens = float(batch.attention_mask.sum())
-        metrics = {"perf/total_num_tokens": tokens, "perf/throughput": tokens / max(seconds, 1e-9)}
-        if self.device.type == "cuda":
-            metrics["perf/max_memory_allocated_gb"] = peak_memory_gb(self.device)
-            metrics["perf/max_memory_reserved_gb"] = torch.cuda.max_memory_reserved() / 1e9
-            torch.cuda.reset_peak_memory_stats(self.device)
-        return metrics
-
-    def _batch_metrics(self, batch: ExperienceBatch) -> Dict[str, float]:
-        resp_len = batch.action_mask.sum(-1)
-        prompt_len = torch.tensor([e.prompt_length for e in batch.experiences])
-        max_tokens = self.config.model.max_response_tokens
-        metrics = {**_stats("critic/rewards", batch.rewards), **_stats("response_length", resp_len)}
-        metrics["response_length/clip_ratio"] = (resp_len >= max_tokens).float().mean().item()
-        metrics.update(_stats("prompt_length", prompt_len))
-        if batch.advantages is not None:
-            mask = batch.action_mask.bool()
-            metrics.update(_stats("critic/advantages", batch.advantages[mask]))
-            metrics.update(_stats("critic/returns", batch.returns[mask]))
+        metrics.update(perf_metrics(batch, metrics["time/train_step"], self.device))
         return metrics
 
     # ---- loop ------------------------------------------------------------------------------
