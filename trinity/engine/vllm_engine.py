@@ -78,8 +78,8 @@ def _alive() -> Iterator[None]:
 
 
 def _watched(llm: Any, call: Callable[[], T]) -> T:
-    """``call()``, which waits on vLLM's engine core, failing with ``EngineDeadError`` once
-    that process is gone. vLLM's sync client (0.32) marks the engine dead when its process
+    """``call()``, which waits on vLLM's engine core, failing with ``EngineDied`` once that
+    process is gone. vLLM's sync client (0.32) marks the engine dead when its process
     ends but never fails a call already waiting: a ``collective_rpc`` or a ``generate`` in
     flight when the engine core was killed waited forever (seen in the kill test), so the
     call runs in a thread of its own while this one watches the engine's liveness flag."""
@@ -96,12 +96,13 @@ def _watched(llm: Any, call: Callable[[], T]) -> T:
     # daemon: a call stranded by a dead engine must not keep the process from exiting
     threading.Thread(target=run, daemon=True, name="vllm-call").start()
     resources = getattr(llm.llm_engine.engine_core, "resources", None)
-    while True:
-        try:
-            return done.result(timeout=LIVENESS_POLL_S)
-        except FutureTimeout:
-            if resources is not None and resources.engine_dead:
-                raise EngineDeadError(suppress_context=True) from None
+    with _alive():
+        while True:
+            try:
+                return done.result(timeout=LIVENESS_POLL_S)
+            except FutureTimeout:
+                if resources is not None and resources.engine_dead:
+                    raise EngineDeadError(suppress_context=True) from None
 
 
 class VLLMEngine(PromptSide):
@@ -175,15 +176,14 @@ class VLLMEngine(PromptSide):
         fitted = [self.fit(list(x), p) for x, p in zip(prompts, params, strict=True)]
         if not fitted:
             return []
-        with _alive():
-            outputs = _watched(
-                self.llm,
-                lambda: self.llm.generate(
-                    [TokensPrompt(prompt_token_ids=prompt) for prompt, _ in fitted],
-                    [self._sampling(p) for _, p in fitted],
-                    use_tqdm=False,
-                ),
-            )
+        outputs = _watched(
+            self.llm,
+            lambda: self.llm.generate(
+                [TokensPrompt(prompt_token_ids=prompt) for prompt, _ in fitted],
+                [self._sampling(p) for _, p in fitted],
+                use_tqdm=False,
+            ),
+        )
         return [
             [_sample(c, prompt, p.top_logprobs) for c in out.outputs]
             for (prompt, p), out in zip(fitted, outputs, strict=True)
@@ -221,14 +221,11 @@ class VLLMEngine(PromptSide):
         try:
             path = os.path.join(folder, "weights.safetensors")
             save_file(tensors, path)
-            with _alive():
-                _watched(self.llm, lambda: self.llm.collective_rpc("trinity_load", args=(path,)))
+            _watched(self.llm, lambda: self.llm.collective_rpc("trinity_load", args=(path,)))
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-        with _alive():
-            # cached prompts were computed with the old weights
-            _watched(self.llm, self.llm.reset_prefix_cache)
-            held = _watched(self.llm, lambda: self.llm.collective_rpc("trinity_checksums"))
+        _watched(self.llm, self.llm.reset_prefix_cache)  # its prompts had the old weights
+        held = _watched(self.llm, lambda: self.llm.collective_rpc("trinity_checksums"))
         wrong = mismatches(sent, held, self.tied)
         if wrong:
             raise WeightSyncError(
