@@ -57,6 +57,7 @@ def test_micro_batched_gradient_equals_full_batch(micro_model):
 
 def test_token_scores_in_chunks_equal_one_pass(monkeypatch):
     import trinity.trainer.policy_step as policy_step
+    import trinity.trainer.token_scores as token_scores
 
     torch.manual_seed(0)
     logits = torch.randn(5, 4, 11, requires_grad=True)
@@ -68,7 +69,7 @@ def test_token_scores_in_chunks_equal_one_pass(monkeypatch):
     assert torch.allclose(whole[1], -(log_p.exp() * log_p).sum(-1), atol=1e-6)
     (whole[0].sum() + whole[1].sum()).backward()
     expected_grad, logits.grad = logits.grad.clone(), None
-    monkeypatch.setattr(policy_step, "CHUNK_ELEMENTS", 2 * 4 * 11)  # chunks of 2, 2 and 1 rows
+    monkeypatch.setattr(token_scores, "CHUNK_ELEMENTS", 2 * 4 * 11)  # chunks of 2, 2 and 1 rows
     chunked = policy_step.token_scores(logits, targets, temperature=0.7)
     (chunked[0].sum() + chunked[1].sum()).backward()
     assert torch.allclose(chunked[0], whole[0]) and torch.allclose(chunked[1], whole[1])

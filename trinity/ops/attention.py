@@ -293,23 +293,40 @@ AttentionMaskInterface.register(ATTENTION, sdpa_mask)
 class SharedPrefixDecoder:
     """Decode with one cache copy per distinct prompt (see the module docstring)."""
 
-    def __init__(self, model: PreTrainedModel, ids, mask, source, steps: int) -> None:
-        """ids/mask: (P, W) left-padded distinct prompts; source: (B,) prompt of each row."""
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        ids,
+        mask,
+        source,
+        steps: int,
+        body: Optional[torch.nn.Module] = None,
+    ) -> None:
+        """ids/mask: (P, W) left-padded distinct prompts; source: (B,) prompt of each row.
+        ``body``: ``model``'s decoder without its output head, run instead of ``model``:
+        every output (``logits``, ``step``, ``extend``) is then final hidden states (H
+        wide, not V), which the trainer scores a chunk at a time."""
         if model.config._attn_implementation != ATTENTION:
             model.set_attn_implementation(ATTENTION)
-        self.model = model
+        self.model = model if body is None else body
+        self.hidden = body is not None
         self.cache = _PrefixCache(model.config, mask.bool(), source, min(steps, FIRST_CAPACITY))
-        out = model(
+        # The decoder has no head, so nothing to skip: it returns every prompt position.
+        keep = {} if self.hidden else {"logits_to_keep": 1}
+        out = self.model(
             input_ids=ids,
             position_ids=(mask.cumsum(dim=-1) - 1).clamp(min=0),
             **cache_kwargs(self.model, self.cache),
             use_cache=True,
-            logits_to_keep=1,
             shared_prefix_cache=self.cache,
+            **keep,
         )
         self.cache.decoding = True
-        self.logits = out.logits[:, -1, :][source]  # (B, V) next-token logits
+        self.logits = self._output(out)[:, -1, :][source]  # (B, V) logits (B, H with body)
         self.position = mask.sum(dim=-1)[source]  # (B,) position of the next token
+
+    def _output(self, out: Any) -> torch.Tensor:
+        return out.last_hidden_state if self.hidden else out.logits
 
     def select(self, keep: torch.Tensor) -> None:
         """Keep only rows ``keep`` (indices into the current rows)."""
@@ -345,7 +362,7 @@ class SharedPrefixDecoder:
         return logits.index_copy(0, slots, packed[0]).view(rows, width, -1)
 
     def _forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        return self.model(
+        out = self.model(
             input_ids=tokens,
             position_ids=positions,
             # A prepared (4D) mask is passed through as is: our attention builds its own,
@@ -354,4 +371,5 @@ class SharedPrefixDecoder:
             **cache_kwargs(self.model, self.cache),
             use_cache=True,
             shared_prefix_cache=self.cache,
-        ).logits
+        )
+        return self._output(out)

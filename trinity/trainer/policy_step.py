@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
-import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
 from trinity.algorithm.rollout_correction import IS_WEIGHTS_KEY
 from trinity.common.experience import ExperienceBatch
 from trinity.trainer.shared_prefix import shared_prefix_logits
+from trinity.trainer.token_scores import head_scores, token_scores
+from trinity.utils.device import compute_context, compute_dtype
+
+__all__ = [
+    "LossFns",
+    "accumulate_gradients",
+    "micro_batches",
+    "output_head",
+    "reference_logprobs",
+    "response_logprobs",
+    "token_scores",  # re-exported: it lived here (token_scores.py)
+]
 
 
 def response_logprobs(
@@ -25,62 +36,78 @@ def response_logprobs(
 
     Logits at column ``t`` predict token ``t + 1``, so response column ``j`` (token at
     ``P + j``) is scored by the logits at ``P + j - 1``. Dividing by the rollout temperature
-    makes these comparable with the engine's logprobs. Rows that repeat a prompt share one
-    pass over it (``shared_prefix.py``) unless ``share_prefix`` is off: sharded ranks need
-    exactly one model call per micro-batch, whatever its rows.
+    makes these comparable with the engine's logprobs. Where the logits are the output head
+    applied to the decoder's hidden states (``output_head``), the head is applied a chunk of
+    tokens at a time (``token_scores.head_scores``): the batch's full logits never exist.
+    Rows that repeat a prompt share one pass over it (``shared_prefix.py``) unless
+    ``share_prefix`` is off: sharded ranks need exactly one model call per micro-batch.
     """
     batch = batch.to(model_device(model))
     P, R = batch.prompt_len, batch.response_len
+    targets = batch.input_ids[:, P : P + R]
     # On a GPU the shared-prefix pass's many small kernels cost more than the prompt
     # recomputation they save: an H100 ran the plain pass 2x faster (docs/performance.md).
     share_prefix = share_prefix and batch.input_ids.device.type == "cpu"
-    logits = shared_prefix_logits(model, batch) if share_prefix else None
-    if logits is None:
-        out = model(
-            input_ids=batch.input_ids,
-            attention_mask=batch.attention_mask,
-            position_ids=batch.position_ids,
-            use_cache=False,
-        )
-        logits = out.logits[:, P - 1 : P + R - 1]
-    return token_scores(logits, batch.input_ids[:, P : P + R], temperature, with_entropy)
+    parts = output_head(model)
+    if parts is None:
+        logits = shared_prefix_logits(model, batch) if share_prefix else None
+        if logits is None:
+            logits = model(**_model_inputs(batch)).logits[:, P - 1 : P + R - 1]
+        return token_scores(logits, targets, temperature, with_entropy)
+    decoder, head = parts
+    # The decoder is called past the model's own forward, so under the autocast it sets.
+    with compute_context(model):
+        hidden = shared_prefix_logits(model, batch, decoder) if share_prefix else None
+        if hidden is None:
+            hidden = decoder(**_model_inputs(batch)).last_hidden_state[:, P - 1 : P + R - 1]
+    dtype = compute_dtype(model)
+    return head_scores(hidden, head.weight, head.bias, targets, temperature, with_entropy, dtype)
 
 
-# Logits (rows x tokens x vocabulary) above which they are scored in chunks of rows, each
-# recomputed in backward: with a 152k vocabulary the fp32 softmax tensors a pass keeps for
-# backward are several times the logits themselves (57 GB at 8k tokens on an H100).
-CHUNK_ELEMENTS = 2**28
+def _model_inputs(batch: ExperienceBatch) -> Dict[str, Any]:
+    return {
+        "input_ids": batch.input_ids,
+        "attention_mask": batch.attention_mask,
+        "position_ids": batch.position_ids,
+        "use_cache": False,
+    }
 
 
-def token_scores(
-    logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool = True
-) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """Logprobs (B, R) of ``targets`` (B, R) under ``logits / temperature`` (B, R, V), and
-    the entropy (B, R) of that distribution when asked. Large logits are scored in chunks
-    of rows, which only changes peak memory."""
-    rows, tokens, vocab = logits.shape
-    per_chunk = max(1, CHUNK_ELEMENTS // max(1, tokens * vocab))
-    if rows <= per_chunk:
-        return _scores(logits, targets, temperature, with_entropy)
-    recompute = torch.is_grad_enabled() and logits.requires_grad
-    parts = []
-    for start in range(0, rows, per_chunk):
-        args = (logits[start : start + per_chunk], targets[start : start + per_chunk])
-        if recompute:
-            parts.append(checkpoint(_scores, *args, temperature, with_entropy, use_reentrant=False))
-        else:
-            parts.append(_scores(*args, temperature, with_entropy))
-    logprob = torch.cat([p[0] for p in parts])
-    return logprob, torch.cat([p[1] for p in parts]) if with_entropy else None
+# Architectures whose causal-LM forward is exactly ``lm_head(model(...).last_hidden_state)``
+# (read in their transformers modeling files; tests/unit/test_chunked_scores.py checks each
+# against its full logits). Any other keeps the full-logits path rather than risk scores
+# that silently differ from the model's (Gemma 2 soft-caps, Cohere and Granite scale, ...).
+PLAIN_HEAD_MODELS = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+
+# Config keys that would make the logits something other than ``lm_head(hidden)``.
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
 
-def _scores(
-    logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
-) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-    log_probs = F.log_softmax(logits.float() / max(temperature, 1e-6), dim=-1)
-    logprob = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    entropy = -(log_probs.exp() * log_probs).sum(-1) if with_entropy else None
-    return logprob, entropy
+def output_head(model: torch.nn.Module) -> Optional[Tuple[torch.nn.Module, torch.nn.Linear]]:
+    """(decoder, output head) of ``model`` when its logits are ``head(decoder(...)
+    .last_hidden_state)`` with a plain ``nn.Linear`` head; None where they are not, or not
+    shown to be."""
+    # FSDP2 gathers the root's own parameters (embedding, head) in hooks on the root's
+    # forward, which calling the decoder directly would skip: sharded models keep the logits.
+    if "torch.distributed.fsdp" in sys.modules:
+        from torch.distributed.fsdp import FSDPModule
+
+        if isinstance(model, FSDPModule):
+            return None
+    # A peft (LoRA) model injects its adapters into the base model's own modules, so the
+    # base model's decoder and head are what the wrapper's forward runs.
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = getattr(base, "config", None)
+    if getattr(config, "model_type", None) not in PLAIN_HEAD_MODELS:
+        return None
+    if any(getattr(config, key, None) not in (None, 1, 1.0) for key in _LOGIT_TRANSFORMS):
+        return None
+    head, decoder = base.get_output_embeddings(), base.get_decoder()
+    # A LoRA adapter or peft's modules_to_save on the head replaces the Linear by a wrapper
+    # with its own forward: scored through the model's forward instead.
+    if type(head) is not torch.nn.Linear or decoder is base:
+        return None
+    return decoder, head
 
 
 def model_device(model: torch.nn.Module) -> torch.device:

@@ -17,7 +17,7 @@ every row and the model's own attention runs with a padding mask.
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import torch
 
@@ -77,41 +77,74 @@ def _cascade_fits(model: torch.nn.Module, batch: ExperienceBatch) -> bool:
     )
 
 
-def shared_prefix_logits(model: torch.nn.Module, batch: ExperienceBatch) -> Optional[torch.Tensor]:
+def shared_prefix_logits(
+    model: torch.nn.Module, batch: ExperienceBatch, decoder: Optional[torch.nn.Module] = None
+) -> Optional[torch.Tensor]:
     """(B, R, V) logits predicting the response tokens; None where sharing does not apply.
+    With ``decoder`` (``model``'s decoder without its output head, ``policy_step.
+    output_head``): the (B, R, H) final hidden states those logits come from, which the
+    trainer turns into scores a chunk at a time.
 
     Column ``j`` predicts response token ``j``: column 0 comes from the prompt's last
     position, columns ``1..R-1`` from the response pass. Sharing needs a prompt, repeated
     prompts, and a key/value cache (gradient checkpointing drops the cache).
     """
-    P, R = batch.prompt_len, batch.response_len
+    P = batch.prompt_len
     if P == 0 or _checkpointing(model):
         return None
     first, inverse = distinct_prompts(batch)
     if len(first) == len(batch):
         return None
     if _cascade_fits(model, batch):
-        decoder = SharedPrefixDecoder(
-            model, batch.input_ids[first, :P], batch.attention_mask[first, :P], inverse, R - 1
-        )
-        first_logits = decoder.logits[:, None, :]  # (B, 1, V)
-        if R == 1:
-            return first_logits
-        # Only tokens whose next token is real run the layers: right padding and each
-        # row's last token (which predicts nothing) are skipped.
-        lengths = (batch.attention_mask[:, P:].sum(-1) - 1).clamp(min=0)
-        if not bool(lengths.any()):  # every response is one token: nothing to run (R > 1
-            # only through padding to a longer row of the batch this micro-batch came from)
-            rest = first_logits.new_zeros((len(batch), R - 1, first_logits.shape[-1]))
-            return torch.cat([first_logits, rest], dim=1)
-        rest = decoder.extend(batch.input_ids[:, P : P + R - 1], lengths)
-        return torch.cat([first_logits, rest], dim=1)
-    prefix = model(
+        return _cascade_outputs(model, batch, first, inverse, decoder)
+    return _copied_cache_outputs(model, batch, first, inverse, decoder)
+
+
+def _cascade_outputs(
+    model: torch.nn.Module,
+    batch: ExperienceBatch,
+    first: torch.Tensor,
+    inverse: torch.Tensor,
+    decoder: Optional[torch.nn.Module],
+) -> torch.Tensor:
+    """``shared_prefix_logits`` through the cascade attention (``SharedPrefixDecoder``)."""
+    P, R = batch.prompt_len, batch.response_len
+    shared = SharedPrefixDecoder(
+        model, batch.input_ids[first, :P], batch.attention_mask[first, :P], inverse, R - 1, decoder
+    )
+    first_out = shared.logits[:, None, :]  # (B, 1, V or H)
+    if R == 1:
+        return first_out
+    # Only tokens whose next token is real run the layers: right padding and each
+    # row's last token (which predicts nothing) are skipped.
+    lengths = (batch.attention_mask[:, P:].sum(-1) - 1).clamp(min=0)
+    if not bool(lengths.any()):  # every response is one token: nothing to run (R > 1
+        # only through padding to a longer row of the batch this micro-batch came from)
+        rest = first_out.new_zeros((len(batch), R - 1, first_out.shape[-1]))
+        return torch.cat([first_out, rest], dim=1)
+    rest = shared.extend(batch.input_ids[:, P : P + R - 1], lengths)
+    return torch.cat([first_out, rest], dim=1)
+
+
+def _copied_cache_outputs(
+    model: torch.nn.Module,
+    batch: ExperienceBatch,
+    first: torch.Tensor,
+    inverse: torch.Tensor,
+    decoder: Optional[torch.nn.Module],
+) -> Optional[torch.Tensor]:
+    """``shared_prefix_logits`` with each prompt's cache copied to its rows and the model's
+    own attention; None where the model returns no cache this can copy."""
+    P, R = batch.prompt_len, batch.response_len
+    run = model if decoder is None else decoder
+    # The decoder has no head to skip; it returns every prompt position (only the last kept).
+    keep = {"logits_to_keep": 1} if decoder is None else {}
+    prefix = run(
         input_ids=batch.input_ids[first, :P],
         attention_mask=batch.attention_mask[first, :P],
         position_ids=batch.position_ids[first, :P],
         use_cache=True,
-        logits_to_keep=1,
+        **keep,
     )
     cache = output_cache(prefix)
     if cache is None or not hasattr(cache, "layers"):
@@ -121,14 +154,18 @@ def shared_prefix_logits(model: torch.nn.Module, batch: ExperienceBatch) -> Opti
         # faster than the index_put that fancy indexing records.
         layer.keys = layer.keys.index_select(0, inverse)
         layer.values = layer.values.index_select(0, inverse)
-    first_logits = prefix.logits.index_select(0, inverse)  # (B, 1, V)
+    first_out = _output(prefix, decoder)[:, -1:].index_select(0, inverse)  # (B, 1, V or H)
     if R == 1:
-        return first_logits
-    out = model(
+        return first_out
+    out = run(
         input_ids=batch.input_ids[:, P : P + R - 1],
         attention_mask=batch.attention_mask[:, : P + R - 1],
         position_ids=batch.position_ids[:, P : P + R - 1],
-        **cache_kwargs(model, cache),
+        **cache_kwargs(run, cache),
         use_cache=True,
     )
-    return torch.cat([first_logits, out.logits], dim=1)
+    return torch.cat([first_out, _output(out, decoder)], dim=1)
+
+
+def _output(out: Any, decoder: Optional[torch.nn.Module]) -> torch.Tensor:
+    return out.logits if decoder is None else out.last_hidden_state

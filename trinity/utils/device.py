@@ -10,8 +10,9 @@ code runs under CPU autocast, which is how it is tested without a GPU.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from typing import Any, Dict
+from typing import Any, ContextManager, Dict, Optional
 
 import torch
 
@@ -54,7 +55,26 @@ def compute_in(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
             return forward(*args, **kwargs)
 
     model.forward = autocast_forward
+    setattr(model, _COMPUTE_DTYPE, dtype)
     return model
+
+
+_COMPUTE_DTYPE = "_trinity_compute_dtype"  # set by compute_in on the model it wraps
+
+
+def compute_dtype(model: torch.nn.Module) -> Optional[torch.dtype]:
+    """The dtype ``compute_in`` made ``model``'s forward compute in; None: its own."""
+    return getattr(model, _COMPUTE_DTYPE, None)
+
+
+def compute_context(model: torch.nn.Module) -> ContextManager:
+    """The autocast ``compute_in`` runs ``model``'s forward under, for calls that skip that
+    forward and run a submodule directly (the decoder without its output head); a no-op
+    context where ``model`` computes in its own dtype."""
+    dtype = compute_dtype(model)
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(next(model.parameters()).device.type, dtype=dtype)
 
 
 def attention_kwargs(device: torch.device) -> Dict[str, Any]:

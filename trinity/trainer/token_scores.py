@@ -1,0 +1,181 @@
+"""Logprob of each target token and entropy of its distribution, from logits or from the
+hidden states before the output head.
+
+``token_scores`` scores logits that already exist. ``head_scores`` starts one step earlier,
+from the final hidden states and the output head's weight, and applies the head a chunk of
+tokens at a time: each chunk's logits (tokens x vocabulary, fp32) live only while that chunk
+is scored, in forward and again in backward, so a batch never holds its full logits. With a
+152k vocabulary those are 0.6 MB per token in fp32, several times the whole model's
+activations; the softmax tensors autograd would keep for backward are as large again.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+# Logits (rows x tokens x vocabulary) above which they are scored in chunks of rows, each
+# recomputed in backward: with a 152k vocabulary the fp32 softmax tensors a pass keeps for
+# backward are several times the logits themselves (57 GB at 8k tokens on an H100).
+CHUNK_ELEMENTS = 2**28
+
+# Logits elements (tokens x vocabulary) ``head_scores`` computes at once: 64 MB in fp32, a
+# few such tensors alive per chunk in backward; 341 tokens of SmolLM2's 49k vocabulary, 110
+# of a 152k one, which still keeps a GPU's matrix products large.
+HEAD_CHUNK_ELEMENTS = 2**24
+
+
+def token_scores(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool = True
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Logprobs (B, R) of ``targets`` (B, R) under ``logits / temperature`` (B, R, V), and
+    the entropy (B, R) of that distribution when asked. Large logits are scored in chunks
+    of rows, which only changes peak memory."""
+    rows, tokens, vocab = logits.shape
+    per_chunk = max(1, CHUNK_ELEMENTS // max(1, tokens * vocab))
+    if rows <= per_chunk:
+        return _scores(logits, targets, temperature, with_entropy)
+    recompute = torch.is_grad_enabled() and logits.requires_grad
+    parts = []
+    for start in range(0, rows, per_chunk):
+        args = (logits[start : start + per_chunk], targets[start : start + per_chunk])
+        if recompute:
+            parts.append(checkpoint(_scores, *args, temperature, with_entropy, use_reentrant=False))
+        else:
+            parts.append(_scores(*args, temperature, with_entropy))
+    logprob = torch.cat([p[0] for p in parts])
+    return logprob, torch.cat([p[1] for p in parts]) if with_entropy else None
+
+
+def _scores(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    log_probs = F.log_softmax(logits.float() / max(temperature, 1e-6), dim=-1)
+    logprob = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    entropy = -(log_probs.exp() * log_probs).sum(-1) if with_entropy else None
+    return logprob, entropy
+
+
+def head_scores(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    targets: torch.Tensor,
+    temperature: float,
+    with_entropy: bool = True,
+    compute_dtype: Optional[torch.dtype] = None,
+    chunk_tokens: Optional[int] = None,
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """``token_scores`` of the logits ``hidden @ weight.T + bias``, never all of them at once.
+
+    hidden: (..., H) final hidden states; weight: (V, H) output head (possibly tied to the
+    input embedding: its gradient is added like any other); bias: (V,) or None; targets:
+    (...) token ids. Returns logprobs (...) and, when asked, entropies (...), in fp32. The
+    head's product runs in ``compute_dtype`` (default: ``weight``'s), as ``nn.Linear`` under
+    autocast to that dtype would, and the softmax in fp32. ``chunk_tokens`` tokens are
+    scored at a time (default: ``HEAD_CHUNK_ELEMENTS // V``); the values and gradients (to
+    ``hidden``, ``weight`` and ``bias``) are those of scoring the full logits.
+    """
+    lead = targets.shape
+    flat_hidden = hidden.reshape(-1, hidden.shape[-1])
+    chunk = chunk_tokens or max(1, HEAD_CHUNK_ELEMENTS // weight.shape[0])
+    logprob, entropy = _HeadScores.apply(
+        flat_hidden,
+        weight,
+        bias,
+        targets.reshape(-1),
+        max(temperature, 1e-6),
+        with_entropy,
+        compute_dtype or weight.dtype,
+        chunk,
+    )
+    return logprob.view(lead), entropy.view(lead) if with_entropy else None
+
+
+def _chunk_logits(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    temperature: float,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """(n, V) fp32 logits / temperature of ``hidden`` (n, H); ``weight``/``bias`` already in
+    ``dtype``. Rounded to ``dtype`` before fp32, as the plain head's output is."""
+    logits = F.linear(hidden.to(dtype), weight, bias)
+    return logits.float() / temperature
+
+
+class _HeadScores(torch.autograd.Function):
+    """Chunked scoring with a hand-written backward: only ``hidden``, the head and one
+    log-normaliser (and entropy) per token are kept; each chunk's logits are recomputed."""
+
+    @staticmethod
+    def forward(ctx: Any, hidden, weight, bias, targets, temperature, with_entropy, dtype, chunk):
+        # Explicit casts, not autocast: the same products in forward and in backward.
+        with torch.autocast(hidden.device.type, enabled=False):
+            w, b = weight.to(dtype), None if bias is None else bias.to(dtype)
+            lse = hidden.new_empty(hidden.shape[0], dtype=torch.float32)
+            logprob = torch.empty_like(lse)
+            entropy = torch.empty_like(lse) if with_entropy else lse.new_empty(0)
+            for s in range(0, hidden.shape[0], chunk):
+                part = slice(s, s + chunk)
+                z = _chunk_logits(hidden[part], w, b, temperature, dtype)  # (n, V) fp32
+                lse[part] = torch.logsumexp(z, dim=-1)
+                logprob[part] = z.gather(-1, targets[part, None]).squeeze(-1) - lse[part]
+                if with_entropy:  # -sum p log p: no cancellation of lse against sum p z
+                    log_p = z - lse[part, None]
+                    entropy[part] = -(log_p.exp() * log_p).sum(-1)
+        ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
+        ctx.settings = (temperature, with_entropy, dtype, chunk)
+        if not with_entropy:
+            ctx.mark_non_differentiable(entropy)
+        return logprob, entropy
+
+    @staticmethod
+    def backward(ctx: Any, g_logprob: torch.Tensor, g_entropy: Optional[torch.Tensor]):
+        hidden, weight, bias, targets, lse, entropy = ctx.saved_tensors
+        temperature, with_entropy, dtype, chunk = ctx.settings
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        with torch.autocast(hidden.device.type, enabled=False):
+            w, b = weight.to(dtype), None if bias is None else bias.to(dtype)
+            grad_h = torch.empty_like(hidden) if need_h else None
+            # Summed over chunks in fp32, cast to the parameters' dtypes once at the end.
+            grad_w = torch.zeros_like(weight, dtype=torch.float32) if need_w else None
+            grad_b = torch.zeros_like(bias, dtype=torch.float32) if need_b else None
+            for s in range(0, hidden.shape[0], chunk):
+                part = slice(s, s + chunk)
+                h = hidden[part].to(dtype)
+                log_p = _chunk_logits(h, w, b, temperature, dtype) - lse[part, None]
+                g_ent = g_entropy[part] if with_entropy and g_entropy is not None else None
+                g_z = _chunk_grad(log_p, targets[part], g_logprob[part], g_ent, entropy[part])
+                g_logits = (g_z / temperature).to(dtype)  # z = logits / T
+                if grad_h is not None:
+                    grad_h[part] = g_logits @ w
+                if grad_w is not None:
+                    grad_w += (g_logits.t() @ h).float()
+                if grad_b is not None:
+                    grad_b += g_logits.sum(0).float()
+        grad_w = None if grad_w is None else grad_w.to(weight.dtype)
+        grad_b = None if grad_b is None else grad_b.to(bias.dtype)
+        return grad_h, grad_w, grad_b, None, None, None, None, None
+
+
+def _chunk_grad(
+    log_p: torch.Tensor,
+    targets: torch.Tensor,
+    g_logprob: torch.Tensor,
+    g_entropy: Optional[torch.Tensor],
+    entropy: torch.Tensor,
+) -> torch.Tensor:
+    """Gradient (n, V) w.r.t. the tempered logits z of a chunk, from its log-softmax
+    ``log_p`` (n, V), targets (n,), upstream gradients (n,) and entropies (n,):
+    d log p_t / dz = onehot(t) - p and dH / dz = -p * (log p + H)."""
+    p = log_p.exp()
+    g_z = p * -g_logprob[:, None]
+    g_z.scatter_add_(-1, targets[:, None], g_logprob[:, None])
+    if g_entropy is not None:
+        g_z -= (g_entropy[:, None] * p) * (log_p + entropy[:, None])
+    return g_z
