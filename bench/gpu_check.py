@@ -13,14 +13,17 @@ wants (the rewards, all 0, are not the point). Reported:
 - ``trainer``: MFU of the train step in bf16 = tokens/s x 6 x parameters / the card's peak
   dense bf16 FLOP/s (attention's quadratic FLOPs and the reference model's forward are not
   counted, so this understates the work done), its tokens/s and peak memory;
-- ``engine``: the rollout engine's tokens/s against plain ``model.generate`` on the same card,
-  same prompts, samples and lengths (best of a few timed calls after a warm-up), and its
-  peak memory while generating;
+- ``engine``: the rollout engine's tokens/s with each decoder (``auto``; ``static``; on CUDA
+  ``graphs``, its steps replayed as CUDA graphs) against plain ``model.generate`` on the same
+  card, prompts, samples and lengths, at each of ``--batches`` rows (best of a few timed
+  calls after a warm-up), and its peak memory (``gpu_figures.py``);
 - ``logprobs``: engine (bf16 weights) against trainer (fp32 weights under bf16 autocast) on
-  the engine's own samples, and the stage's ``actor/ppo_kl`` at step 1;
+  each decoder's samples, and each stage's ``actor/ppo_kl`` at step 1;
 - ``sync``: seconds to hand weights over (the trainer's publish, the engine's load, and the
   engine's release and reload of its weights while the trainer steps);
-- ``stage``: its steps, wall time and whether it finished.
+- ``stages``: per rollout decoder (the default engine; on CUDA also ``graphs``, through the
+  engine registered below), steps, wall time, explore step against train step;
+- ``unit_tier``: on CUDA, the ``gpu``-marked unit tests' outcome.
 """
 
 from __future__ import annotations
@@ -30,11 +33,12 @@ import json
 import os
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import traceback
-from typing import Any, Callable, Dict, List
+from typing import Any, Dict, List
 
 import torch
 import yaml
@@ -42,12 +46,24 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from trinity.common.experience import Experience, ExperienceBatch  # noqa: E402
+from bench.gpu_figures import engine_figures, peak_gb, reset_peak  # noqa: E402
 from trinity.demo.synthetic import make_arithmetic  # noqa: E402
 from trinity.demo.tiny import TINY_PRESETS, build_tiny_model  # noqa: E402
-from trinity.engine.hf_engine import SamplingParams, TransformersEngine  # noqa: E402
-from trinity.trainer.policy_step import micro_batches, response_logprobs  # noqa: E402
-from trinity.utils.device import compute_in  # noqa: E402
+from trinity.engine import ENGINES  # noqa: E402
+from trinity.engine.transformers_model import TransformersInferenceModel  # noqa: E402
+
+
+class GraphsEngine(TransformersInferenceModel):
+    """The built-in engine decoding with CUDA graphs, for the stage: no YAML key selects
+    them before this check has measured them on a GPU (docs/design-notes.md). Registered
+    by ``main`` on CUDA only, as ``transformers_graphs``."""
+
+    @staticmethod
+    def build_engine(**engine_kwargs: Any) -> Any:
+        from trinity.engine.hf_engine import TransformersEngine
+
+        return TransformersEngine(**engine_kwargs, decoder="graphs")
+
 
 # Qwen2-0.5B's config.json, as build_tiny_model takes it.
 SHAPES: Dict[str, Dict[str, Any]] = {
@@ -84,8 +100,9 @@ def peak_flops(name: str) -> float:
     return next((flops for key, flops in PEAK_BF16.items() if key in name), 0.0)
 
 
-def stage_config(root: str, model: str, data: Dict[str, str], args: Any) -> str:
-    """A colocated GRPO stage over the generated data; returns the YAML's path."""
+def stage_config(root: str, model: str, data: Dict[str, str], engine: str, args: Any) -> str:
+    """A colocated GRPO stage over the generated data, sampled by ``engine`` (an
+    ``engine_type``); returns the YAML's path."""
     precision = {"mixed_precision": {"param_dtype": args.param_dtype}} if args.param_dtype else {}
     arr = {
         "model": {"enable_gradient_checkpointing": False},
@@ -97,7 +114,7 @@ def stage_config(root: str, model: str, data: Dict[str, str], args: Any) -> str:
     }
     config = {
         "project": "gpu_check",
-        "name": "grpo",
+        "name": f"grpo_{engine}",
         "mode": "colocate",
         "checkpoint_root_dir": os.path.join(root, "checkpoints"),
         "continue_from_checkpoint": False,
@@ -127,14 +144,18 @@ def stage_config(root: str, model: str, data: Dict[str, str], args: Any) -> str:
             },
         },
         # every task of a step in flight at once: one engine batch per step
-        "explorer": {"runner_per_model": 4, "concurrent_mode": "multi-threading"},
+        "explorer": {
+            "runner_per_model": 4,
+            "concurrent_mode": "multi-threading",
+            "rollout_model": {"engine_type": engine},
+        },
         "trainer": {
             "save_interval": 0,
             "save_hf_checkpoint": "never",
             "trainer_config": {"actor_rollout_ref": arr},
         },
     }
-    path = os.path.join(root, "grpo.yaml")
+    path = os.path.join(root, f"grpo_{engine}.yaml")
     with open(path, "w") as f:
         yaml.safe_dump(config, f)
     return path
@@ -147,7 +168,7 @@ def read_metrics(path: str) -> List[Dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def run_stage(root: str, model: str, args: Any) -> Dict[str, Any]:
+def run_stage(root: str, model: str, engine: str, args: Any) -> Dict[str, Any]:
     """``trinity run`` of the colocated stage (its own process is this one); its figures."""
     from trinity.runtime.launcher import run
 
@@ -156,7 +177,7 @@ def run_stage(root: str, model: str, args: Any) -> Dict[str, Any]:
     )
     start = time.monotonic()
     # DEBUG: the engine logs each batch it generates, so its share of a step can be read
-    results = run(stage_config(root, model, data, args), ["log.level=DEBUG"], [])
+    results = run(stage_config(root, model, data, engine, args), ["log.level=DEBUG"], [])
     wall = time.monotonic() - start
     monitor = os.path.join(results[0].job_dir, "monitor")
     trainer = read_metrics(os.path.join(monitor, "trainer.jsonl"))
@@ -169,199 +190,6 @@ def run_stage(root: str, model: str, args: Any) -> Dict[str, Any]:
             )
         ]
     return {"wall_s": wall, "trainer": trainer, "explorer": explorer, "engine_batches": batches}
-
-
-def best_of(fn: Callable[[], Any], repeats: int) -> float:
-    """Seconds of the fastest of ``repeats`` calls, after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        sync()
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
-def sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def reset_peak(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-
-
-def peak_gb(device: torch.device) -> float:
-    return torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else 0.0
-
-
-def engine_figures(model: str, device: torch.device, args: Any) -> Dict[str, Any]:
-    """Engine vs ``generate`` tokens/s, peak memory, logprob agreement and weight-sync times."""
-    dtype = "bfloat16" if device.type == "cuda" else "float32"
-    length = args.response_tokens
-    reset_peak(device)
-    engine = TransformersEngine(
-        model,
-        max_model_len=64 + length,
-        max_prompt_tokens=64,
-        max_response_tokens=length,
-        min_response_tokens=length,  # every row the same length, as generate's below
-        dtype=dtype,
-        device=str(device),
-    )
-    weights_gb = peak_gb(device)
-    questions = [f"{10 + i}+{40 + i}=" for i in range(args.tasks)]
-    prompts = [engine.apply_chat_template([{"role": "user", "content": q}]) for q in questions]
-    params = [SamplingParams(n=args.repeat, temperature=1.0, max_tokens=length)] * len(prompts)
-    reset_peak(device)
-    engine_s = best_of(lambda: engine.generate(prompts, params), args.repeats)
-    engine_peak = peak_gb(device)
-    outputs = engine.generate(prompts, params)
-    rows = len(prompts) * args.repeat
-
-    generate_s = generate_seconds(model, engine.model.dtype, device, prompts, engine.pad_id, args)
-    pad = engine.pad_id
-
-    # The trainer's view of the same samples: fp32 master weights under bf16 autocast.
-    trainer_model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).to(device)
-    compute_in(trainer_model, torch.bfloat16 if device.type == "cuda" else torch.float32)
-    agreement = logprob_agreement(trainer_model, prompts, outputs, pad)
-
-    passes = trainer_pass_figures(trainer_model, prompts, outputs, pad, args)
-    state = trainer_model.state_dict()
-    publish_s = best_of(lambda: {k: v.detach().clone() for k, v in state.items()}, 3)
-    load_s = best_of(lambda: engine.load_state_dict(state), 3)
-    release_s, restore_s = [], []
-    for _ in range(3):
-        sync()
-        start = time.perf_counter()
-        freed = engine.release()
-        sync()
-        release_s.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        engine.load_state_dict(state)
-        sync()
-        restore_s.append(time.perf_counter() - start)
-    return {
-        "engine": {
-            "rows": rows,
-            "response_tokens": length,
-            "tokens_per_s": rows * length / engine_s,
-            "generate_tokens_per_s": rows * length / generate_s,
-            "speedup_vs_generate": generate_s / engine_s,
-            "weights_gb": weights_gb,
-            "peak_memory_gb": engine_peak,
-        },
-        "logprobs": agreement,
-        "trainer_pass": passes,
-        "sync": {
-            "trainer_publish_s": publish_s,
-            "engine_load_s": load_s,
-            "engine_release_s": min(release_s),
-            "engine_reload_after_release_s": min(restore_s),
-            "released_gb": freed / 1e9,
-        },
-    }
-
-
-def generate_seconds(
-    model: str,
-    dtype: torch.dtype,
-    device: torch.device,
-    prompts: List[List[int]],
-    pad: int,
-    args: Any,
-) -> float:
-    """Best time of plain ``model.generate`` sampling the engine's rows at the same lengths."""
-    hf = AutoModelForCausalLM.from_pretrained(model, dtype=dtype).to(device).eval()
-    length = args.response_tokens
-    width = max(len(p) for p in prompts)
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)
-    lengths = torch.tensor([len(p) for p in prompts], device=device)
-    mask = (torch.arange(width, device=device)[None] >= width - lengths[:, None]).long()
-
-    def plain_generate() -> None:
-        with torch.inference_mode():
-            hf.generate(
-                input_ids=ids,
-                attention_mask=mask,
-                do_sample=True,
-                temperature=1.0,
-                top_k=0,
-                num_return_sequences=args.repeat,
-                max_new_tokens=length,
-                min_new_tokens=length,
-                pad_token_id=pad,
-            )
-
-    return best_of(plain_generate, args.repeats)
-
-
-def experiences_of(prompts: List[List[int]], outputs: List[Any]) -> List[Experience]:
-    return [
-        Experience(tokens=p + o.token_ids, prompt_length=len(p), logprobs=o.logprobs)
-        for p, group in zip(prompts, outputs, strict=True)
-        for o in group
-    ]
-
-
-def trainer_pass_figures(
-    model: torch.nn.Module, prompts: List[List[int]], outputs: List[Any], pad: int, args: Any
-) -> Dict[str, Any]:
-    """Forward + backward of the policy's logprobs over the engine's samples, in micro-batches
-    of ``--max-tokens-per-pass``, with and without the shared-prefix pass: the train step's
-    compute alone (no optimizer, reference model or bookkeeping). A profile of the first is
-    printed."""
-    batch = ExperienceBatch.from_experiences(experiences_of(prompts, outputs), pad)
-    parts = micro_batches(batch, 1, args.max_tokens_per_pass)
-    tokens = float(batch.attention_mask.sum())
-    figures: Dict[str, Any] = {"micro_batches": len(parts), "tokens": tokens}
-
-    def step(share: bool) -> None:
-        for mb in parts:
-            logprob, entropy = response_logprobs(model, mb, 1.0, share_prefix=share)
-            (logprob.sum() + entropy.sum()).backward()
-        model.zero_grad(set_to_none=True)
-
-    for share in (True, False):
-        seconds = best_of(lambda share=share: step(share), args.repeats)
-        figures["shared_prefix" if share else "plain"] = {
-            "seconds": seconds,
-            "tokens_per_s": tokens / seconds,
-        }
-    if torch.cuda.is_available():
-        from torch.profiler import ProfilerActivity, profile
-
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            step(True)
-            sync()
-        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25))
-    return figures
-
-
-def logprob_agreement(
-    model: torch.nn.Module, prompts: List[List[int]], outputs: List[Any], pad: int
-) -> Dict[str, float]:
-    """|engine - trainer| logprob of each sampled token (the trainer's own scoring path)."""
-    experiences = experiences_of(prompts, outputs)
-    diffs = []
-    with torch.no_grad():
-        for start in range(0, len(experiences), 16):
-            batch = ExperienceBatch.from_experiences(experiences[start : start + 16], pad)
-            logprob, _ = response_logprobs(model, batch, 1.0, with_entropy=False)
-            mask = batch.action_mask.bool()
-            diffs.append((logprob.cpu() - batch.old_logprob)[mask].abs())
-    diff = torch.cat(diffs)
-    return {
-        "tokens": diff.numel(),
-        "mean_abs_diff": diff.mean().item(),
-        "p99_abs_diff": diff.quantile(0.99).item(),
-        "max_abs_diff": diff.max().item(),
-    }
 
 
 def summarize_stage(stage: Dict[str, Any], params: int, peak: float) -> Dict[str, Any]:
@@ -405,7 +233,34 @@ def write_report(report: Dict[str, Any], out: str, start: float) -> None:
         json.dump(report, f, indent=2)
 
 
-def main(argv: List[str] | None = None) -> Dict[str, Any]:
+def unit_tier(timeout_s: int) -> Dict[str, Any]:
+    """The ``gpu``-marked unit tests (CUDA graphs, static and chunked paths on the card)."""
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-m",
+        "gpu",
+        "tests/unit",
+        "-p",
+        "no:cacheprovider",
+    ]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as e:
+        return {"finished": False, "timeout_s": timeout_s, "output_tail": str(e.stdout)[-3000:]}
+    lines = done.stdout.strip().splitlines()
+    return {
+        "finished": True,
+        "returncode": done.returncode,
+        "summary": lines[-1] if lines else "",
+        "failures": [line for line in lines if line.startswith(("FAILED", "ERROR"))],
+    }
+
+
+def parse_args(argv: List[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="qwen2-0.5b", choices=sorted(SHAPES))
     parser.add_argument("--device", default="cuda")
@@ -413,17 +268,28 @@ def main(argv: List[str] | None = None) -> Dict[str, Any]:
     parser.add_argument("--tasks", type=int, default=16, help="tasks per step")
     parser.add_argument("--repeat", type=int, default=8, help="samples per task")
     parser.add_argument("--response-tokens", type=int, default=128)
+    parser.add_argument(
+        "--batches",
+        type=lambda text: [int(x) for x in text.split(",")],
+        default=[64, 128, 256],
+        help="engine rows per generate call to time, comma-separated (multiples of --repeat)",
+    )
     parser.add_argument("--max-tokens-per-pass", type=int, default=8192)
-    parser.add_argument("--repeats", type=int, default=3, help="timed calls per figure")
+    parser.add_argument("--repeats", type=int, default=2, help="timed calls per figure")
     parser.add_argument(
         "--param-dtype", default=None, help="the trainer's compute dtype; unset: the machine's"
     )
     parser.add_argument(
         "--rollout-correction", action="store_true", help="the stage corrects as CORRECTION says"
     )
+    parser.add_argument("--unit-timeout", type=int, default=180, help="seconds; 0: no unit tier")
     parser.add_argument("--out", default=None, help="JSON path; default docs/results/...")
     parser.add_argument("--work-dir", default=None, help="model, data, run; default: a temp dir")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: List[str] | None = None) -> Dict[str, Any]:
+    args = parse_args(argv)
     device = torch.device(args.device)
     card = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     root = args.work_dir or tempfile.mkdtemp(prefix="gpu_check_")
@@ -454,13 +320,22 @@ def main(argv: List[str] | None = None) -> Dict[str, Any]:
     except Exception:
         report["engine_error"] = traceback.format_exc()
     write_report(report, out, start)
-    reset_peak(device)  # the engine figures' models are gone: the stage starts from zero
-    try:
-        stage = run_stage(root, model, args)
-        report["stage"] = summarize_stage(stage, params, report["peak_bf16_flops"])
-        report["stage"]["process_peak_memory_gb"] = peak_gb(device)
-    except BaseException:
-        report["stage_error"] = traceback.format_exc()
+    engines = ["transformers"]
+    if device.type == "cuda":
+        ENGINES.register_module("transformers_graphs", GraphsEngine, force=True)
+        engines.append("transformers_graphs")
+    for engine in engines:
+        reset_peak(device)  # each stage's peak from zero
+        try:
+            stage = run_stage(root, model, engine, args)
+            summary = summarize_stage(stage, params, report["peak_bf16_flops"])
+            summary["process_peak_memory_gb"] = peak_gb(device)
+            report.setdefault("stages", {})[engine] = summary
+        except BaseException:
+            report.setdefault("stage_errors", {})[engine] = traceback.format_exc()
+        write_report(report, out, start)
+    if device.type == "cuda" and args.unit_timeout:
+        report["unit_tier"] = unit_tier(args.unit_timeout)
     report["work_dir"] = root
     write_report(report, out, start)
     print(json.dumps(report, indent=2))

@@ -5,6 +5,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
 from trinity.engine.decoding import make_decoder, supports_shared_prefix
+from trinity.engine.static_decoding import StaticDecoder, StaticSlots, bucket_rows, static_columns
 from trinity.ops import attention
 
 PAD = 0
@@ -67,17 +68,61 @@ def test_decoder_steps_match_full_forward(kv_heads, shared, device, monkeypatch)
     gen = torch.Generator().manual_seed(1)
     with torch.inference_mode():
         decoder = make_decoder(model, ids, mask, source, steps=40, shared=shared)
-        logits = decoder.logits
-        for step in range(40):
-            torch.testing.assert_close(logits, reference_logits(model, rows), atol=2e-4, rtol=1e-4)
-            if step in (2, 20):  # drop rows, leaving groups uneven and one prompt unused
-                keep = torch.tensor([1, 2, 4, 6] if step == 2 else [0, 3], device=device)
-                decoder.select(keep)
-                rows = [rows[i] for i in keep.tolist()]
-            tokens = torch.randint(1, 40, (len(rows),), generator=gen).to(device)
-            for row, tok in zip(rows, tokens.tolist(), strict=True):
-                row.append(tok)
-            logits = decoder.step(tokens)
+        # drop rows, leaving groups uneven and one prompt unused
+        check_steps(model, decoder, rows, 40, {2: [1, 2, 4, 6], 20: [0, 3]}, gen)
+
+
+def check_steps(model, decoder, rows, steps, drops, gen):
+    """Feed random tokens for ``steps`` steps, dropping rows as ``drops`` ({step: keep}) says;
+    every step's logits must be a full forward's of the rows so far."""
+    device = model.device
+    logits = decoder.logits
+    for step in range(steps):
+        torch.testing.assert_close(logits, reference_logits(model, rows), atol=2e-4, rtol=1e-4)
+        if step in drops:
+            keep = torch.tensor(drops[step], device=device)
+            decoder.select(keep)
+            rows = [rows[i] for i in keep.tolist()]
+        tokens = torch.randint(1, 40, (len(rows),), generator=gen).to(device)
+        for row, tok in zip(rows, tokens.tolist(), strict=True):
+            row.append(tok)
+        logits = decoder.step(tokens)
+
+
+@pytest.mark.parametrize(
+    "device, graphs",
+    [("cpu", False), pytest.param("cuda", False, marks=pytest.mark.gpu)]
+    + [pytest.param("cuda", True, marks=pytest.mark.gpu)],
+)
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_static_decoder_steps_match_full_forward(kv_heads, device, graphs):
+    """Fixed buffers (8 rows for 7, 128 columns) reused by a second, narrower batch: every
+    step's logits are a full forward's, for running rows only, whatever the finished rows
+    (still computed) and the first batch left in the buffers."""
+    model = small_llama(kv_heads).to(device)
+    slots = StaticSlots(bucket_rows(7), static_columns(6, 40), torch.device(device), graphs)
+    assert (slots.rows, slots.columns) == (8, 128)
+    gen = torch.Generator().manual_seed(1)
+    for prompts, source, drops in (
+        (
+            [[5, 6, 7], [9, 3, 3, 8, 1, 2], [4]],
+            [0, 0, 1, 1, 1, 2, 0],
+            {2: [1, 2, 4, 6], 20: [0, 3]},
+        ),
+        ([[7, 7], [1]], [1, 0, 0], {5: [0, 2]}),
+    ):
+        source = torch.tensor(source, device=device)
+        ids, mask = (t.to(device) for t in padded(prompts))
+        rows = [list(prompts[s]) for s in source.tolist()]
+        with torch.inference_mode():
+            check_steps(model, StaticDecoder(model, ids, mask, source, slots), rows, 40, drops, gen)
+    assert (slots.graph is not None) == graphs
+
+
+def test_static_shapes_are_bucketed():
+    assert [bucket_rows(n) for n in (1, 8, 9, 64, 65, 128, 129)] == [8, 8, 16, 64, 128, 128, 256]
+    # the last sampled token is never fed back: 100 + 29 columns fit in 128... plus one
+    assert static_columns(100, 29) == 128 and static_columns(100, 30) == 256
 
 
 @pytest.mark.parametrize("device", DEVICES)

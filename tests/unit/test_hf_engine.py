@@ -464,3 +464,48 @@ def test_enable_thinking_reaches_the_chat_template(model_dir, enable_thinking, b
     assert engine.apply_chat_template([{"role": "user", "content": "1+2="}]) == (
         engine.tokenizer.encode(text, add_special_tokens=False)
     )
+
+
+@pytest.mark.parametrize(
+    "device, decoder",
+    [
+        ("cpu", "static"),
+        pytest.param("cuda", "static", marks=pytest.mark.gpu),
+        pytest.param("cuda", "graphs", marks=pytest.mark.gpu),
+    ],
+)
+def test_static_decoders_sample_what_the_growing_ones_do(model_dir, prompts, device, decoder):
+    """Same seed, same tokens and logprobs as decoder auto: sampled, greedy and top-k rows
+    finishing at different steps; a second batch of another shape; the buffers (and graph)
+    rebuilt after the weights are released and loaded again (mode: colocate)."""
+    engines = [
+        sharpened(make_engine(model_dir, device=device, seed=7, decoder=d))
+        for d in ("auto", decoder)
+    ]
+    batches = [
+        (prompts, [SamplingParams(n=4, temperature=1.0), SamplingParams(temperature=0)] * 2),
+        (prompts[1:2], [SamplingParams(n=3, temperature=0.8, top_k=5, max_tokens=70)]),
+    ]
+    outputs = [[], []]
+    for i, engine in enumerate(engines):
+        for batch, params in batches:
+            outputs[i] += [s for group in engine.generate(batch, params) for s in group]
+        weights = {k: v.clone() for k, v in engine.model.state_dict().items()}
+        engine.release()
+        engine.load_state_dict(weights)
+        outputs[i] += [s for group in engine.generate(*batches[0]) for s in group]
+    reference, static = outputs
+    assert len({len(s.token_ids) for s in reference}) > 3  # rows ended at different steps
+    for ref, out in zip(reference, static, strict=True):
+        assert out.token_ids == ref.token_ids and out.finish_reason == ref.finish_reason
+        # sharpened weights: logits up to ~75, so fp32 attention summed in another
+        # order (cascade against padded SDPA) moves logprobs by ~1e-4 of their logits
+        torch.testing.assert_close(out.logprobs, ref.logprobs, atol=2e-3, rtol=0)
+    assert engines[1]._slots.rows == 16  # 10 rows of the first batch, bucketed
+
+
+def test_decoder_choice_is_checked(model_dir):
+    with pytest.raises(ValueError, match="decoder must be one of"):
+        make_engine(model_dir, decoder="paged")
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        make_engine(model_dir, decoder="graphs")

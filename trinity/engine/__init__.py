@@ -12,7 +12,8 @@
 - ``standalone``: one local model served over the API in a process of its own.
 - ``registry``: ``ENGINES``, the engine classes by ``engine_type``; ``transformers``
   (``transformers_model``: batching over ``hf_engine``'s ``TransformersEngine``, with
-  ``decoding`` and ``sampling``), ``vllm`` (``vllm_model``: the same batching over
+  ``decoding`` and ``sampling``; ``static_decoding`` is its fixed-shape decoder for CUDA
+  graphs), ``vllm`` (``vllm_model``: the same batching over
   ``vllm_engine``'s ``VLLMEngine``, with ``vllm_worker`` inside vLLM's processes) and
   ``external`` are registered below. ``prompts.PromptSide`` is what the two local engines share:
   tokenizer, chat template, limits, stop ids.

@@ -26,7 +26,13 @@ from trinity.ops.attention import (
     supports_shared_prefix,
 )
 
-__all__ = ["ExpandedDecoder", "SharedPrefixDecoder", "make_decoder", "supports_shared_prefix"]
+__all__ = [
+    "ExpandedDecoder",
+    "SharedPrefixDecoder",
+    "make_decoder",
+    "prefill",
+    "supports_shared_prefix",
+]
 
 
 class ExpandedDecoder:
@@ -42,14 +48,7 @@ class ExpandedDecoder:
             else layer
             for layer in self.cache.layers
         ]
-        out = model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=(mask.cumsum(dim=-1) - 1).clamp(min=0),
-            **cache_kwargs(self.model, self.cache),
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        out = prefill(model, ids, mask, self.cache)
         self.cache.batch_select_indices(source)
         self.logits = out.logits[:, -1, :][source]
         self.attention = torch.ones(
@@ -74,6 +73,19 @@ class ExpandedDecoder:
         ).logits[:, -1, :]
         self.position = self.position + 1
         return logits
+
+
+def prefill(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, cache: DynamicCache):
+    """The model's forward over left-padded prompts ``ids``/``mask`` (P, W) into ``cache``,
+    only the last column's logits computed."""
+    return model(
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=(mask.cumsum(dim=-1) - 1).clamp(min=0),
+        **cache_kwargs(model, cache),
+        use_cache=True,
+        logits_to_keep=1,
+    )
 
 
 def make_decoder(model: PreTrainedModel, ids, mask, source, steps: int, shared: bool):

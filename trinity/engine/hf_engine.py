@@ -26,6 +26,7 @@ from trinity.common.models.sampling import SamplingParams
 from trinity.engine.decoding import make_decoder, supports_shared_prefix
 from trinity.engine.prompts import PromptSide
 from trinity.engine.sampling import RowSampler
+from trinity.engine.static_decoding import StaticDecoder, StaticSlots, bucket_rows, static_columns
 from trinity.utils.device import attention_kwargs
 
 __all__ = ["SampleOutput", "SamplingParams", "TransformersEngine"]
@@ -33,6 +34,7 @@ __all__ = ["SampleOutput", "SamplingParams", "TransformersEngine"]
 logger = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DECODERS = ("auto", "static", "graphs")
 
 
 @dataclass
@@ -92,12 +94,17 @@ class TransformersEngine(PromptSide):
         max_num_seqs: int = 256,
         num_threads: Optional[int] = None,
         adapter_path: Optional[str] = None,
+        decoder: str = "auto",
         **prompt_side: Any,
     ) -> None:
         """``prompt_side``: ``PromptSide``'s arguments (the length limits, the chat template,
-        the parsers)."""
+        the parsers). ``decoder``: ``auto`` (the growing caches of ``decoding.py``), ``static``
+        (fixed shapes, ``static_decoding.py``) or ``graphs`` (static, each step a replayed
+        CUDA graph; a CUDA device only)."""
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got '{dtype}'")
+        if decoder not in _DECODERS:
+            raise ValueError(f"decoder must be one of {_DECODERS}, got '{decoder}'")
         if repetition_penalty <= 0:
             raise ValueError(f"repetition_penalty must be > 0, got {repetition_penalty}")
         if device == "cpu":
@@ -118,6 +125,15 @@ class TransformersEngine(PromptSide):
         # performance.md); on an H100 small models are bound by kernel launches instead,
         # and its extra small kernels made decoding ~1.7x slower than plain SDPA.
         self.shared_prefix = self.device.type == "cpu" and supports_shared_prefix(self.model)
+        if decoder != "auto" and not supports_shared_prefix(self.model):
+            raise ValueError(
+                f"decoder '{decoder}' needs plain full attention in every layer, which "
+                f"{type(self.model).__name__} does not have; use decoder 'auto'"
+            )
+        if decoder == "graphs" and self.device.type != "cuda":
+            raise ValueError(f"decoder 'graphs' needs a CUDA device, not '{device}'")
+        self.decoder = decoder
+        self._slots: Optional[StaticSlots] = None  # the static decoder's buffers and graph
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = self.eos_ids[0] if self.eos_ids else 0
@@ -165,7 +181,7 @@ class TransformersEngine(PromptSide):
         stopped = torch.zeros(n_rows, dtype=torch.bool, device=self.device)
 
         ids, mask, source = self._distinct_prompts(requests)
-        decoder = make_decoder(self.model, ids, mask, source, steps, self.shared_prefix)
+        decoder = self._decoder(ids, mask, source, steps)
         logits = decoder.logits
         sampler = RowSampler.build(
             [r.params for r in requests],
@@ -200,6 +216,18 @@ class TransformersEngine(PromptSide):
         outputs = self._collect(requests, tokens, logprobs, lengths, stopped)
         top.attach(requests, outputs)
         return outputs
+
+    def _decoder(self, ids: torch.Tensor, mask: torch.Tensor, source: torch.Tensor, steps: int):
+        """Prefill the distinct prompts (P, W) for rows ``source`` (B,) with this engine's
+        decoder; a static one reuses the buffers (and CUDA graph) of the last batch shape."""
+        if self.decoder == "auto":
+            return make_decoder(self.model, ids, mask, source, steps, self.shared_prefix)
+        shape = (bucket_rows(len(source)), static_columns(ids.shape[1], steps))
+        graphs = self.decoder == "graphs"
+        if self._slots is None or not self._slots.fits(*shape, graphs):
+            self._slots = None  # the old buffers and graph go before the new ones come
+            self._slots = StaticSlots(*shape, self.device, graphs)
+        return StaticDecoder(self.model, ids, mask, source, self._slots)
 
     def _distinct_prompts(
         self, requests: List[_Request]
@@ -273,6 +301,7 @@ class TransformersEngine(PromptSide):
         if self._released is not None:
             return 0
         self._released, freed = {}, 0
+        self._slots = None  # a CUDA graph holds the addresses of the weights freed below
         for name, param in self.model.named_parameters():  # tied weights are listed once
             self._released[name] = param.shape
             freed += param.numel() * param.element_size()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -54,6 +54,8 @@ __all__ = [
     "SharedPrefixDecoder",
     "cache_kwargs",
     "output_cache",
+    "register_attention",
+    "sdpa_unless",
     "supports_shared_prefix",
 ]
 
@@ -257,24 +259,32 @@ def _prefill_attention(cache: _PrefixCache, query, key, value, scaling: float):
     )
 
 
-def shared_prefix_attention(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: Optional[torch.Tensor],
-    scaling: Optional[float] = None,
-    dropout: float = 0.0,
-    **kwargs,
-) -> Tuple[torch.Tensor, None]:
-    """The ``AttentionInterface`` entry: (B, H, Q, D) in, (B, Q, H, Dv) out, as transformers
-    expects. The cache comes through the forward kwarg ``shared_prefix_cache``; any other
-    forward of the model (e.g. ``model.generate``) is plain SDPA with the usual mask."""
-    cache: Optional[_PrefixCache] = kwargs.pop("shared_prefix_cache", None)
-    if cache is None:
-        return sdpa_attention_forward(
-            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
-        )
+def sdpa_unless(kwarg: str, special: Callable[..., Any]) -> Callable[..., Any]:
+    """An ``AttentionInterface`` function: ``special(module, query, key, value, state,
+    scaling)`` when the model's forward was given the kwarg ``kwarg`` (its value being
+    ``state``), else plain SDPA with the usual mask, so any other forward of the model (e.g.
+    ``model.generate``) is unaffected. (B, H, Q, D) in, (B, Q, H, Dv) out, as transformers
+    expects."""
+
+    def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kw):
+        state = kw.pop(kwarg, None)
+        if state is None:
+            return sdpa_attention_forward(
+                module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kw
+            )
+        return special(module, query, key, value, state, scaling)
+
+    return attention
+
+
+def register_attention(name: str, attention: Callable[..., Any]) -> None:
+    """Register ``attention`` with transformers as ``name``; ordinary forwards get SDPA's
+    masks, and the special ones pass a 4D mask, which transformers passes on untouched."""
+    AttentionInterface.register(name, attention)
+    AttentionMaskInterface.register(name, sdpa_mask)
+
+
+def _shared_prefix_attention(module, query, key, value, cache: _PrefixCache, scaling):
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
     if cache.packed is not None:
         out = _packed_attention(cache, module.layer_idx, query, key, value, scaling)
@@ -285,9 +295,8 @@ def shared_prefix_attention(
     return out.transpose(1, 2).contiguous(), None
 
 
-AttentionInterface.register(ATTENTION, shared_prefix_attention)
-# Ordinary forwards get SDPA's masks; our decoder passes no attention_mask, so it gets none.
-AttentionMaskInterface.register(ATTENTION, sdpa_mask)
+# The cache comes through the forward kwarg ``shared_prefix_cache``.
+register_attention(ATTENTION, sdpa_unless("shared_prefix_cache", _shared_prefix_attention))
 
 
 class SharedPrefixDecoder:
