@@ -100,21 +100,29 @@ def _stats(runs: List[Dict[str, float]]) -> Dict[str, Any]:
 def bench_preset(preset: str, args: argparse.Namespace) -> Dict[str, Any]:
     """Build (or reuse) the preset model, warm both systems up, then time ``repeats`` rounds."""
     path = build_tiny_preset(os.path.join(args.cache_dir, preset), preset)
-    engine = TransformersEngine(
-        path,
-        max_model_len=TINY_PRESETS[preset]["max_position_embeddings"],
-        max_prompt_tokens=None,
-        max_response_tokens=args.tokens,
-        min_response_tokens=args.tokens,
-        seed=args.seed,
-        num_threads=args.threads,
-        device=args.device,
-        dtype=args.dtype,
-    )
-    model, tokenizer = engine.model, engine.tokenizer  # one model: identical weights for both
-    prompts = [engine.apply_chat_template(m) for m in make_messages(args.prompts, args.seed)]
+    engines = {
+        ("engine" if decoder == "auto" else f"engine_{decoder}"): TransformersEngine(
+            path,
+            max_model_len=TINY_PRESETS[preset]["max_position_embeddings"],
+            max_prompt_tokens=None,
+            max_response_tokens=args.tokens,
+            min_response_tokens=args.tokens,
+            seed=args.seed,
+            num_threads=args.threads,
+            device=args.device,
+            dtype=args.dtype,
+            decoder=decoder,
+        )
+        for decoder in args.decoders
+    }
+    first = next(iter(engines.values()))
+    model, tokenizer = first.model, first.tokenizer  # the weights all systems load alike
+    prompts = [first.apply_chat_template(m) for m in make_messages(args.prompts, args.seed)]
     systems = {
-        "engine": lambda p, s, t: run_engine(engine, p, s, t),
+        **{
+            name: lambda p, s, t, e=engine: run_engine(e, p, s, t)
+            for name, engine in engines.items()
+        },
         "generate": lambda p, s, t: run_generate(model, tokenizer, p, s, t),
     }
     for run in systems.values():  # warm-up: first-call costs are not throughput
@@ -135,6 +143,10 @@ def bench_preset(preset: str, args: argparse.Namespace) -> Dict[str, Any]:
         / result["generate"]["tokens_per_s_best"],
         "ratio_median": result["engine"]["tokens_per_s_median"]
         / result["generate"]["tokens_per_s_median"],
+        "ratios_median": {  # each engine's decoder against generate
+            name: result[name]["tokens_per_s_median"] / result["generate"]["tokens_per_s_median"]
+            for name in engines
+        },
     }
 
 
@@ -142,10 +154,13 @@ def summary(report: Dict[str, Any]) -> str:
     """The one-line summary: per preset, median tokens/s of each system and the ratio."""
     c = report["config"]
     parts = [
-        f"{r['preset']} ({r['parameters'] / 1e6:.1f}M): engine "
-        f"{r['engine']['tokens_per_s_median']:.0f} tok/s vs generate "
-        f"{r['generate']['tokens_per_s_median']:.0f} tok/s = {r['ratio_median']:.2f}x "
-        f"(best {r['ratio_best']:.2f}x)"
+        f"{r['preset']} ({r['parameters'] / 1e6:.1f}M): "
+        + ", ".join(
+            f"{name} {r[name]['tokens_per_s_median']:.0f} tok/s = {ratio:.2f}x"
+            for name, ratio in r["ratios_median"].items()
+        )
+        + f" of generate {r['generate']['tokens_per_s_median']:.0f} tok/s"
+        + f" (engine best {r['ratio_best']:.2f}x)"
         for r in report["results"]
     ]
     return (
@@ -165,6 +180,12 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="cpu or cuda (both systems)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument(
+        "--decoders",
+        type=lambda text: text.split(","),
+        default=["auto"],
+        help="the engine's decoders to time, comma-separated (auto, static; graphs on cuda)",
+    )
     parser.add_argument("--out", default="rollout.json")
     parser.add_argument(
         "--cache-dir", default=os.path.join(tempfile.gettempdir(), "trinity-bench-models")
@@ -183,7 +204,16 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         "config": {
             **{
                 k: getattr(args, k)
-                for k in ("prompts", "samples", "tokens", "repeats", "seed", "device", "dtype")
+                for k in (
+                    "prompts",
+                    "samples",
+                    "tokens",
+                    "repeats",
+                    "seed",
+                    "device",
+                    "dtype",
+                    "decoders",
+                )
             },
             "threads": torch.get_num_threads(),
             "torch": torch.__version__,
