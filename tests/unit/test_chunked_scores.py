@@ -41,11 +41,15 @@ def _random_case(tied: bool):
     return leaf, hidden, weight, bias, targets
 
 
+@pytest.mark.parametrize("kept", [0, 8, 18])  # tokens whose logits are kept, not recomputed
 @pytest.mark.parametrize("tied", [False, True])
 @pytest.mark.parametrize("chunk", [4, 7, 9, 18, 64])  # 18 tokens: divides, not, one, more
 @pytest.mark.parametrize("with_entropy", [True, False])
 @pytest.mark.parametrize("temperature", [0.7, 1.3])
-def test_head_scores_equal_the_full_logits(temperature, with_entropy, chunk, tied):
+def test_head_scores_equal_the_full_logits(
+    temperature, with_entropy, chunk, tied, kept, monkeypatch
+):
+    monkeypatch.setattr(scores, "HEAD_KEEP_ELEMENTS", kept * 50)  # a vocabulary of 50
     leaf, hidden, weight, bias, targets = _random_case(tied)
     up_lp, up_ent = torch.randn(2, 9), torch.randn(2, 9)  # any upstream gradient
     wrt = [t for t in (leaf, weight, bias) if t is not None]
@@ -77,7 +81,12 @@ def _saved_bytes(fn):
     return out, sum(saved)
 
 
-def test_chunked_scores_save_less_than_one_logits_tensor():
+@pytest.mark.parametrize("kept", [False, True])
+def test_chunked_scores_save_less_than_the_full_logits(kept, monkeypatch):
+    """Recomputing every chunk: a tenth of one fp32 [tokens x vocab] tensor is saved. Keeping
+    the chunks' logits (within HEAD_KEEP_ELEMENTS): about one such tensor in the head's
+    dtype, a fraction of what the plain path's softmax keeps."""
+    monkeypatch.setattr(scores, "HEAD_KEEP_ELEMENTS", 2**27 if kept else 0)
     torch.manual_seed(0)
     tokens, width, vocab = 256, 16, 512
     hidden = torch.randn(1, tokens, width, requires_grad=True)
@@ -87,9 +96,11 @@ def test_chunked_scores_save_less_than_one_logits_tensor():
     args = (hidden, weight, None, targets, 0.7, True)
     plain, plain_bytes = _saved_bytes(lambda: _plain(*args))
     chunked, chunked_bytes = _saved_bytes(lambda: head_scores(*args, chunk_tokens=32))
-    assert plain_bytes > logits_bytes  # the plain path keeps its softmax tensors
-    # hidden states, head weight and a few numbers per token: a tenth of the logits here
-    assert chunked_bytes < logits_bytes / 8
+    assert plain_bytes > 2 * logits_bytes  # the plain path keeps its softmax tensors
+    if kept:  # the logits, hidden states, head weight and a few numbers per token
+        assert logits_bytes < chunked_bytes < 1.2 * logits_bytes
+    else:  # hidden states, head weight and a few numbers per token: a tenth of the logits
+        assert chunked_bytes < logits_bytes / 8
     expected = torch.autograd.grad(plain[0].sum() + plain[1].sum(), (hidden, weight))
     got = torch.autograd.grad(chunked[0].sum() + chunked[1].sum(), (hidden, weight))
     for grad_c, grad in zip(got, expected, strict=True):

@@ -27,6 +27,12 @@ CHUNK_ELEMENTS = 2**28
 # of a 152k one, which still keeps a GPU's matrix products large.
 HEAD_CHUNK_ELEMENTS = 2**24
 
+# Logits elements whose chunks ``head_scores`` keeps for backward, in the head's compute
+# dtype (256 MB in bf16), instead of recomputing them there: the recomputed head product
+# made SmolLM2's policy pass 10% slower on CPU (docs/performance.md). Beyond this budget
+# (a GPU micro-batch of 8k tokens x 152k is 1.2G) chunks are recomputed.
+HEAD_KEEP_ELEMENTS = 2**27
+
 
 def token_scores(
     logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool = True
@@ -82,6 +88,8 @@ def head_scores(
     lead = targets.shape
     flat_hidden = hidden.reshape(-1, hidden.shape[-1])
     chunk = chunk_tokens or max(1, HEAD_CHUNK_ELEMENTS // weight.shape[0])
+    training = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    keep = HEAD_KEEP_ELEMENTS // weight.shape[0] if training else 0  # tokens
     logprob, entropy = _HeadScores.apply(
         flat_hidden,
         weight,
@@ -91,44 +99,52 @@ def head_scores(
         with_entropy,
         compute_dtype or weight.dtype,
         chunk,
+        keep,
     )
     return logprob.view(lead), entropy.view(lead) if with_entropy else None
 
 
-def _chunk_logits(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    bias: Optional[torch.Tensor],
-    temperature: float,
-    dtype: torch.dtype,
+def _head(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], dtype: torch.dtype
 ) -> torch.Tensor:
-    """(n, V) fp32 logits / temperature of ``hidden`` (n, H); ``weight``/``bias`` already in
-    ``dtype``. Rounded to ``dtype`` before fp32, as the plain head's output is."""
-    logits = F.linear(hidden.to(dtype), weight, bias)
-    return logits.float() / temperature
+    """(n, V) logits of ``hidden`` (n, H) in ``dtype`` (``weight``/``bias`` already in it),
+    as the plain head under autocast to ``dtype`` gives them."""
+    return F.linear(hidden.to(dtype), weight, bias)
+
+
+def _log_softmax(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """(n, V) fp32 ``log_softmax(logits / temperature)``, ``logits`` left as they are."""
+    z = logits.float()
+    if temperature != 1.0:
+        z = z.div_(temperature) if z is not logits else z / temperature
+    return z.log_softmax(dim=-1)
 
 
 class _HeadScores(torch.autograd.Function):
-    """Chunked scoring with a hand-written backward: only ``hidden``, the head and one
-    log-normaliser (and entropy) per token are kept; each chunk's logits are recomputed."""
+    """Chunked scoring with a hand-written backward: ``hidden``, the head, the entropy per
+    token and the first ``keep`` tokens' logits in ``dtype`` are kept; the other chunks'
+    logits are recomputed."""
 
     @staticmethod
-    def forward(ctx: Any, hidden, weight, bias, targets, temperature, with_entropy, dtype, chunk):
+    def forward(
+        ctx: Any, hidden, weight, bias, targets, temperature, with_entropy, dtype, chunk, keep
+    ):
         # Explicit casts, not autocast: the same products in forward and in backward.
         with torch.autocast(hidden.device.type, enabled=False):
             w, b = weight.to(dtype), None if bias is None else bias.to(dtype)
-            lse = hidden.new_empty(hidden.shape[0], dtype=torch.float32)
-            logprob = torch.empty_like(lse)
-            entropy = torch.empty_like(lse) if with_entropy else lse.new_empty(0)
+            logprob = hidden.new_empty(hidden.shape[0], dtype=torch.float32)
+            entropy = torch.empty_like(logprob) if with_entropy else logprob.new_empty(0)
+            kept = []  # the logits of the first chunks, up to ``keep`` tokens
             for s in range(0, hidden.shape[0], chunk):
                 part = slice(s, s + chunk)
-                z = _chunk_logits(hidden[part], w, b, temperature, dtype)  # (n, V) fp32
-                lse[part] = torch.logsumexp(z, dim=-1)
-                logprob[part] = z.gather(-1, targets[part, None]).squeeze(-1) - lse[part]
-                if with_entropy:  # -sum p log p: no cancellation of lse against sum p z
-                    log_p = z - lse[part, None]
-                    entropy[part] = -(log_p.exp() * log_p).sum(-1)
-        ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
+                logits = _head(hidden[part], w, b, dtype)
+                if min(s + chunk, hidden.shape[0]) <= keep:
+                    kept.append(logits)
+                log_p = _log_softmax(logits, temperature)  # (n, V) fp32
+                logprob[part] = log_p.gather(-1, targets[part, None]).squeeze(-1)
+                if with_entropy:
+                    entropy[part] = -log_p.exp().mul_(log_p).sum(-1)
+        ctx.save_for_backward(hidden, weight, bias, targets, entropy, *kept)
         ctx.settings = (temperature, with_entropy, dtype, chunk)
         if not with_entropy:
             ctx.mark_non_differentiable(entropy)
@@ -136,7 +152,7 @@ class _HeadScores(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, g_logprob: torch.Tensor, g_entropy: Optional[torch.Tensor]):
-        hidden, weight, bias, targets, lse, entropy = ctx.saved_tensors
+        hidden, weight, bias, targets, entropy, *kept = ctx.saved_tensors
         temperature, with_entropy, dtype, chunk = ctx.settings
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         with torch.autocast(hidden.device.type, enabled=False):
@@ -145,13 +161,16 @@ class _HeadScores(torch.autograd.Function):
             # Summed over chunks in fp32, cast to the parameters' dtypes once at the end.
             grad_w = torch.zeros_like(weight, dtype=torch.float32) if need_w else None
             grad_b = torch.zeros_like(bias, dtype=torch.float32) if need_b else None
-            for s in range(0, hidden.shape[0], chunk):
+            for i, s in enumerate(range(0, hidden.shape[0], chunk)):
                 part = slice(s, s + chunk)
                 h = hidden[part].to(dtype)
-                log_p = _chunk_logits(h, w, b, temperature, dtype) - lse[part, None]
+                logits = kept[i] if i < len(kept) else _head(h, w, b, dtype)
+                log_p = _log_softmax(logits, temperature)
                 g_ent = g_entropy[part] if with_entropy and g_entropy is not None else None
                 g_z = _chunk_grad(log_p, targets[part], g_logprob[part], g_ent, entropy[part])
-                g_logits = (g_z / temperature).to(dtype)  # z = logits / T
+                if temperature != 1.0:  # z = logits / T
+                    g_z.div_(temperature)
+                g_logits = g_z.to(dtype)
                 if grad_h is not None:
                     grad_h[part] = g_logits @ w
                 if grad_w is not None:
@@ -160,7 +179,7 @@ class _HeadScores(torch.autograd.Function):
                     grad_b += g_logits.sum(0).float()
         grad_w = None if grad_w is None else grad_w.to(weight.dtype)
         grad_b = None if grad_b is None else grad_b.to(bias.dtype)
-        return grad_h, grad_w, grad_b, None, None, None, None, None
+        return grad_h, grad_w, grad_b, None, None, None, None, None, None
 
 
 def _chunk_grad(
@@ -171,11 +190,14 @@ def _chunk_grad(
     entropy: torch.Tensor,
 ) -> torch.Tensor:
     """Gradient (n, V) w.r.t. the tempered logits z of a chunk, from its log-softmax
-    ``log_p`` (n, V), targets (n,), upstream gradients (n,) and entropies (n,):
-    d log p_t / dz = onehot(t) - p and dH / dz = -p * (log p + H)."""
+    ``log_p`` (n, V; overwritten: a chunk's fp32 tensors are the memory that counts),
+    targets (n,), upstream gradients (n,) and entropies (n,): with d log p_t / dz =
+    onehot(t) - p and dH / dz = -p * (log p + H), the sum is onehot(t) * g_logprob -
+    p * (g_logprob + g_entropy * (log p + H))."""
     p = log_p.exp()
-    g_z = p * -g_logprob[:, None]
-    g_z.scatter_add_(-1, targets[:, None], g_logprob[:, None])
-    if g_entropy is not None:
-        g_z -= (g_entropy[:, None] * p) * (log_p + entropy[:, None])
-    return g_z
+    if g_entropy is None:
+        scale = g_logprob[:, None]
+    else:
+        scale = log_p.add_(entropy[:, None]).mul_(g_entropy[:, None]).add_(g_logprob[:, None])
+    g_z = p.mul_(scale).neg_()
+    return g_z.scatter_add_(-1, targets[:, None], g_logprob[:, None])
