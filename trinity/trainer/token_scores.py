@@ -3,9 +3,10 @@ hidden states before the output head.
 
 ``token_scores`` scores logits that already exist. ``head_scores`` starts one step earlier,
 from the final hidden states and the output head's weight, and applies the head a chunk of
-tokens at a time: each chunk's logits (tokens x vocabulary, fp32) live only while that chunk
-is scored, in forward and again in backward, so a batch never holds its full logits. With a
-152k vocabulary those are 0.6 MB per token in fp32, several times the whole model's
+tokens at a time: each chunk's fp32 scores (tokens x vocabulary) live only while that chunk
+is scored, in forward and again in backward, and for backward only the chunks' logits in the
+head's compute dtype are kept, up to ``HEAD_KEEP_ELEMENTS`` (the rest are recomputed). With
+a 152k vocabulary fp32 logits are 0.6 MB per token, several times the whole model's
 activations; the softmax tensors autograd would keep for backward are as large again.
 """
 
@@ -28,9 +29,9 @@ CHUNK_ELEMENTS = 2**28
 HEAD_CHUNK_ELEMENTS = 2**24
 
 # Logits elements whose chunks ``head_scores`` keeps for backward, in the head's compute
-# dtype (256 MB in bf16), instead of recomputing them there: the recomputed head product
-# made SmolLM2's policy pass 10% slower on CPU (docs/performance.md). Beyond this budget
-# (a GPU micro-batch of 8k tokens x 152k is 1.2G) chunks are recomputed.
+# dtype (256 MB in bf16), instead of recomputing them there: one head product in four saved
+# for a fifth of the memory the full-logits path keeps. Beyond this budget (a GPU
+# micro-batch of 8k tokens x 152k is 1.2G) chunks are recomputed.
 HEAD_KEEP_ELEMENTS = 2**27
 
 
@@ -59,7 +60,7 @@ def token_scores(
 def _scores(
     logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
 ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-    log_probs = F.log_softmax(logits.float() / max(temperature, 1e-6), dim=-1)
+    log_probs = _log_softmax(logits, max(temperature, 1e-6))
     logprob = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     entropy = -(log_probs.exp() * log_probs).sum(-1) if with_entropy else None
     return logprob, entropy
