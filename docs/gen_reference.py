@@ -1,7 +1,9 @@
-"""The configuration reference, generated from the schema when the site is built.
+"""The configuration reference's tables, generated from the schema.
 
-mkdocs-gen-files runs this file and appends the tables to ``reference/configuration.md``
-(its hand-written introduction). ``reference_markdown()`` returns the tables alone, for tests.
+``python docs/gen_reference.py`` rewrites ``docs/reference/configuration.md`` below its
+marker line (the hand-written introduction above it is kept); the page is committed so
+that a reader of the repository sees the tables, and a unit test fails when it is out of date.
+``reference_markdown()`` returns the tables alone.
 Each row comes from a pydantic field (type, default, description), from
 ``trinity/preflight/support.py`` (the values this build runs, ranges) and from ``inert``
 (accepted, no effect).
@@ -32,7 +34,7 @@ from trinity.preflight.support import (  # noqa: E402
     show,
 )
 
-PAGE = "reference/configuration.md"
+PAGE = ROOT / "docs" / "reference" / "configuration.md"
 NOT_YET = "not supported yet"
 SAMPLED = {f"model.{key}" for key in SAMPLING} | {
     f"{storage}.rollout_args.{key}" for storage in STORAGE_PATHS[:2] for key in SAMPLING
@@ -246,8 +248,17 @@ def reference_markdown() -> str:
     return "\n".join(out) + "\n"
 
 
-if __name__ in ("__main__", "<run_path>"):
-    import mkdocs_gen_files
+def page_text(page: Path, script: str, tables: str) -> str:
+    """``page`` as committed down to its marker line (the hand-written part), the marker, then
+    ``tables``: what ``python docs/<script>`` writes there."""
+    marker = f"<!-- Generated below by docs/{script}: change the code it reads, then run it. -->"
+    return page.read_text(encoding="utf-8").split(marker)[0] + marker + "\n" + tables
 
-    with mkdocs_gen_files.open(PAGE, "a") as page:
-        page.write("\n" + reference_markdown())
+
+def generated_page() -> str:
+    """What ``python docs/gen_reference.py`` writes to ``PAGE``."""
+    return page_text(PAGE, "gen_reference.py", reference_markdown())
+
+
+if __name__ == "__main__":
+    PAGE.write_text(generated_page(), encoding="utf-8")

@@ -1,7 +1,8 @@
-"""The key tables of "Coming from veRL", generated from the converter when the site is built.
+"""The key tables of "Coming from veRL", generated from the converter.
 
-mkdocs-gen-files runs this file and appends the tables to ``reference/verl.md``;
-``verl_markdown()`` returns them alone, for tests. Sources: ``TABLE``, ``ESTIMATORS`` and
+``python docs/gen_verl.py`` rewrites ``docs/reference/verl.md`` below its marker line (as
+``gen_reference.py`` does its page; a unit test fails when the page is out of date);
+``verl_markdown()`` returns the tables alone. Sources: ``TABLE``, ``ESTIMATORS`` and
 ``KL_NAMES`` of ``trinity/common/config/convert_verl.py``, and the veRL key tree that
 ``trainer.trainer_config`` declares (``trinity/common/config/verl.py``: its ``MOVED_KEYS``
 and which keys are ``inert``).
@@ -21,7 +22,7 @@ if str(HERE.parent) not in sys.path:  # document the checkout this file is in
 from trinity.common.config.convert_verl import ESTIMATORS, KL_NAMES, TABLE  # noqa: E402
 from trinity.common.config.verl import VerlOptimConfig, VerlTrainerConfig  # noqa: E402
 
-PAGE = "reference/verl.md"
+PAGE = HERE / "reference" / "verl.md"
 TRAINER_CONFIG = "trainer.trainer_config"
 # The reference page's rows and anchors, shared rather than re-implemented.
 _REFERENCE = runpy.run_path(str(HERE / "gen_reference.py"), run_name="gen_reference")
@@ -89,8 +90,10 @@ def verl_markdown() -> str:
     return "\n".join(out) + "\n"
 
 
-if __name__ in ("__main__", "<run_path>"):
-    import mkdocs_gen_files
+def generated_page() -> str:
+    """What ``python docs/gen_verl.py`` writes to ``PAGE``."""
+    return _REFERENCE["page_text"](PAGE, "gen_verl.py", verl_markdown())
 
-    with mkdocs_gen_files.open(PAGE, "a") as page:
-        page.write("\n" + verl_markdown())
+
+if __name__ == "__main__":
+    PAGE.write_text(generated_page(), encoding="utf-8")

@@ -68,3 +68,26 @@ def test_tasks_and_experiences_in_sql(
     # 2 steps x batch_size 4 x repeat_times 4, each read by the train step of its explore step
     assert sorted(rows) == [(1, 1)] * 16 + [(2, 2)] * 16
     assert n_eval == 16
+
+
+def test_two_runs_share_one_sqlite_buffer_file(tmp_path, micro_model, arithmetic_data, ray_cluster):
+    """An existing SQLite file (a resumed or shared buffer) is written in place, each run in its
+    own table; it was refused before start as a file blocking the folders below it."""
+    shared = tmp_path / "shared" / "buffer.db"
+    url = f"sqlite:///{shared}"
+    for name in ("first", "second"):
+        overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
+            "buffer.total_steps=1",
+            "explorer.eval_on_startup=false",
+            f"name={name}",
+            f"buffer.trainer_input.experience_buffer={{name: exps_{name}, storage_type: sql, "
+            f"path: '{url}'}}",
+        ]
+        (result,) = run(CONFIG, overrides, [])
+        assert [r["step"] for r in records(result.job_dir, "trainer")] == [1]
+    for name in ("first", "second"):
+        store = SQLExperienceStore(url, f"exps_{name}")
+        with store.engine.connect() as conn:
+            steps = conn.execute(sa.select(store.table.c.consumed_by)).scalars().all()
+        store.close()
+        assert steps == [1] * 16  # batch_size 4 x repeat_times 4, read by step 1

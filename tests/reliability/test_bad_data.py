@@ -17,21 +17,6 @@ import pytest
 
 from tests.reliability.conftest import RayStartAttempted, run_cli, write_config
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _preflight_landed() -> bool:
-    """Whether `trinity run` checks data before Ray (helper H4's preflight module is wired)."""
-    launcher = os.path.join(ROOT, "trinity", "runtime", "launcher.py")
-    module = os.path.join(ROOT, "trinity", "common", "config", "preflight.py")
-    with open(launcher, encoding="utf-8") as f:
-        return os.path.exists(module) and "preflight" in f.read()
-
-
-needs_preflight = pytest.mark.xfail(
-    not _preflight_landed(), reason="preflight not landed", strict=False
-)
-
 Content = Union[str, bytes, Callable[[str], None]]
 
 
@@ -210,7 +195,6 @@ def test_loader_names_file_and_row(tmp_path, base_config, case):
     assert case.where is None or case.where in message
 
 
-@needs_preflight
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_bad_dataset_stops_before_ray_naming_file_and_row(tmp_path, base_config, ray_guard, case):
     run, path = _run(tmp_path, base_config, case)
@@ -230,7 +214,6 @@ def test_skip_bad_rows_gets_past_the_data_checks(tmp_path, base_config, ray_guar
     assert len(ray_guard) == 1
 
 
-@needs_preflight
 def test_skip_bad_rows_with_every_row_bad_still_stops(tmp_path, base_config, ray_guard):
     bad = Case("all_bad", "t.jsonl", "[1]\n[2]\n", "line 1")
     run, path = _run(tmp_path, base_config, bad, skip=True)

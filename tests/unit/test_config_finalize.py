@@ -6,6 +6,7 @@ import os
 import textwrap
 
 import pytest
+import yaml
 
 import trinity.common.config.gpus as gpus_module
 from trinity import algorithm
@@ -471,6 +472,10 @@ def test_saved_config_reloads_to_the_same_config(tmp_path):
     save_resolved_config(config, str(path))
     text = path.read_text()
     assert "train_batch_size: 8" in text and "sync_method: memory" in text
+    saved = yaml.safe_load(text)["trainer"]["trainer_config"]["actor_rollout_ref"]
+    # derived for this machine (no GPU) though the user wrote no veRL dtype
+    assert saved["actor"]["fsdp_config"]["mixed_precision"]["param_dtype"] == "fp32"
+    assert saved["ref"]["fsdp_config"]["mixed_precision"]["param_dtype"] == "fp32"
     reloaded = finalize(load_config(str(path)))
     assert reloaded.model_dump() == config.model_dump()
 

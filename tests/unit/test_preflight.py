@@ -212,6 +212,8 @@ def test_writable_targets(tmp_path):
         f"k = v: {tmp_path / 'file'} is a file, so the folders below it cannot be made"
     ]
     assert "is a folder; expected a file" in writable_problems("k", "v", str(tmp_path), False)[0]
+    # an existing file (a resumed or shared SQLite database) is written in place
+    assert writable_problems("k", "v", str(tmp_path / "file"), False) == []
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")

