@@ -37,10 +37,12 @@ def documented(name):
 # - tasksets name the parquet file itself (the document: its folder plus `split`);
 # - `sync_offset: 0`, as the document's own note says matches veRL (its examples write 1);
 # - `checkpoint_root_dir`, `sync_timeout` and `engine_num` have no veRL key (defaults apply);
-# - the reward model's `engine_num`/`tensor_parallel_size` neither (its path is checked below).
+# - the reward model's `engine_num`/`tensor_parallel_size` neither (its path is checked below);
+# - `data.filter_overlong_prompts=True` drops over-long prompts, as veRL does (a task
+#   pipeline's length_filter, checked below), where the document truncates them.
 KNOWN = ("buffer.explorer_input", "synchronizer.sync_offset", "checkpoint_root_dir")
 KNOWN += ("synchronizer.sync_timeout", "explorer.rollout_model.engine_num")
-KNOWN += ("explorer.auxiliary_models",)
+KNOWN += ("explorer.auxiliary_models", "model.enable_prompt_truncation")
 
 
 @pytest.mark.parametrize(
@@ -75,18 +77,58 @@ def test_grpo_tasksets_batches_and_what_was_not_mapped():
     assert config["synchronizer"]["sync_interval"] == 4
     unused = "FSDP tuning of veRL; the native trainer shards and places weights itself"
     assert unmapped == [
-        "data.truncation=error: Trinity truncates prompts on the right (enable_prompt_truncation)",
         "actor_rollout_ref.model.use_remove_padding=true: the native trainer computes on "
         "padded batches",
         f"actor_rollout_ref.actor.fsdp_config.param_offload=false: {unused}",
         f"actor_rollout_ref.actor.fsdp_config.optimizer_offload=false: {unused}",
-        # the rollout engine is the explorer's: a veRL rollout key under trainer_config does
-        # nothing, so it is listed rather than copied there
-        "actor_rollout_ref.rollout.name=vllm: veRL rollout keys are not used (the explorer "
-        "rolls out); set explorer.rollout_model.engine_type",
         f"actor_rollout_ref.ref.fsdp_config.param_offload=true: {unused}",
     ]
+    # the rollout engine is the explorer's: rollout.name picks its engine
+    assert config["explorer"]["rollout_model"]["engine_type"] == "vllm"
     assert "rollout" not in config["trainer"]["trainer_config"]["actor_rollout_ref"]
+    # filter_overlong_prompts=True with max_prompt_length=512: prompts over 512 tokens, chat
+    # template applied, are dropped before exploring; truncation=error then never applies
+    assert config["data_processor"]["task_pipeline"]["operators"] == [
+        {
+            "name": "length_filter",
+            "args": {"max_length": 512, "unit": "tokens", "chat_template": True},
+        }
+    ]
+    assert "enable_prompt_truncation" not in config["model"]
+
+
+@pytest.mark.parametrize(
+    "args, model_keys, unmapped",
+    [
+        (["data.truncation=left"], {"enable_prompt_truncation": True}, []),
+        (["data.truncation=error"], {}, ["data.truncation"]),
+        (["data.truncation=right"], {}, ["data.truncation"]),
+        (
+            ["data.filter_overlong_prompts=False", "data.truncation=left"],
+            {"enable_prompt_truncation": True},
+            [],
+        ),
+    ],
+)
+def test_truncation_maps_only_where_it_means_the_same(args, model_keys, unmapped):
+    config, skipped = convert(read_command(" ".join(["python3 -m verl.trainer.main_ppo", *args])))
+    assert config.get("model", {}) == model_keys
+    assert [line.split("=")[0] for line in skipped] == unmapped
+    assert "data_processor" not in config
+
+
+@pytest.mark.parametrize("name, engine", [("vllm", "vllm"), ("hf", "transformers")])
+def test_the_rollout_name_picks_the_engine(name, engine):
+    config, skipped = convert(read_command(f"x actor_rollout_ref.rollout.name={name}"))
+    assert config["explorer"]["rollout_model"]["engine_type"] == engine and skipped == []
+
+
+def test_an_engine_that_does_not_exist_here_is_listed():
+    config, skipped = convert(read_command("x actor_rollout_ref.rollout.name=sglang"))
+    assert "explorer" not in config
+    assert skipped == [
+        "actor_rollout_ref.rollout.name=sglang: no sglang engine here: vllm or hf (transformers)"
+    ]
 
 
 def test_ppo_script_variables_reward_model_and_unmapped_keys():
@@ -102,13 +144,11 @@ def test_ppo_script_variables_reward_model_and_unmapped_keys():
         {"model_path": "${oc.env:HOME}/models/FsfairX-LLaMA3-RM-v0.1"}
     ]
     assert [line.split("=")[0] for line in unmapped] == [
-        "data.truncation",
         "data.return_raw_chat",
         "actor_rollout_ref.model.use_remove_padding",
         "actor_rollout_ref.actor.fsdp_config.param_offload",
         "actor_rollout_ref.actor.fsdp_config.optimizer_offload",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
-        "actor_rollout_ref.rollout.name",
         "critic.model.use_remove_padding",
         "critic.model.fsdp_config.param_offload",
         "critic.model.fsdp_config.optimizer_offload",

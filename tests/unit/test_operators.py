@@ -85,6 +85,23 @@ def test_length_filter_tasks_in_tokens_of_the_model(micro_model):
     assert len(kept) == 2  # the character-level tokenizer: one token per character
 
 
+def test_length_filter_tasks_as_chat_prompts(micro_model):
+    """ChatML on the character-level tokenizer: <|im_start|> user \\n TEXT <|im_end|> \\n
+    <|im_start|> assistant \\n is 1 + 4 + 1 + len(TEXT) + 1 + 1 + 1 + 9 + 1 = 19 + len(TEXT)
+    tokens (veRL's filter_overlong_prompts measures the prompt so)."""
+    context = TaskContext(["q"], tokenizer_path=micro_model)
+    rows = [{"q": "1+1="}, {"q": "12+34="}, {"q": "123+456="}]  # 23, 25, 27 tokens
+    kept, _ = LengthFilter(max_length=25, chat_template=True).process_tasks(rows, context)
+    assert kept == rows[:2]
+    # a column of messages (veRL's prompt column) is templated as it is: two user turns
+    chat = [{"role": "user", "content": "ab"}, {"role": "user", "content": "1+1="}]
+    rows = [{"q": chat}, {"q": chat[1:]}]  # a turn is 8 + len: 10 + 12 + 11 = 33; 12 + 11
+    kept, _ = LengthFilter(max_length=32, chat_template=True).process_tasks(rows, context)
+    assert kept == rows[1:]
+    kept, _ = LengthFilter(max_length=33, chat_template=True).process_tasks(rows, context)
+    assert kept == rows
+
+
 def test_length_filter_experiences_by_response_tokens_rows_or_groups():
     exps = [exp("g1", [5]), exp("g1", [5, 6, 7]), exp("g2", [5, 6]), exp("g2", [7, 7])]
     rows, _ = LengthFilter(max_length=2).process_experiences(exps, whole_groups=False)
@@ -111,6 +128,7 @@ def test_length_filter_experiences_in_characters_needs_the_text():
         ({"min_length": 5, "max_length": 2}, "minimum 5 is above the maximum 2"),
         ({"max_length": -1}, "max_length = -1: expected an integer >= 0"),
         ({"max_length": 3, "unit": "words"}, "unit = 'words'"),
+        ({"max_length": 3, "unit": "characters", "chat_template": True}, "set unit: tokens"),
     ],
 )
 def test_length_filter_arguments(kwargs, message):

@@ -214,7 +214,7 @@ def test_bad_operators_are_named_before_ray(tmp_path, micro_model, arithmetic_da
     assert (
         "data_processor.experience_pipeline.operators[0].args.max_len: operator 'length_filter' "
         "has no argument 'max_len'; did you mean 'max_length'? (takes: min_length, max_length, "
-        "unit)"
+        "unit, chat_template)"
     ) in found
 
 

@@ -49,13 +49,27 @@ class TaskContext:
 
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` under the model's tokenizer (no chat template)."""
+        return len(self.tokenizer()(text, add_special_tokens=False)["input_ids"])
+
+    def count_prompt_tokens(self, row: Row) -> int:
+        """Tokens of the task as a chat prompt: the chat template (with the generation prompt)
+        over the row's messages when its one field holds a list of them (veRL's ``prompt``
+        column), else over its text as one user message."""
+        value = row.get(self.fields[0]) if len(self.fields) == 1 else None
+        is_chat = isinstance(value, list) and all(isinstance(m, dict) for m in value)
+        messages = value if is_chat else [{"role": "user", "content": self.text(row)}]
+        template = self.tokenizer().apply_chat_template
+        return len(template(messages, add_generation_prompt=True, tokenize=True, return_dict=False))
+
+    def tokenizer(self) -> Any:
+        """``model.model_path``'s tokenizer, loaded once."""
         if self._tokenizer is None:
             if not self.tokenizer_path:
                 raise ValueError("counting task tokens needs model.model_path")
             from transformers import AutoTokenizer
 
             self._tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_path)
-        return len(self._tokenizer(text, add_special_tokens=False)["input_ids"])
+        return self._tokenizer
 
 
 class Operator:

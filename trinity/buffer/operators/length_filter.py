@@ -23,7 +23,9 @@ class LengthFilter(Operator):
     """Keeps what is at least ``min_length`` and at most ``max_length`` long (both inclusive).
 
     Tasks are measured on their text (``target_fields``, else the prompt): characters, or
-    tokens of ``model.model_path``'s tokenizer without the chat template. Experiences are
+    tokens of ``model.model_path``'s tokenizer, without the chat template unless
+    ``chat_template`` (then as the prompt a chat model reads: a column of messages as they
+    are, else the text as one user message; veRL's ``filter_overlong_prompts``). Experiences are
     measured on their response: its token count, or the characters of its text. With a group
     algorithm a group stays only if every response in it passes.
 
@@ -31,6 +33,7 @@ class LengthFilter(Operator):
         min_length: the shortest kept; unset: no lower bound.
         max_length: the longest kept; unset: no upper bound.
         unit: ``tokens`` or ``characters``.
+        chat_template: tasks only, with ``unit: tokens``: count the chat-formatted prompt.
     """
 
     kinds = ("task", "experience")
@@ -40,9 +43,12 @@ class LengthFilter(Operator):
         min_length: Optional[int] = None,
         max_length: Optional[int] = None,
         unit: str = "tokens",
+        chat_template: bool = False,
     ) -> None:
         if unit not in UNITS:
             raise ValueError(f"unit = {unit!r}: expected one of {', '.join(UNITS)}")
+        if chat_template and unit != "tokens":
+            raise ValueError("chat_template counts tokens: set unit: tokens")
         if min_length is None and max_length is None:
             raise ValueError("set min_length, max_length or both: without them nothing is filtered")
         for name, value in (("min_length", min_length), ("max_length", max_length)):
@@ -50,6 +56,7 @@ class LengthFilter(Operator):
                 raise ValueError(f"{name} = {value!r}: expected an integer >= 0")
         check_bounds(min_length, max_length, "min_length, max_length")
         self.min_length, self.max_length, self.unit = min_length, max_length, unit
+        self.chat_template = chat_template
 
     def _keeps(self, length: int) -> bool:
         if self.min_length is not None and length < self.min_length:
@@ -57,6 +64,8 @@ class LengthFilter(Operator):
         return self.max_length is None or length <= self.max_length
 
     def process_tasks(self, rows: List[Row], context: TaskContext) -> Tuple[List[Row], Metrics]:
+        if self.chat_template:
+            return [row for row in rows if self._keeps(context.count_prompt_tokens(row))], {}
         measure = context.count_tokens if self.unit == "tokens" else len
         return [row for row in rows if self._keeps(measure(context.text(row)))], {}
 

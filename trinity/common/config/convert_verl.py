@@ -34,7 +34,6 @@ TABLE: Dict[str, str] = {
     "algorithm.kl_ctrl.kl_coef": "algorithm.kl_penalty_fn_args.kl_coef",
     "data.max_prompt_length": "model.max_prompt_tokens",
     "data.max_response_length": "model.max_response_tokens",
-    "data.filter_overlong_prompts": "model.enable_prompt_truncation",
     "actor_rollout_ref.model.path": "model.model_path",
     f"{_ACTOR}.use_dynamic_bsz": "trainer.use_dynamic_bsz",
     f"{_ACTOR}.ppo_max_token_len_per_gpu": "trainer.max_token_len_per_gpu",
@@ -77,6 +76,11 @@ ESTIMATORS: Dict[str, Tuple[str, str]] = {
     "reinforce_plus_plus": ("reinforceplusplus", "reinforceplusplus"),
     "reinforce_plus_plus_baseline": ("reinforceplusplus", "reinforceplusplus_baseline"),
 }
+
+# actor_rollout_ref.rollout.name -> explorer.rollout_model.engine_type
+ENGINES = {"vllm": "vllm", "hf": "transformers"}
+# veRL's default data.max_prompt_length, the bound of filter_overlong_prompts when unset
+VERL_MAX_PROMPT_LENGTH = 512
 
 # veRL KL estimator names -> Trinity KL_FN names (veRL's "kl" is k1, "mse" is k2)
 KL_NAMES = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "k3": "k3"}
@@ -167,11 +171,40 @@ def _data(c: Conversion) -> None:
         _unique_names(sets)
         c.set(out, sets)
     _val_kwargs(c)
-    if "data.truncation" in c.verl:
-        c.get("data.truncation")
+    _overlong_prompts(c)
+
+
+def _overlong_prompts(c: Conversion) -> None:
+    """veRL drops a prompt longer than ``max_prompt_length`` (chat template applied) when the
+    dataset loads (``filter_overlong_prompts``): here the task pipeline's ``length_filter``
+    does, measured the same way. ``truncation`` then never applies; without the filter,
+    ``left`` is what ``enable_prompt_truncation`` does (the last tokens are kept)."""
+    drop = bool(c.get("data.filter_overlong_prompts", False))
+    if drop:
+        limit = c.verl.get("data.max_prompt_length", VERL_MAX_PROMPT_LENGTH)
+        args = {"max_length": limit, "unit": "tokens", "chat_template": True}
+        c.set("data_processor.task_pipeline.operators", [{"name": "length_filter", "args": args}])
+    truncation = c.get("data.truncation")
+    if truncation is None or drop:
+        return
+    if truncation == "left":
+        c.set("model.enable_prompt_truncation", True)
+    else:
         c.skip(
-            "data.truncation", "Trinity truncates prompts on the right (enable_prompt_truncation)"
+            "data.truncation",
+            "here a prompt over model.max_prompt_tokens keeps its last tokens (veRL's left); "
+            "data.filter_overlong_prompts=True drops such prompts instead",
         )
+
+
+def _engine(c: Conversion) -> None:
+    name = c.get(f"{_ROLLOUT}.name")
+    if name is None:
+        return
+    if name in ENGINES:
+        c.set("explorer.rollout_model.engine_type", ENGINES[name])
+    else:
+        c.skip(f"{_ROLLOUT}.name", f"no {name} engine here: vllm or hf (transformers)")
 
 
 def _val_kwargs(c: Conversion) -> None:
@@ -236,7 +269,14 @@ def _trainer(c: Conversion) -> None:
         c.set("explorer.auxiliary_models", [{"model_path": c.get("reward_model.model.path")}])
 
 
-SPECIAL: List[Callable[[Conversion], None]] = [_algorithm, _optimizer, _data, _batches, _trainer]
+SPECIAL: List[Callable[[Conversion], None]] = [
+    _algorithm,
+    _optimizer,
+    _data,
+    _batches,
+    _engine,
+    _trainer,
+]
 
 
 def convert(verl: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
@@ -286,6 +326,7 @@ def _is_section(model: Any) -> bool:
 def _nest(flat: Dict[str, Any]) -> Dict[str, Any]:
     order = ["project", "name", "checkpoint_root_dir", "continue_from_checkpoint", "algorithm"]
     order += ["model", "cluster", "buffer", "explorer", "synchronizer", "trainer", "monitor"]
+    order += ["data_processor"]
     nested: Dict[str, Any] = {}
     for key in sorted(flat, key=lambda k: (order.index(k.split(".")[0]), k)):
         node = nested
