@@ -115,7 +115,7 @@ def test_a_shorter_try_in_a_finished_folder_says_why_in_one_line(staged):
     sft = os.path.join(staged["project"], "grpo_small_sft")
     assert " ".join(result.output.split()) == (
         f"error: stage grpo_small_sft: the run in {sft} is already past step 1 (it stopped at "
-        "step 3); to run 1 steps, give it another folder (name=... or checkpoint_root_dir=...) "
+        "step 3); to run 1 step, give it another folder (name=... or checkpoint_root_dir=...) "
         "or start a new run (continue_from_checkpoint=false); to go on, ask for more than 3 "
         "steps (buffer.total_steps)"
     )

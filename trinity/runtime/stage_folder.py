@@ -177,9 +177,10 @@ def finished_weights(config: Any, steps: int) -> Optional[str]:
         return None
     done, final = progress(config, steps)
     if done is not None and done > steps:
+        many = f"{steps} step" + ("s" if steps > 1 else "")
         raise RunFailed(
             f"stage {config.name}: the run in {config.checkpoint_job_dir} is already past step "
-            f"{steps} (it stopped at step {done}); to run {steps} steps, give it another folder "
+            f"{steps} (it stopped at step {done}); to run {many}, give it another folder "
             "(name=... or checkpoint_root_dir=...) or start a new run "
             f"(continue_from_checkpoint=false); to go on, ask for more than {done} steps "
             "(buffer.total_steps)"
