@@ -18,7 +18,7 @@
   Without ``--preset``, ``--n-sft``, ``--sft-epochs``, ``--steps`` they run what the example
   ships (its ``prepare_*`` defaults and YAML). ``guess_number_gigpo`` is the same example
   with ``algorithm_type: gigpo``, trained from the SFT warm-up ``guess_number`` wrote (the
-  finished SFT stage is resumed, not rerun) when both run in one call.
+  finished SFT stage is not run again) when both run in one call.
 - ``selectors``: task selectors compared by steps and seconds to a held-out accuracy target,
   GRPO from the quickstart's SFT warm-up with each (``bench/selector_check.py``).
 - ``smollm2`` (and ``smollm2_lora``, ``smollm2_sft``, ``smollm2_dpo``): the real model of

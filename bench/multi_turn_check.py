@@ -67,7 +67,7 @@ MULTI_TURN = {
         "guess_number_test",
         "held-out games (opening ranges never trained on) won within max_turns",
     ),
-    # The RL stage renamed: the SFT stage's run is guess_number's, resumed finished.
+    # The RL stage renamed: the SFT stage's run is guess_number's, already finished.
     "guess_number_gigpo": MultiTurnExample(
         os.path.join(ROOT, "examples", "guess_number", "guess_number.yaml"),
         "TRINITY_GUESS_NUMBER_DIR",

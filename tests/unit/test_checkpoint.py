@@ -46,6 +46,8 @@ def test_save_load_and_rotation(tmp_path):
         "optim.pt",
     ]
     state = ckpt.load_checkpoint(str(tmp_path), 3)
+    checkpoint_id = state["extra"].pop(ckpt.CHECKPOINT_ID_KEY)  # random, one per checkpoint
+    assert len(checkpoint_id) == 32
     assert state["extra"] == {"step": 3, "k": 3} and state["optim"] == {"o": 3}
     assert torch.equal(state["model"]["weight"], model.weight.detach())
     assert weights_path(str(tmp_path), 3).endswith("global_step_3/actor/model.safetensors")

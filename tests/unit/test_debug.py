@@ -151,3 +151,17 @@ def test_an_unknown_stage_lists_the_stages_with_the_closest(tmp_path, arithmetic
         result = CliRunner().invoke(app, ["debug", "--config", config, "--stage", wanted])
         assert result.exit_code == 2, result.output
         assert expected in " ".join(result.output.split()), result.output
+
+
+def test_the_weights_are_named_and_can_be_chosen(tmp_path, micro_model, arithmetic_data):
+    result = debug(tmp_path, micro_model, arithmetic_data)
+    assert result.output.startswith(f"debugging grpo_small with {micro_model} (model.model_path)")
+    result = CliRunner().invoke(
+        app,
+        ["debug", "--config", CONFIG, "--model", str(tmp_path / "nope")]
+        + [f"model.model_path={micro_model}", f"checkpoint_root_dir={tmp_path}"]
+        + [f"buffer.explorer_input.taskset.path={arithmetic_data['rl']}"]
+        + [f"buffer.explorer_input.eval_tasksets.0.path={arithmetic_data['rl']}"],
+    )
+    assert result.exit_code == 2
+    assert f"--model {tmp_path / 'nope'}: no such folder" in " ".join(result.output.split())

@@ -9,6 +9,7 @@ reward and info. The fast path for writing a workflow: a raise shows its traceba
 
 from __future__ import annotations
 
+import os
 from typing import Any, List, Optional
 
 from rich.console import Console
@@ -51,6 +52,43 @@ def choose_stage(labels: List[str], stages: List[Any], wanted: Optional[str]) ->
             f"explore, so there is nothing to debug; {choose}"
         )
     return index
+
+
+def use_start_weights(stages: List[Any], index: int, staged: bool, model: Optional[str]) -> str:
+    """Point stage ``index`` at the weights it would start from in a full run (``model``, when
+    given, instead); the line saying which stage and which weights.
+
+    A stage after one that trains starts from that stage's final weights: those of its
+    folder when it has run all its steps, else (said) the stage's own ``model_path``.
+    """
+    from trinity.preflight.derive import planned_steps
+    from trinity.runtime.stage_folder import progress
+
+    stage = stages[index]
+    what = f"stage {stage.name}" if staged else stage.name
+    if model is not None:
+        if not os.path.isdir(model):
+            raise ValueError(f"--model {model}: no such folder (a Hugging Face model folder)")
+        stage.model.model_path = model
+        return f"debugging {what} with {model} (--model)"
+    previous = stages[index - 1] if index > 0 else None
+    if previous is None or previous.mode == "explore":  # the launcher's hand-over too
+        return f"debugging {what} with {stage.model.model_path} (model.model_path)"
+    steps = planned_steps(previous)
+    done, final = progress(previous, steps)
+    if final is not None:
+        stage.model.model_path = final
+        return f"debugging {what} with {previous.name}'s final weights (step {done}): {final}"
+    if done is None:
+        why = f"has not been run (no checkpoint in {previous.checkpoint_job_dir})"
+    elif done == steps:
+        why = f"has no HF export of its final step {done}"
+    else:
+        why = f"has not finished (its folder holds step {done} of the {steps} planned)"
+    return (
+        f"debugging {what} with the base model {stage.model.model_path}: stage {previous.name}, "
+        f"whose final weights it starts from in a full run, {why}"
+    )
 
 
 def pick_tasks(config: Any, count: int, taskset: Optional[str]) -> List[Any]:

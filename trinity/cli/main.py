@@ -147,6 +147,12 @@ def debug(
     stage: Optional[str] = typer.Option(
         None, "--stage", help="Stage by name; unset: the first stage that explores."
     ),
+    model: Optional[str] = typer.Option(
+        None,
+        "--model",
+        help="Weights (a Hugging Face folder) to run; unset: what the stage starts from in a "
+        "full run (after an earlier stage: that stage's final weights, if it has run).",
+    ),
     plugin_dir: Optional[List[str]] = typer.Option(
         None, "--plugin-dir", help="Folder of plugin modules to import (repeatable)."
     ),
@@ -156,7 +162,7 @@ def debug(
     and print every experience: tokens, action mask, logprobs, reward, info."""
     from rich.console import Console
 
-    from trinity.cli.debug import choose_stage
+    from trinity.cli.debug import choose_stage, use_start_weights
     from trinity.cli.debug import debug as run_debug
     from trinity.common.config import ConfigError, apply_run_name, load_config
     from trinity.preflight.before_start import check_before_start
@@ -166,9 +172,13 @@ def debug(
         load_plugins(list(plugin_dir or []))
         root = apply_run_name(load_config(config, list(overrides or [])))
         # the stage is chosen first: a wrong --stage is reported before any data is read
-        index = choose_stage([s.stage_name for s in root.stages], root.stage_configs(), stage)
-        chosen = check_before_start(root)[index]
-        failed = run_debug(chosen, tasks, taskset, Console(highlight=False))
+        labels = [s.stage_name for s in root.stages]
+        index = choose_stage(labels, root.stage_configs(), stage)
+        stages = check_before_start(root)
+        console = Console(highlight=False)
+        line = use_start_weights(stages, index, bool(labels), model)
+        console.print(line, markup=False, soft_wrap=True)  # paths unbroken
+        failed = run_debug(stages[index], tasks, taskset, console)
     except (ConfigError, PluginError, ValueError) as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(code=2) from None

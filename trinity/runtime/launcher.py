@@ -1,7 +1,10 @@
 """``trinity run``: validate every stage, start (or join) Ray, run the stages in order.
 
 A stage is one wiring of the components for its ``mode``; each stage after the first starts
-from the previous stage's final weights (its HF export).
+from the previous stage's final weights (its HF export). Before a stage runs, its folder is
+read (``stage_folder.py``): trained from other starting weights, it is moved aside and the
+stage starts fresh; holding all the stage's steps, the stage is said to be finished and not
+run again; past them, the run stops with a line saying what to do.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from trinity.runtime.placement import (
     pinned,
 )
 from trinity.runtime.progress import ProgressPrinter, eval_summary
+from trinity.runtime.stage_folder import finished_weights, prepare_folder, weights_origin
 
 if TYPE_CHECKING:
     from trinity.common.config.loader import ConfigSource
@@ -45,6 +49,7 @@ class StageResult:
     final_hf: Optional[str]
     evals: Dict[str, tuple] = field(default_factory=dict)  # metric -> (first, last)
     bench: Optional[List[Dict]] = None  # mode bench: one metrics record per checkpoint
+    already_finished: bool = False  # its folder held all its steps: it did not run again
 
 
 @dataclass
@@ -98,12 +103,14 @@ def _drop_token_notice(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith(RAY_TOKEN_NOTICE)
 
 
-def run_stage(config: Any, plugin_dirs: List[str], printer: ProgressPrinter) -> StageResult:
-    """Run one stage's roles to the end, in this process when it needs no other
-    (``local_stage.py``), else on Ray; any failure becomes one ``RunFailed`` message."""
+def run_stage(
+    config: Any, plugin_dirs: List[str], printer: ProgressPrinter, steps: int
+) -> StageResult:
+    """Run one stage's roles to the end (``steps``: its planned steps), in this process when
+    it needs no other (``local_stage.py``), else on Ray; any failure becomes one
+    ``RunFailed`` message."""
     from trinity.common.config import save_resolved_config
     from trinity.preflight.decoupled import resolved_config_name
-    from trinity.preflight.derive import planned_steps
     from trinity.preflight.hosting import runs_in_process
     from trinity.runtime.local_stage import run_in_process
 
@@ -111,7 +118,6 @@ def run_stage(config: Any, plugin_dirs: List[str], printer: ProgressPrinter) -> 
     os.makedirs(job_dir, exist_ok=True)
     # A bench of a run, or one side of a decoupled run, keeps the run's own config.yaml.
     save_resolved_config(config, os.path.join(job_dir, resolved_config_name(config)))
-    steps = planned_steps(config)  # rows come from the reader's cache the checks filled
     printer.new_board()
     run = run_in_process if runs_in_process(config) else _run_on_ray
     final_hf, outputs = run(config, plugin_dirs, printer, steps)
@@ -415,24 +421,55 @@ def run(
 def _run_stages(stages: List[Any], plugin_dirs: List[str], running: List[Any]) -> List[StageResult]:
     """The checked stages in order, each from the previous one's final model; ``running``
     gets each stage as it starts."""
+    from trinity.preflight.derive import planned_steps
     from trinity.preflight.hosting import runs_in_process
 
     printer = ProgressPrinter()
     results: List[StageResult] = []
     ray_started = False
     for stage in stages:
-        if results and results[-1].final_hf:
-            stage.model.model_path = results[-1].final_hf
+        _start_from_previous(stage, results, printer)
+        steps = planned_steps(stage)  # rows come from the reader's cache the checks filled
+        finished = _already_finished(stage, steps, printer)
+        if finished is not None:  # nothing left to run: said, not redone
+            results.append(finished)
+            continue
         if not ray_started and not runs_in_process(stage):  # with the first stage needing it
             init_ray(stages[0].ray_namespace)
             check_node_count(stages)  # every stage's node count, once
             check_gpu_count(stages)  # and whether a node has each stage's GPUs
             ray_started = True
         running.append(stage)
-        results.append(run_stage(stage, plugin_dirs, printer))
+        results.append(run_stage(stage, plugin_dirs, printer, steps))
         plot_stage(results[-1].job_dir)
-    printer.summary(results)
+    ran = [r for r in results if not r.already_finished]
+    if ran:
+        printer.summary(ran)
     return results
+
+
+def _start_from_previous(stage: Any, results: List[StageResult], printer: ProgressPrinter) -> None:
+    """Point ``stage`` at the previous stage's final weights, and ready its folder for them:
+    moved aside when it was trained from other weights (``stage_folder.py``)."""
+    origin = None
+    if results and results[-1].final_hf:
+        stage.model.model_path = results[-1].final_hf
+        origin = weights_origin(results[-1].job_dir)
+    prepare_folder(stage, origin, lambda text: printer.console.print(text, markup=False))
+
+
+def _already_finished(stage: Any, steps: int, printer: ProgressPrinter) -> Optional[StageResult]:
+    """The result of a stage whose folder already holds its ``steps``, said in one line;
+    None when it has steps to run (``RunFailed`` when its folder is past them)."""
+    final = finished_weights(stage, steps)
+    if final is None:
+        return None
+    printer.console.print(
+        f"[bold]stage {stage.name}[/bold]: already finished (step {steps} of {steps}); "
+        f"final weights (HF): {final}"
+    )
+    job_dir = stage.checkpoint_job_dir
+    return StageResult(stage.name, job_dir, final, eval_summary(job_dir), already_finished=True)
 
 
 def plot_stage(job_dir: str) -> None:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import traceback
 from typing import Any, Dict, List, Optional
 
 from trinity.common.sync_schedule import readable_bound
-from trinity.common.weights import latest_step, pack_state, step_dir, weights_path
+from trinity.common.weights import latest_step, pack_state, weights_path
 from trinity.runtime.placement import own_node_cpus
 from trinity.runtime.roles import call, compute_threads, is_actor, role_monitor, setup_process
 from trinity.utils.status import Reporter
@@ -194,8 +193,6 @@ class TrainerRole:
             call(self.sync_actor, "trainer_finished", error)
 
     def final_hf_dir(self) -> Optional[str]:
-        path = os.path.join(step_dir(self.config.checkpoint_job_dir, self.trainer.step), "hf")
-        merged = os.path.join(path, "merged")  # a LoRA stage's whole model (hf/: the adapter)
-        if os.path.isdir(merged):
-            return merged
-        return path if os.path.isdir(path) else None
+        from trinity.runtime.stage_folder import handover_dir
+
+        return handover_dir(self.config.checkpoint_job_dir, self.trainer.step)

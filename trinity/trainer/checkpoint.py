@@ -1,10 +1,10 @@
 """Checkpoints in ``<job_dir>/global_step_N/`` and veRL's ``latest_checkpointed_iteration.txt``.
 
 A checkpoint holds ``actor/model.safetensors`` (weights; with LoRA only the adapter's
-tensors), ``actor/optim.pt`` (optimizer and
-lr scheduler), ``<name>.pt`` for further states (e.g. ``critic.pt``), ``extra.json`` (step,
-sample-strategy state) and, when asked, ``hf/`` (a folder ``AutoModelForCausalLM
-.from_pretrained`` loads, written by the trainer). A trainer of several ranks
+tensors), ``actor/optim.pt`` (optimizer and lr scheduler), ``<name>.pt`` for further states
+(e.g. ``critic.pt``), ``extra.json`` (step, a random checkpoint id, sample-strategy state)
+and, when asked, ``hf/`` (a folder ``AutoModelForCausalLM.from_pretrained`` loads, written by
+the trainer). A trainer of several ranks
 (``trainer.cpu_ranks``) also writes ``actor/shards/`` (its model and optimizer, one file per
 rank, by ``torch.distributed.checkpoint``); its ``model.safetensors`` holds the gathered
 whole weights and ``optim.pt`` the lr scheduler.
@@ -30,6 +30,7 @@ import os
 import pickle
 import re
 import shutil
+import uuid
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 from safetensors import SafetensorError
@@ -54,6 +55,9 @@ EXTRA_FILE = "extra.json"
 SHARDS_DIR = os.path.join("actor", "shards")
 SHARDS_FILE = os.path.join(SHARDS_DIR, ".metadata")
 RANKS_KEY = "trainer_ranks"
+# In extra.json: a random id each checkpoint gets when written, so a checkpoint written again
+# at the same step (a stage run over) differs from the one a later stage started from.
+CHECKPOINT_ID_KEY = "checkpoint_id"
 _LEFTOVER = re.compile(r"global_step_\d+\.(tmp|old)-\d+|" + re.escape(LATEST_FILE) + r"\.tmp")
 
 
@@ -199,7 +203,8 @@ def _write_files(
     _save_torch(optim_state, os.path.join(tmp, OPTIM_FILE))
     for name, state in (states or {}).items():
         _save_torch(state, os.path.join(tmp, f"{name}.pt"))
-    _save_json({"step": step, **extra}, os.path.join(tmp, EXTRA_FILE))
+    record = {"step": step, CHECKPOINT_ID_KEY: uuid.uuid4().hex, **extra}
+    _save_json(record, os.path.join(tmp, EXTRA_FILE))
     _fsync_path(os.path.join(tmp, "actor"))
     _fsync_path(tmp)
 
