@@ -174,6 +174,7 @@ def debug(
     from trinity.cli.debug import choose_stage
     from trinity.cli.debug import debug as run_debug
     from trinity.common.config import ConfigError, apply_run_name, load_config
+    from trinity.common.config.loader import env_folder_defaults
     from trinity.preflight.before_start import check_before_start
     from trinity.utils.plugin_loader import PluginError, load_plugins
 
@@ -182,7 +183,8 @@ def debug(
         root = apply_run_name(load_config(config, list(overrides or [])))
         # the stage is chosen first: a wrong --stage is reported before any data is read
         index = choose_stage([s.stage_name for s in root.stages], root.stage_configs(), stage)
-        chosen = check_before_start(root)[index]
+        folders = env_folder_defaults(config, list(overrides or []))
+        chosen = check_before_start(root, env_folders=folders)[index]
         failed = run_debug(chosen, tasks, taskset, Console(highlight=False))
     except (ConfigError, PluginError, ValueError) as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
