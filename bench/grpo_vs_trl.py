@@ -38,7 +38,8 @@ What is timed (evaluation, a greedy pass over the 200 held-out questions, always
 Why it is fair: same weights, data order, prompts, sampling settings, reward code, batch
 geometry, optimizer, schedule and clip; eval cost is excluded from both; neither saves
 checkpoints inside the loop. Differences that remain are listed in ``CAVEATS`` (and the JSON).
-It measures; it asserts nothing.
+It measures; it asserts nothing. It needs the ``bench`` extra (``pip install -e ".[bench]"``:
+TRL, which ``trl_grpo.py`` runs).
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ GRPO job of the micro model on synthetic arithmetic with ``monitor_type: mlflow`
 it (the product's own sink, in the roles' Ray actors), then has headless Chromium from
 Debian (``apt-get install -y chromium chromium-driver``) load the trainer run's metric
 charts and save a PNG.
-The server is stopped at the end. It measures nothing and asserts nothing.
+The server is stopped at the end. It measures nothing and asserts nothing. It needs MLflow in
+full, whose tracking server it starts: the ``dev`` extra (``pip install -e ".[dev]"``); the
+``mlflow`` extra is the client only.
 
 Usage::
 

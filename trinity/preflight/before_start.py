@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from trinity.algorithm import ALGORITHM_TYPE
 from trinity.algorithm.algorithm import PairExperienceModel
@@ -36,6 +36,7 @@ from trinity.preflight.components import (
 )
 from trinity.preflight.decoupled import reads_explorer_store
 from trinity.preflight.derive import derive
+from trinity.preflight.env_folders import fold_missing_folders
 from trinity.preflight.hosting import ray_reasons
 from trinity.preflight.hub_ids import HubIds
 from trinity.preflight.model_folders import (
@@ -61,12 +62,16 @@ CONNECT_CHECK_S = 5.0  # how long the check waits for a database server to answe
 WORKFLOW_COLUMNS = {"simple_workflow": ("prompt",), "math_workflow": ("prompt", "response")}
 
 
-def check_before_start(root: Config, download: bool = True) -> List[Config]:
+def check_before_start(
+    root: Config, download: bool = True, env_folders: Optional[Dict[str, str]] = None
+) -> List[Config]:
     """Finalize every stage of ``root`` and check everything checkable without Ray.
 
     Hub ids are resolved first, to the local folders everything after reads
     (``hub_ids.py``; ``download``: fetch what the cache lacks). Returns the finalized stages;
-    raises one ``ConfigError`` naming every problem found.
+    raises one ``ConfigError`` naming every problem found. ``env_folders``: the config's
+    ``${oc.env:VAR,default}/...`` folders (``loader.env_folder_defaults``), each missing one
+    said once instead of once per path in it (``env_folders.py``).
     """
     raw = root.stage_configs()
     labels = [stage.stage_name for stage in root.stages] or ["main"]
@@ -90,6 +95,7 @@ def check_before_start(root: Config, download: bool = True) -> List[Config]:
         problems = hub_problems + _not_about(problems, unresolved)
         found += [(p, label) for p in problems]
         stages.append(stage)
+    found = fold_missing_folders(found, env_folders or {})
     if found:
         raise ConfigError(_merge_stage_labels(found, several=len(raw) > 1))
     for stage in stages:

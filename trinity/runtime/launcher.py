@@ -390,6 +390,7 @@ def run(
     """Everything ``trinity run`` does, for a YAML file or its sections as a dict (``config``);
     config errors surface before Ray starts."""
     from trinity.common.config import apply_run_name, load_config
+    from trinity.common.config.loader import env_folder_defaults
     from trinity.preflight.before_start import check_before_start
     from trinity.utils.plugin_loader import load_plugins
     from trinity.utils.startup_gc import paused_until_started
@@ -399,7 +400,7 @@ def run(
         root = apply_run_name(load_config(config, overrides))
         # Every stage finalized and checked (models, data, names, arguments) in one pass: all
         # problems in one ConfigError before anything starts.
-        stages = check_before_start(root)
+        stages = check_before_start(root, env_folders=env_folder_defaults(config, overrides))
         for line in root.ignored_synchronizer():
             logging.getLogger("trinity.config").warning("%s", line)
         check_cluster_address(stages)  # cluster.node_num >= 2 needs a cluster to join

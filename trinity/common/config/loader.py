@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from datetime import datetime
-from typing import Any, Dict, List, Mapping, Sequence, Union
+from typing import Any, Dict, Iterator, List, Mapping, Sequence, Union
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -40,6 +40,32 @@ def load_config(source: ConfigSource, overrides: Sequence[str] = ()) -> Config:
         reason = str(exc).splitlines()[0]
         raise ConfigError(f"{key}: cannot resolve interpolation: {reason}") from None
     return validate_model(Config, data)
+
+
+# ${oc.env:VAR,default}/...: a path under a folder an environment variable names
+_ENV_FOLDER = re.compile(r"\$\{oc\.env:([A-Za-z_]\w*),\s*['\"]?([^${}'\"]+)['\"]?\}/")
+
+
+def env_folder_defaults(source: ConfigSource, overrides: Sequence[str] = ()) -> Dict[str, str]:
+    """``{VAR: default}`` of the config's ``${oc.env:VAR,default}/...`` paths (after the
+    overrides): folders a variable names, such as the examples' ``TRINITY_QUICKSTART_DIR``
+    (``preflight/env_folders.py`` says once that one is missing)."""
+    raw = _read(source)
+    apply_overrides(raw, overrides)
+    found = {}
+    for value in _strings(OmegaConf.to_container(raw, resolve=False)):
+        found.update({m.group(1): m.group(2).strip() for m in _ENV_FOLDER.finditer(value)})
+    return found
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+    elif isinstance(value, str):
+        yield value
 
 
 def _read(source: ConfigSource) -> DictConfig:
