@@ -31,8 +31,16 @@ STRATEGY_CONTEXT = ("reader", "auxiliary_readers", "group_size", "max_response_t
 KL_CTRL_KEYS = ("type", "kl_coef", "horizon", "target_kl")
 
 
-# Built-in workflow -> the workflow_args keys it reads (trinity/common/workflows/simple.py).
-WORKFLOW_ARGS = {"simple_workflow": ("greedy_baseline",), "math_workflow": ("greedy_baseline",)}
+# Built-in workflow -> the workflow_args keys it reads (trinity/common/workflows/); those
+# declaring an ``args_model`` (math_boxed_workflow, the judges) are checked against it instead.
+_SIMPLE_ARGS = ("greedy_baseline",)
+WORKFLOW_ARGS = {
+    **dict.fromkeys(("simple_workflow", "async_simple_workflow"), _SIMPLE_ARGS),
+    **dict.fromkeys(("math_workflow", "async_math_workflow"), _SIMPLE_ARGS),
+    **dict.fromkeys(("toolcall_workflow", "tool_call_workflow"), _SIMPLE_ARGS),
+    **dict.fromkeys(("math_eval_workflow", "async_math_eval_workflow"), ()),
+    **dict.fromkeys(("on_policy_distill_workflow", "on_policy_distill_math_workflow"), ()),
+}
 
 # Advantage fn -> the workflow_args flag that makes built-in workflows produce its input
 # (remax subtracts the reward of a greedy answer, info["baseline_reward"]).
