@@ -1,7 +1,8 @@
 """The original Trinity-RFT's workflows train here: GRPO steps on the micro model with the
 workflow and reward settings of the original's examples (dapo_math: math_boxed_workflow on a
 base-model prompt with math_dapo_reward's overlong penalty and math_eval_workflow evaluating;
-grpo_toolcall: toolcall_workflow on ToolACE rows)."""
+grpo_toolcall: toolcall_workflow on ToolACE rows; opd_gsm8k: on_policy_distill_math_workflow
+with a teacher)."""
 
 import json
 import os
@@ -88,3 +89,25 @@ def test_toolcall_workflow_trains(tmp_path, micro_model, ray_cluster):
     explorer = records(result.job_dir, "explorer")
     # A random micro model never writes a right call.
     assert any(r.get("rollout/accuracy/mean") == 0.0 for r in explorer)
+
+
+def test_on_policy_distill_math_workflow_trains(
+    tmp_path, micro_model, arithmetic_data, ray_cluster
+):
+    """The original's opd_gsm8k shape: on_policy_distill from a teacher auxiliary model."""
+    from trinity.demo.tiny import build_tiny_preset
+
+    teacher = build_tiny_preset(str(tmp_path / "teacher"), "micro", seed=1)
+    overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
+        "algorithm.algorithm_type=on_policy_distill",
+        "buffer.explorer_input.default_workflow_type=on_policy_distill_math_workflow",
+        "buffer.explorer_input.eval_tasksets=[]",
+        f"explorer.auxiliary_models=[{{model_path: {teacher}}}]",
+        "model.max_prompt_tokens=160",
+        "buffer.total_steps=1",
+    ]
+    (result,) = run(CONFIG, overrides, [])
+    trainer = records(result.job_dir, "trainer")
+    assert [r["step"] for r in trainer] == [1]
+    assert trainer[0]["distill/reverse_kl"] > 0  # the teacher scored the student's answers
+    assert weights_changed(micro_model, result.final_hf)

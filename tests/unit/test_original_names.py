@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.test_preflight import BASE
 from trinity.common.config import load_config
 from trinity.common.original_names import NOT_HERE, not_here
 from trinity.common.registry import Registry
@@ -82,18 +83,9 @@ def test_a_name_the_original_never_had_still_gets_the_generic_error():
 def test_refused_before_start_with_the_key_and_what_it_needs(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(
-        textwrap.dedent(
-            """
-            model: {model_path: /m, max_prompt_tokens: 8, max_response_tokens: 4}
-            algorithm: {algorithm_type: grpo, repeat_times: 4}
-            buffer:
-              batch_size: 4
-              explorer_input:
-                taskset: {name: t, path: /d}
-                default_workflow_type: alfworld_workflow
-                default_reward_fn_type: rm_gallery_reward
-            """
-        )
+        textwrap.dedent(BASE)
+        + "    default_workflow_type: alfworld_workflow\n"
+        + "    default_reward_fn_type: rm_gallery_reward\n"
     )
     config, _ = derive(load_config(str(path), []))
     problems = component_problems(config, construct=False)

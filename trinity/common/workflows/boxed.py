@@ -83,17 +83,7 @@ class MathBoxedWorkflow(SimpleWorkflow):
     def sample(self) -> List[Experience]:
         if not self.args.use_base:
             return super().sample()
-        args = self.task.rollout_args
-        return self.model.generate(
-            [self.base_prompt()],
-            n=args.n,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            top_k=args.top_k,
-            max_tokens=args.max_tokens,
-            stop=args.stop or None,
-            top_logprobs=args.logprobs,
-        )
+        return self.model.generate([self.base_prompt()], **self.sampling())
 
     def reward_kwargs(self, exp: Experience) -> Dict[str, Any]:
         # The original's contract with the reward it calls: these three always.

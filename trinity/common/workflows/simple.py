@@ -54,17 +54,20 @@ class PromptWorkflow(Workflow):
 
     def sample(self) -> List[Experience]:
         """The policy's ``rollout_args.n`` answers to the task's prompt."""
+        return self.model.chat(self.messages, **self.sampling())
+
+    def sampling(self) -> Dict[str, Any]:
+        """The sampling arguments ``rollout_args`` give, as the model's calls take them."""
         args = self.task.rollout_args
-        return self.model.chat(
-            self.messages,
-            n=args.n,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            top_k=args.top_k,
-            max_tokens=args.max_tokens,
-            stop=args.stop or None,
-            top_logprobs=args.logprobs,
-        )
+        return {
+            "n": args.n,
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "top_k": args.top_k,
+            "max_tokens": args.max_tokens,
+            "stop": args.stop or None,
+            "top_logprobs": args.logprobs,
+        }
 
 
 # Every workflow here runs in every explorer.concurrent_mode (Workflow.run/run_async), so the
