@@ -115,3 +115,24 @@ def test_the_reference_page_lists_each_original_name_as_the_code_has_it():
             assert name in rows, f"{name} missing from {PAGE.name}"
             refused = not_here(registry.name, name) is not None
             assert rows[name].startswith("refused") == refused, name
+
+
+def test_the_originals_workflow_and_reward_arguments_are_checked_before_start(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        textwrap.dedent(BASE)
+        + "    default_workflow_type: math_boxed_workflow\n"
+        + "    default_reward_fn_type: math_dapo_reward\n"
+    )
+    taskset = "buffer.explorer_input.taskset"
+    overrides = [
+        f"{taskset}.workflow_args={{with_thinking: true}}",
+        f"{taskset}.reward_fn_args={{enable_overlong_penalty: true, penalty_factor: 1.0}}",
+    ]
+    config, _ = derive(load_config(str(path), overrides))
+    assert component_problems(config, construct=False) == [
+        "buffer.explorer_input.tasksets[0].workflow_args.with_thinking: unknown key; did you "
+        "mean 'with_think'?",
+        "buffer.explorer_input.tasksets[0].reward_fn_args: reward 'math_dapo_reward': "
+        "enable_overlong_penalty needs penalty_factor, max_response_length and cache_length",
+    ]

@@ -150,8 +150,21 @@ def _taskset_problems(config: Config) -> List[str]:
             problems.append(f"{key} = {name}: {exc.args[0]}")
             continue
         args = dict(storage.reward_fn_args or {})
-        problems += bind_problems(reward, args, f"{path}.reward_fn_args", f"reward '{name}'")
+        bound = bind_problems(reward, args, f"{path}.reward_fn_args", f"reward '{name}'")
+        problems += bound or _construct_reward(reward, args, path, name)
     return problems
+
+
+def _construct_reward(reward: Any, args: Dict[str, Any], path: str, name: str) -> List[str]:
+    """A built-in reward built once from its ``reward_fn_args``, so its own checks (DAPO's
+    lengths) run before start; a plugin's constructor may do anything, so it is not run."""
+    if not is_builtin(reward):
+        return []
+    try:
+        reward(**args)
+    except (TypeError, ValueError) as exc:
+        return [f"{path}.reward_fn_args: reward '{name}': {exc}"]
+    return []
 
 
 def _workflow_args_problems(

@@ -73,12 +73,12 @@ class MathDAPOReward(RewardFn):
             lengths = (penalty_factor, max_response_length, cache_length)
             if any(value is None for value in lengths):
                 raise ValueError(
-                    "reward_fn_args.enable_overlong_penalty needs penalty_factor, "
+                    "enable_overlong_penalty needs penalty_factor, "
                     "max_response_length and cache_length"
                 )
             if not 0 < cache_length < max_response_length:  # type: ignore[operator]
                 raise ValueError(
-                    f"reward_fn_args.cache_length ({cache_length}) must be above 0 and below "
+                    f"cache_length ({cache_length}) must be above 0 and below "
                     f"max_response_length ({max_response_length})"
                 )
         self.enable_overlong_penalty = enable_overlong_penalty
