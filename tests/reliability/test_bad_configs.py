@@ -425,6 +425,24 @@ CASES: List[Bad] = [
         set={"buffer.explorer_input.default_reward_fn_type": "math_rewrd"},
     ),
     Bad(
+        "originals-environment-workflow",
+        [
+            "buffer.explorer_input.default_workflow_type = alfworld_workflow: the original's "
+            "ALFWorld workflow needs the alfworld environment package",
+            "not supported yet",
+        ],
+        set={"buffer.explorer_input.default_workflow_type": "alfworld_workflow"},
+    ),
+    Bad(
+        "originals-rm-gallery-reward",
+        [
+            "buffer.explorer_input.default_reward_fn_type = rm_gallery_reward",
+            "rm-gallery package",
+            "not supported yet",
+        ],
+        set={"buffer.explorer_input.default_reward_fn_type": "rm_gallery_reward"},
+    ),
+    Bad(
         "workflow-without-reward",
         ["buffer.explorer_input.default_reward_fn_type is not set", "simple_workflow"],
         set={"buffer.explorer_input.default_workflow_type": "simple_workflow"},

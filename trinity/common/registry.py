@@ -17,6 +17,8 @@ import importlib
 import logging
 from typing import Any, Callable, Dict, Generic, Iterator, Optional, TypeVar
 
+from trinity.common.original_names import not_here
+
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
@@ -69,6 +71,9 @@ class Registry(Generic[T]):
         """The module registered as ``name``, or the object at dotted path ``name``."""
         if name in self._modules:
             return self._modules[name]
+        why = not_here(self.name, name)  # one of the original's names that needs more
+        if why is not None:
+            raise KeyError(why)
         if "." in name:
             return self._import(name)
         close = difflib.get_close_matches(name, list(self._modules), n=1)

@@ -31,8 +31,16 @@ STRATEGY_CONTEXT = ("reader", "auxiliary_readers", "group_size", "max_response_t
 KL_CTRL_KEYS = ("type", "kl_coef", "horizon", "target_kl")
 
 
-# Built-in workflow -> the workflow_args keys it reads (trinity/common/workflows/simple.py).
-WORKFLOW_ARGS = {"simple_workflow": ("greedy_baseline",), "math_workflow": ("greedy_baseline",)}
+# Built-in workflow -> the workflow_args keys it reads (trinity/common/workflows/); those
+# declaring an ``args_model`` (math_boxed_workflow, the judges) are checked against it instead.
+_SIMPLE_ARGS = ("greedy_baseline",)
+WORKFLOW_ARGS = {
+    **dict.fromkeys(("simple_workflow", "async_simple_workflow"), _SIMPLE_ARGS),
+    **dict.fromkeys(("math_workflow", "async_math_workflow"), _SIMPLE_ARGS),
+    **dict.fromkeys(("toolcall_workflow", "tool_call_workflow"), _SIMPLE_ARGS),
+    **dict.fromkeys(("math_eval_workflow", "async_math_eval_workflow"), ()),
+    **dict.fromkeys(("on_policy_distill_workflow", "on_policy_distill_math_workflow"), ()),
+}
 
 # Advantage fn -> the workflow_args flag that makes built-in workflows produce its input
 # (remax subtracts the reward of a greedy answer, info["baseline_reward"]).
@@ -142,8 +150,21 @@ def _taskset_problems(config: Config) -> List[str]:
             problems.append(f"{key} = {name}: {exc.args[0]}")
             continue
         args = dict(storage.reward_fn_args or {})
-        problems += bind_problems(reward, args, f"{path}.reward_fn_args", f"reward '{name}'")
+        bound = bind_problems(reward, args, f"{path}.reward_fn_args", f"reward '{name}'")
+        problems += bound or _construct_reward(reward, args, path, name)
     return problems
+
+
+def _construct_reward(reward: Any, args: Dict[str, Any], path: str, name: str) -> List[str]:
+    """A built-in reward built once from its ``reward_fn_args``, so its own checks (DAPO's
+    lengths) run before start; a plugin's constructor may do anything, so it is not run."""
+    if not is_builtin(reward):
+        return []
+    try:
+        reward(**args)
+    except (TypeError, ValueError) as exc:
+        return [f"{path}.reward_fn_args: reward '{name}': {exc}"]
+    return []
 
 
 def _workflow_args_problems(

@@ -8,8 +8,11 @@ takes ``reward_fn_args``. Interface and a tested example: docs/extending.md.
 """
 
 from trinity.common.rewards.base import REWARD_FUNCTIONS, RewardFn, total_reward
+from trinity.common.rewards.boxed import MathBoxedReward
 from trinity.common.rewards.countdown import CountdownReward
+from trinity.common.rewards.dapo import MathDAPOReward
 from trinity.common.rewards.math import AccuracyReward, FormatReward, MathReward
+from trinity.common.rewards.toolcall import ToolCallReward
 from trinity.common.rewards.verified import MathVerifyReward
 
 __all__ = [
@@ -21,4 +24,7 @@ __all__ = [
     "MathReward",
     "MathVerifyReward",
     "CountdownReward",
+    "MathBoxedReward",
+    "MathDAPOReward",
+    "ToolCallReward",
 ]

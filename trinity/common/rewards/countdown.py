@@ -1,17 +1,20 @@
 """Countdown: combine the given numbers with + - * / to reach the target.
 
 Scores 1.0 for a correct equation that uses each given number exactly once, 0.1 for a
-well-formed but wrong equation, 0.0 when no equation can be read.
+well-formed but wrong equation, 0.0 when no equation can be read. The numbers and target are
+the row's ``nums`` and ``target`` columns, or the truth as the original Trinity-RFT's countdown
+data writes it, JSON ``{"target": 22, "numbers": [3, 5, 7]}``.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import operator
 import re
 from collections import Counter
 from fractions import Fraction
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from trinity.common.rewards.base import REWARD_FUNCTIONS, RewardFn
 
@@ -41,6 +44,17 @@ def _equation(response: str) -> Optional[str]:
     return candidate if candidate and _EQUATION.match(candidate) else None
 
 
+def _puzzle(truth: Optional[str], raw: Dict[str, Any]) -> Tuple[Any, List[int]]:
+    """(target, numbers) of the row's columns, or of a JSON truth with both."""
+    try:
+        spec = json.loads(truth) if truth is not None else None
+    except json.JSONDecodeError:
+        spec = None
+    if isinstance(spec, dict) and {"target", "numbers"} <= spec.keys():
+        return spec["target"], [int(n) for n in spec["numbers"]]
+    return raw.get("target", truth), [int(n) for n in raw.get("nums", [])]
+
+
 @REWARD_FUNCTIONS.register_module("countdown_reward")
 class CountdownReward(RewardFn):
     def __init__(self, format_score: float = 0.1) -> None:
@@ -49,9 +63,7 @@ class CountdownReward(RewardFn):
     def __call__(
         self, response: str, truth: Optional[str] = None, **kwargs: Any
     ) -> Dict[str, float]:
-        raw = kwargs.get("raw_task") or {}
-        target = raw.get("target", truth)
-        nums: List[int] = [int(n) for n in raw.get("nums", [])]
+        target, nums = _puzzle(truth, kwargs.get("raw_task") or {})
         equation = _equation(response)
         if equation is None or target is None:
             return {"accuracy": 0.0, "format": 0.0}

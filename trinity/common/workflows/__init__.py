@@ -7,12 +7,19 @@ in ``buffer.explorer_input.taskset.default_workflow_type``. Interface and a test
 docs/extending.md.
 """
 
+from trinity.common.workflows.boxed import MathBoxedWorkflow
 from trinity.common.workflows.guess_number import GuessNumberWorkflow
 from trinity.common.workflows.judge import LLMJudgeWorkflow
 from trinity.common.workflows.judging import JudgedWorkflow, JudgeReplyError
+from trinity.common.workflows.qwen_math import (
+    MathEvalWorkflow,
+    OnPolicyDistillMathWorkflow,
+    OnPolicyDistillWorkflow,
+)
 from trinity.common.workflows.rubric import RubricWorkflow
 from trinity.common.workflows.ruler import RulerWorkflow
 from trinity.common.workflows.simple import MathWorkflow, SimpleWorkflow
+from trinity.common.workflows.toolcall import ToolCallWorkflow
 from trinity.common.workflows.workflow import WORKFLOWS, Task, Workflow
 
 __all__ = [
@@ -21,6 +28,11 @@ __all__ = [
     "Workflow",
     "SimpleWorkflow",
     "MathWorkflow",
+    "MathBoxedWorkflow",
+    "MathEvalWorkflow",
+    "OnPolicyDistillWorkflow",
+    "OnPolicyDistillMathWorkflow",
+    "ToolCallWorkflow",
     "GuessNumberWorkflow",
     "LLMJudgeWorkflow",
     "JudgedWorkflow",

@@ -45,24 +45,34 @@ class PromptWorkflow(Workflow):
 
     def reset(self, task: Task) -> None:
         self.task = task
-        self.messages = build_messages(task)
+        self.messages = self.prompt_messages(task)
         self.truth = task.raw_task.get(task.format_args.response_key)
+
+    def prompt_messages(self, task: Task) -> List[Dict[str, Any]]:
+        """The conversation the policy answers (subclasses with their own prompts override)."""
+        return build_messages(task)
 
     def sample(self) -> List[Experience]:
         """The policy's ``rollout_args.n`` answers to the task's prompt."""
+        return self.model.chat(self.messages, **self.sampling())
+
+    def sampling(self) -> Dict[str, Any]:
+        """The sampling arguments ``rollout_args`` give, as the model's calls take them."""
         args = self.task.rollout_args
-        return self.model.chat(
-            self.messages,
-            n=args.n,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            top_k=args.top_k,
-            max_tokens=args.max_tokens,
-            stop=args.stop or None,
-            top_logprobs=args.logprobs,
-        )
+        return {
+            "n": args.n,
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "top_k": args.top_k,
+            "max_tokens": args.max_tokens,
+            "stop": args.stop or None,
+            "top_logprobs": args.logprobs,
+        }
 
 
+# Every workflow here runs in every explorer.concurrent_mode (Workflow.run/run_async), so the
+# original's async_* names are the same workflows.
+@WORKFLOWS.register_module("async_simple_workflow")
 @WORKFLOWS.register_module("simple_workflow")
 class SimpleWorkflow(PromptWorkflow):
     """One user turn, ``rollout_args.n`` sampled answers, each scored by the reward function."""
@@ -86,7 +96,7 @@ class SimpleWorkflow(PromptWorkflow):
     def run(self) -> List[Experience]:
         responses = self.sample()
         for exp in responses:
-            components = self._score(exp.response_text)
+            components = self._score(exp)
             exp.reward = total_reward(components)
             exp.metrics.update(components)
         if self.task.workflow_args.get("greedy_baseline"):
@@ -94,16 +104,27 @@ class SimpleWorkflow(PromptWorkflow):
             greedy = self.model.chat(
                 self.messages, n=1, temperature=0.0, max_tokens=self.task.rollout_args.max_tokens
             )
-            baseline = total_reward(self._score(greedy[0].response_text))
+            baseline = total_reward(self._score(greedy[0]))
             for exp in responses:
                 exp.info["baseline_reward"] = baseline
         return responses
 
-    def _score(self, response: str) -> Dict[str, float]:
+    def _score(self, exp: Experience) -> Dict[str, float]:
         truth = None if self.truth is None else str(self.truth)
-        return self.reward_fn(response, truth, raw_task=self.task.raw_task)
+        return self.reward_fn(
+            exp.response_text, truth, raw_task=self.task.raw_task, **self.reward_kwargs(exp)
+        )
+
+    def reward_kwargs(self, exp: Experience) -> Dict[str, Any]:
+        """Arguments the reward function takes besides the response, truth and row: the
+        response's token count for one that declares ``takes_response_tokens`` (DAPO's
+        overlong penalty). A plugin's reward written without ``**kwargs`` gets none."""
+        if getattr(self.reward_fn, "takes_response_tokens", False):
+            return {"response_tokens": exp.response_length}
+        return {}
 
 
+@WORKFLOWS.register_module("async_math_workflow")
 @WORKFLOWS.register_module("math_workflow")
 class MathWorkflow(SimpleWorkflow):
     """A math problem: ``math_reward`` (numeric equivalence) unless the taskset names another."""
