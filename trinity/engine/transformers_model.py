@@ -15,10 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
+from trinity.common.adapter_weights import Adapter, read_sync_weights
 from trinity.common.experience import Experience
 from trinity.common.models.model import InferenceModel
 from trinity.common.models.sampling import SamplingParams
-from trinity.common.adapter_weights import Adapter, read_sync_weights
 from trinity.common.weights import unpack_state
 from trinity.engine.conversation import Conversation, engine_conversation, record_turn
 from trinity.engine.registry import ENGINES
