@@ -177,3 +177,22 @@ def test_a_killed_explorer_restarts_after_the_last_step_it_wrote(
     assert "resuming at step" in explorer_out
     found = counts(os.path.join(tmp_path, "tests", "grpo_small"), steps=6)
     assert (found["written"], found["read"], found["lost"], found["twice"]) == (48, 48, 0, 0)
+
+
+def test_a_lora_pair_trains_the_adapter_and_explores_with_its_checkpoints(
+    tmp_path, micro_model, arithmetic_data
+):
+    # both sides read the same LoRA config: the explorer's engine merges each adapter
+    # checkpoint the trainer saves over its base weights
+    lora = ["model.lora_configs=[{lora_rank: 8, lora_alpha: 16}]", "algorithm.optimizer.lr=0.02"]
+    args = overrides(tmp_path, micro_model, arithmetic_data, steps=4) + lora
+    trainer = Side(tmp_path, "train", "train", args)
+    trainer.wait_for("for the explorer (a separate `mode: explore` run writing")
+    explorer = Side(tmp_path, "explore", "explore", args)
+    explorer.finish()
+    trainer.finish()
+
+    found = counts(os.path.join(tmp_path, "tests", "grpo_small"), steps=4)
+    assert (found["written"], found["read"], found["lost"], found["twice"]) == (32, 32, 0, 0)
+    # the explorer loaded adapter checkpoints (the first explore step used the base)
+    assert found["versions"][1] == 0 and found["versions"][4] > 0

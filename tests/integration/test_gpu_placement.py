@@ -189,6 +189,8 @@ def test_several_nodes_with_gpus_are_refused_before_ray(
     from trinity.runtime.launcher import run
 
     monkeypatch.setattr(gpus_module, "detect_gpu_count", lambda: 4)
+    # a cluster to join (never reached): without one, several nodes are this machine's lack
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
     overrides = base_overrides(tmp_path, micro_model, arithmetic_data)
     overrides += ["cluster.node_num=2", "cluster.gpu_per_node=4"]
     with pytest.raises(ConfigError) as excinfo:

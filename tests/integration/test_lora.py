@@ -3,6 +3,7 @@ the adapter is checkpointed, the engines sample with the merged weights the trai
 (so their logprobs are the trainer's), and a run resumes from its adapter checkpoint."""
 
 import os
+import sqlite3
 
 import torch
 from safetensors import safe_open
@@ -63,3 +64,23 @@ def test_lora_grpo_syncs_merged_weights_and_resumes(
     assert abs(trainer[2]["actor/ppo_kl"]) < 1e-5  # the engines got the resumed weights
     assert resumed.final_hf == os.path.join(job, "global_step_3", "hf", "merged")
     assert weights_changed(os.path.join(job, "global_step_2", "hf", "merged"), resumed.final_hf)
+
+
+def test_lora_grpo_with_checkpoint_sync_samples_each_version_exactly(
+    tmp_path, micro_model, arithmetic_data, ray_cluster
+):
+    overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + LORA
+    sync = ["synchronizer.sync_method=checkpoint", "buffer.total_steps=3"]
+    (result,) = run(CONFIG, overrides + sync, PLUGINS)
+    trainer = records(result.job_dir, "trainer")
+    assert [r["step"] for r in trainer] == [1, 2, 3]
+    # Each step's experiences were sampled with the adapter checkpoint of the step before,
+    # merged over the engine's base: their logprobs equal the trainer's recomputed ones
+    # (ppo_kl = mean(old - new)), as with memory sync above.
+    assert all(abs(r["actor/ppo_kl"]) < 1e-5 for r in trainer), [r["actor/ppo_kl"] for r in trainer]
+    ids = list(range(5, 25))
+    assert (_logprobs(micro_model, ids) - _logprobs(result.final_hf, ids)).abs().max() > 1e-3
+    # each experience carries the version that sampled it: explore step s, version s - 1
+    with sqlite3.connect(os.path.join(result.job_dir, "buffer", "experience_buffer.db")) as db:
+        versions = set(db.execute("SELECT step, model_version FROM experience_buffer"))
+    assert versions == {(1, 0), (2, 1), (3, 2)}

@@ -767,10 +767,15 @@ CASES: List[Bad] = [
     ),
     # ---- trainer ranks (trainer.cpu_ranks) ---------------------------------------------
     Bad("cpu-ranks-zero", ["trainer.cpu_ranks = 0 must be >= 1"], set={"trainer.cpu_ranks": 0}),
-    Bad(
-        "cpu-ranks-with-gpus",
-        ["trainer.cpu_ranks = 2 with cluster.gpu_per_node = 8", "trainer.cpu_ranks: 1"],
+    Bad(  # on a machine without GPUs: the GPUs are the problem, CPU ranks then run
+        "cpu-ranks-with-gpus-this-machine-lacks",
+        [
+            "cluster.gpu_per_node = 8 but this machine has 0 GPU(s)",
+            "to run it here: trinity run --config ",
+            " cluster.gpu_per_node=0",
+        ],
         set={"trainer.cpu_ranks": 2, "cluster.gpu_per_node": 8},
+        absent=["trainer.cpu_ranks = 2 with"],
     ),
     Bad(
         "cpu-ranks-split-batch",
@@ -783,14 +788,18 @@ CASES: List[Bad] = [
         set={"trainer.cpu_ranks": 2, "algorithm.algorithm_type": "ppo"},
     ),
     # ---- nodes (cluster.node_num) -------------------------------------------------------
-    Bad(
-        "nodes-with-gpus",
-        ["cluster.node_num = 2 with cluster.gpu_per_node = 8", "not supported yet"],
+    Bad(  # no Ray cluster to join, no GPUs: both said at once, with the overrides
+        "nodes-and-gpus-this-machine-lacks",
+        [
+            "cluster.node_num = 2 needs a Ray cluster of 2 nodes, but RAY_ADDRESS is not set",
+            "cluster.gpu_per_node = 8 but this machine has 0 GPU(s)",
+            " cluster.node_num=1 cluster.gpu_per_node=0",
+        ],
         set={"cluster.node_num": 2, "cluster.gpu_per_node": 8},
     ),
     Bad(
-        "nodes-without-engines",
-        ["explorer.rollout_model.engine_num = 1 with cluster.node_num = 3", "engine_num >= 2"],
+        "nodes-without-a-cluster",
+        ["cluster.node_num = 3 needs a Ray cluster of 3 nodes", " cluster.node_num=1"],
         set={"cluster.node_num": 3},
     ),
     # ---- data pipelines (data_processor, service.data_juicer) ---------------------------

@@ -81,10 +81,10 @@ def test_a_train_stage_takes_every_gpu(tmp_path):
 
 def test_tensor_parallel_engines_are_refused_on_gpus_only(tmp_path):
     tp = ["explorer.rollout_model.tensor_parallel_size=2"]
+    # said by preflight/hardware.py, which overrides it with 1 (test_hardware.py)
     assert problems(tmp_path, tp + ["cluster.gpu_per_node=3"]) == [
-        "explorer.rollout_model.tensor_parallel_size = 2: an engine runs on one GPU (tensor "
-        "parallelism is not supported yet); set "
-        "explorer.rollout_model.tensor_parallel_size: 1"
+        "explorer.rollout_model.tensor_parallel_size = 2: an engine runs on one GPU here "
+        "(tensor parallelism is not supported yet)"
     ]
     finalized(tmp_path, tp + ["cluster.gpu_per_node=0"])  # on CPU it has no effect
 
@@ -99,10 +99,11 @@ def test_colocate_is_one_gpu(tmp_path):
 
 
 def test_gpus_this_machine_lacks_are_the_one_problem_said(tmp_path):
+    # the arithmetic assumes the GPUs: preflight/hardware.py says what fits here instead
     found = problems(tmp_path, ["cluster.gpu_per_node=8", "explorer.rollout_model.engine_num=2"])
     assert found == [
-        "cluster.gpu_per_node = 8 but this machine has 4 GPU(s) visible to torch; set "
-        "cluster.gpu_per_node: 4 or leave it unset (detected)"
+        "cluster.gpu_per_node = 8 but this machine has 4 GPU(s) visible to torch; the stage "
+        "fits on 3 GPU(s)"
     ]
 
 

@@ -38,6 +38,8 @@ THIRD = Node("c" * 56, "10.0.0.3", 2)
 @pytest.fixture(autouse=True)
 def no_gpus(monkeypatch):
     monkeypatch.setattr(gpus_module, "detect_gpu_count", lambda: 0)
+    # a cluster to join: without one, several nodes are this machine's lack (hardware.py)
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
 
 
 def finalized(tmp_path, overrides):
@@ -137,18 +139,23 @@ def test_node_num_above_the_cluster_is_an_error(monkeypatch):
     ]
 
 
-def test_several_nodes_without_a_cluster_to_join_fail_before_ray(monkeypatch):
+def test_several_nodes_without_a_cluster_to_join_are_this_machines_lack(tmp_path, monkeypatch):
     import sys
+
+    from trinity.preflight.hardware import hardware_fixes
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     ray = sys.modules.get("ray")
     if ray is not None:
         monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    placement.check_cluster_address([_stage(nodes=1)])  # a local Ray does
-    with pytest.raises(ConfigError, match=r"cluster.node_num = 2 needs a Ray cluster of 2"):
-        placement.check_cluster_address([_stage(nodes=1), _stage(nodes=2)])
-    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
-    placement.check_cluster_address([_stage(nodes=2)])
+    path = tmp_path / "config.yaml"
+    path.write_text(textwrap.dedent(BASE))
+    fixed, (fix,) = hardware_fixes(load_config(str(path), ["cluster.node_num=3"]))
+    assert fix.problem.startswith("cluster.node_num = 3 needs a Ray cluster of 3 nodes, but ")
+    assert (fix.override(), fixed.cluster.node_num) == ("cluster.node_num=1", 1)
+    assert hardware_fixes(load_config(str(path)))[1] == []  # one node: a local Ray does
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")  # a cluster: its nodes are counted
+    assert hardware_fixes(load_config(str(path), ["cluster.node_num=3"]))[1] == []
 
 
 def test_log_file_of_an_actor_grouped_by_node(tmp_path):

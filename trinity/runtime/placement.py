@@ -15,8 +15,6 @@ its actors are placed in their GPU bundles instead.
 
 from __future__ import annotations
 
-import os
-import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -123,27 +121,6 @@ def own_node_cpus(config: Any) -> Optional[int]:
     """In an actor pinned to its role's node (``cluster.node_num`` >= 2), Ray's CPU count
     of that node, which its threads split; None when roles share the machine."""
     return this_node_cpus() if config.cluster.node_num >= 2 else None
-
-
-def check_cluster_address(stages: List[Any]) -> None:
-    """Before Ray starts: a stage asking for several nodes needs a cluster to join.
-
-    Without ``RAY_ADDRESS`` (and no Ray already connected in this process) the run would
-    start a one-node local Ray, which can never hold two nodes.
-    """
-    from trinity.common.config import ConfigError
-
-    ray = sys.modules.get("ray")  # importing ray here would fix its node address too early
-    if os.environ.get("RAY_ADDRESS") or (ray is not None and ray.is_initialized()):
-        return
-    asked = max(stage.cluster.node_num for stage in stages)
-    if asked >= 2:
-        raise ConfigError(
-            f"cluster.node_num = {asked} needs a Ray cluster of {asked} nodes, but RAY_ADDRESS "
-            "is not set, so this run would start a one-node local Ray: start a cluster "
-            "(`ray start --head` here, `ray start --address=<head ip>:6379` on the others) "
-            "and set RAY_ADDRESS=<head ip>:6379"
-        )
 
 
 def check_node_count(stages: List[Any]) -> List[Node]:

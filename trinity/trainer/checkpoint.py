@@ -131,11 +131,14 @@ def _save_json(obj: Any, path: str) -> None:
         os.fsync(f.fileno())
 
 
-def save_weights(state_dict: Dict[str, torch.Tensor], path: str) -> None:
+def save_weights(
+    state_dict: Dict[str, torch.Tensor], path: str, metadata: Optional[Dict[str, str]] = None
+) -> None:
     """Write a state dict as safetensors; tied weights are stored once and re-tied on load.
 
     safetensors refuses two names for one tensor (a causal LM's tied embeddings and
-    ``lm_head``): the later name is kept in the file's metadata as an alias.
+    ``lm_head``): the later name is kept in the file's metadata as an alias. ``metadata``:
+    more entries of the file's metadata (a LoRA adapter's layout).
     """
     from safetensors.torch import save_file
 
@@ -151,7 +154,8 @@ def save_weights(state_dict: Dict[str, torch.Tensor], path: str) -> None:
         first[key] = name
         tensors[name] = t.contiguous()
     try:
-        save_file(tensors, path, metadata={"format": "pt", "aliases": json.dumps(aliases)})
+        own = {"format": "pt", "aliases": json.dumps(aliases)}
+        save_file(tensors, path, metadata={**(metadata or {}), **own})
     except SafetensorError as exc:
         raise as_os_error(exc) from exc
     _fsync_path(path)
@@ -197,9 +201,10 @@ def _write_files(
     optim_state: Dict[str, Any],
     extra: Dict[str, Any],
     states: Optional[Dict[str, Any]],
+    metadata: Optional[Dict[str, str]],
 ) -> None:
     os.makedirs(os.path.join(tmp, "actor"), exist_ok=True)  # ranks may have written shards
-    save_weights(weights, os.path.join(tmp, WEIGHTS_FILE))
+    save_weights(weights, os.path.join(tmp, WEIGHTS_FILE), metadata)
     _save_torch(optim_state, os.path.join(tmp, OPTIM_FILE))
     for name, state in (states or {}).items():
         _save_torch(state, os.path.join(tmp, f"{name}.pt"))
@@ -265,6 +270,7 @@ def save_checkpoint(
     max_to_keep: Optional[int] = None,
     states: Optional[Dict[str, Any]] = None,
     staged: Optional[str] = None,
+    weights_metadata: Optional[Dict[str, str]] = None,
 ) -> str:
     """Write checkpoint ``step`` whole, mark it the latest, keep the newest ``max_to_keep``.
 
@@ -274,6 +280,7 @@ def save_checkpoint(
     since they are loaded with ``weights_only=True``; ``extra`` must be JSON. Raises
     ``CheckpointError`` on a disk error, leaving the previous checkpoint and marker as they
     were. ``staged``: the ``staging_dir`` other files (sharded state) were written into.
+    ``weights_metadata``: more metadata of the weights file (a LoRA adapter's layout).
     """
     if staged is None:
         os.makedirs(job_dir, exist_ok=True)
@@ -284,7 +291,7 @@ def save_checkpoint(
     installed = False
     try:
         weights = model if isinstance(model, dict) else model.state_dict()
-        _write_files(tmp, step, weights, optim_state, extra, states)
+        _write_files(tmp, step, weights, optim_state, extra, states, weights_metadata)
         _install(tmp, out)
         installed = True
         _write_marker(job_dir, step)

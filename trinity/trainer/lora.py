@@ -4,8 +4,10 @@ The trainer wraps its model with one adapter (peft's ``default``, so an export l
 ``PeftModel.from_pretrained(base, hf_dir)`` without a subfolder). Only the adapter trains;
 checkpoints hold only its tensors (peft's names, e.g. ``base_model.model.model.layers.0
 .self_attn.q_proj.lora_A.weight``). The rollout engines sample with *merged* weights: at
-each sync the trainer sends ``W + scale * B @ A`` of every adapted layer under the base
-model's names, and nothing else, since the other weights never change. The reference model
+each ``memory`` sync the trainer sends ``W + scale * B @ A`` of every adapted layer under the
+base model's names, and nothing else, since the other weights never change; at each
+``checkpoint`` sync the engines merge the checkpoint's adapter over their base weights the
+same way (``trinity/common/adapter_weights.py``). The reference model
 (KL) is the same module with the adapter switched off.
 """
 
@@ -16,13 +18,14 @@ import json
 import logging
 import os
 import sys
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 import torch
 
+from trinity.common.adapter_weights import LAYOUT_KEY, PEFT_ADAPTER, base_weights, peft_adapter
+
 logger = logging.getLogger(__name__)
 
-ADAPTER = "default"  # peft's adapter name: save_pretrained writes it at the folder's root
 MERGED_DIR = "merged"  # hf/merged: the whole merged model, when save_merged asks
 
 # model.lora_configs[0].lora_dtype -> the adapter parameters' dtype ("auto": the model's)
@@ -72,7 +75,7 @@ def wrap(model: torch.nn.Module, entry: Any, base_model_name: str) -> torch.nn.M
         )
     else:
         wrapped = get_peft_model(model, _lora_config(entry), autocast_adapter_dtype=False)
-    wrapped.peft_config[ADAPTER].base_model_name_or_path = base_model_name
+    wrapped.peft_config[PEFT_ADAPTER].base_model_name_or_path = base_model_name
     dtype = next(model.parameters()).dtype
     if entry.lora_dtype != "auto":
         dtype = LORA_DTYPES[entry.lora_dtype]
@@ -82,7 +85,7 @@ def wrap(model: torch.nn.Module, entry: Any, base_model_name: str) -> torch.nn.M
     trainable, total = wrapped.get_nb_trainable_parameters()
     logger.info(
         "LoRA adapter '%s' (%s): %d of %d parameters train",
-        entry.name or ADAPTER,
+        entry.name or PEFT_ADAPTER,
         entry.path or f"new, rank {entry.lora_rank}, alpha {entry.lora_alpha}",
         trainable,
         total,
@@ -114,7 +117,7 @@ def adapter_state_dict(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
     """The adapter's tensors under peft's saved names (what a checkpoint holds)."""
     from peft import get_peft_model_state_dict
 
-    state = get_peft_model_state_dict(model, adapter_name=ADAPTER)
+    state = get_peft_model_state_dict(model, adapter_name=PEFT_ADAPTER)
     return {name: tensor.detach() for name, tensor in state.items()}
 
 
@@ -134,37 +137,25 @@ def load_adapter_state(model: torch.nn.Module, state: Dict[str, torch.Tensor], s
             "model.lora_configs different when it was written? Resume with the same "
             "model.lora_configs, or set continue_from_checkpoint: false to start over"
         )
-    set_peft_model_state_dict(model, state, adapter_name=ADAPTER)
+    set_peft_model_state_dict(model, state, adapter_name=PEFT_ADAPTER)
 
 
-def _lora_layers(model: torch.nn.Module) -> Iterator[tuple]:
-    """(name under the base model, LoRA layer) of every adapted layer."""
-    from peft.tuners.lora import LoraLayer
-
-    for name, module in model.get_base_model().named_modules():
-        if isinstance(module, LoraLayer) and ADAPTER in module.lora_A:
-            yield name, module
-
-
-@torch.no_grad()
 def merged_state_dict(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
     """``W + scale * B @ A`` of every adapted layer, under the base model's weight names.
 
     Only adapted layers: the rest of a LoRA model never changes, so an engine that loaded
-    the base model needs just these (``load_state_dict`` takes a subset).
+    the base model needs just these (``load_state_dict`` takes a subset). An engine merges
+    a checkpoint's adapter with the same ``Adapter.merged`` (``checkpoint`` sync).
     """
-    merged = {}
-    for name, layer in _lora_layers(model):
-        weight = layer.get_base_layer().weight
-        a, b = layer.lora_A[ADAPTER].weight, layer.lora_B[ADAPTER].weight
-        if isinstance(layer.get_base_layer(), torch.nn.Linear) and a.dtype == weight.dtype:
-            # one fused W + scale * (B @ A): the merge is most of a LoRA sync's cost
-            scale = layer.scaling[ADAPTER]
-            merged[f"{name}.weight"] = torch.addmm(weight, b, a, alpha=scale).detach()
-        else:  # other layer kinds, or an adapter in another dtype: peft's own delta
-            delta = layer.get_delta_weight(ADAPTER)
-            merged[f"{name}.weight"] = (weight + delta.to(weight.dtype)).detach()
-    return merged
+    with torch.no_grad():
+        return peft_adapter(model).merged(base_weights(model))
+
+
+def checkpoint_weights(model: torch.nn.Module) -> Tuple[Dict[str, torch.Tensor], Dict[str, str]]:
+    """What a LoRA checkpoint's weights file holds: the adapter's tensors (peft's saved
+    names, what resume reads back) and the metadata an engine merges them by."""
+    adapter = peft_adapter(model)
+    return adapter.tensors, {LAYOUT_KEY: adapter.layout()}
 
 
 def sync_state_dict(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
@@ -178,7 +169,7 @@ def sync_state_dict(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
 def export_adapter(model: torch.nn.Module, out_dir: str) -> None:
     """Write the adapter in peft's format: ``adapter_config.json`` and
     ``adapter_model.safetensors`` at the root of ``out_dir``."""
-    model.save_pretrained(out_dir, selected_adapters=[ADAPTER], safe_serialization=True)
+    model.save_pretrained(out_dir, selected_adapters=[PEFT_ADAPTER], safe_serialization=True)
 
 
 def export_merged(model: torch.nn.Module, base_path: str, out_dir: str) -> None:

@@ -419,10 +419,14 @@ class Trainer:
         if self.step == 0:
             return
         if ckpt.latest_step(self.job_dir) != self.step:
+            # LoRA: the adapter, and the layout an engine merges it by (checkpoint sync)
+            weights, metadata = self.model, None
+            if self.lora is not None:
+                weights, metadata = lora.checkpoint_weights(self.model)
             ckpt.save_checkpoint(
                 self.job_dir,
                 self.step,
-                lora.adapter_state_dict(self.model) if self.lora is not None else self.model,
+                weights,
                 {
                     "optimizer": self.optimizer.state_dict(),
                     "scheduler": self.scheduler.state_dict(),
@@ -434,6 +438,7 @@ class Trainer:
                 },
                 max_to_keep=self.config.trainer.max_checkpoints_to_keep,
                 states={"critic": self.critic.state_dict()} if self.critic is not None else None,
+                weights_metadata=metadata,
             )
         mode = self.config.trainer.save_hf_checkpoint
         hf_dir = os.path.join(ckpt.step_dir(self.job_dir, self.step), "hf")

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import difflib
 import re
+import shlex
 import types
 import typing
-from typing import Annotated, Any, Callable, ClassVar, Dict, List, Optional, Tuple
+from typing import Annotated, Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from pydantic import (
     AfterValidator,
@@ -26,11 +27,26 @@ from pydantic import (
 
 
 class ConfigError(ValueError):
-    """A configuration a user must fix; the message says where and how."""
+    """A configuration a user must fix; the message says where and how.
 
-    def __init__(self, problems: List[str] | str, header: str = "Invalid configuration") -> None:
+    ``overrides``: command-line overrides that make the config run on this machine (its
+    hardware's problems, ``preflight/hardware.py``), said after the problems on one line: the
+    whole ``command`` with them when the caller knows it (``trinity run --config ...``).
+    """
+
+    def __init__(
+        self,
+        problems: List[str] | str,
+        header: str = "Invalid configuration",
+        overrides: Sequence[str] = (),
+        command: str = "",
+    ) -> None:
         self.problems = [problems] if isinstance(problems, str) else list(problems)
+        self.header, self.overrides = header, list(overrides)
         lines = "\n".join(f"  - {p}" for p in self.problems)
+        if self.overrides:
+            how = f"to run it here: {command}" if command else "to run it here, add:"
+            lines += f"\n{how} {' '.join(shlex.quote(o) for o in self.overrides)}"
         super().__init__(f"{header} ({len(self.problems)} problem(s)):\n{lines}")
 
 

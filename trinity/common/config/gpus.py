@@ -18,7 +18,8 @@ What runs:
   and ``bench`` stages need no more GPUs than their engines take; the others stay idle.
 - ``mode: colocate`` is one process on one GPU: more GPUs are refused.
 - ``tensor_parallel_size`` > 1 with GPUs is refused: an engine runs on one GPU (vLLM's tensor
-  parallelism is not wired into the placement yet).
+  parallelism is not wired into the placement yet). That, and more GPUs than the machine
+  has, are said by ``preflight/hardware.py`` with the overrides that fit the stage here.
 - Several nodes with GPUs are refused in ``nodes.py``.
 """
 
@@ -151,30 +152,20 @@ def gpu_shares(config: Config) -> GpuShares:
 
 
 def gpu_problems(config: Config) -> List[str]:
-    """What a finalized config's GPU settings cannot run on this machine, one line each."""
+    """What a finalized config's GPU settings cannot run, one line each. GPUs this machine
+    lacks and engines on several GPUs are ``preflight/hardware.py``'s, with the overrides
+    that fit the stage here; the arithmetic below assumes neither."""
     shares = gpu_shares(config)
     gpus = shares.gpu_per_node
-    if gpus == 0:
+    if gpus == 0 or gpus > detect_gpu_count():
         return []
-    seen = detect_gpu_count()
-    if gpus > seen:  # the first thing to fix: the arithmetic below assumes these GPUs
-        return [
-            f"cluster.gpu_per_node = {gpus} but this machine has {seen} GPU(s) visible to "
-            f"torch{'' if seen else ' (a CPU-only torch build, or CUDA_VISIBLE_DEVICES empty)'}"
-            f"; set cluster.gpu_per_node: {seen} or leave it unset (detected)"
-        ]
-    problems = [
-        f"{share.key}.tensor_parallel_size = {share.tensor_parallel_size}: an engine runs on "
-        "one GPU (tensor parallelism is not supported yet); set "
-        f"{share.key}.tensor_parallel_size: 1"
-        for share in shares.engines
-        if share.tensor_parallel_size > 1
-    ]
+    if any(share.tensor_parallel_size > 1 for share in shares.engines):
+        return []
     if config.mode == "colocate" and shares.total > 1:
-        problems.append(
+        return [
             f"mode colocate runs the trainer and the engines in one process on one GPU, but "
             f"{shares.cluster_term()} GPUs; set cluster.gpu_per_node: 1"
-        )
-    elif shares.node_num == 1 and shares.total > 1 and not problems:
-        problems += shares.problems()
-    return problems
+        ]
+    if shares.node_num == 1 and shares.total > 1:
+        return shares.problems()
+    return []

@@ -21,28 +21,9 @@ KEY = "model.lora_configs"
 def lora_problems(config: Any) -> List[str]:
     """Combinations a LoRA run cannot do, one line each."""
     entries = config.model.lora_configs or []
-    if not entries:
-        return []
-    problems = []
     if len(entries) > 1:
-        problems.append(
-            f"{KEY} has {len(entries)} entries, but only one adapter is supported: keep one"
-        )
-    if config.mode == "explore":
-        problems.append(
-            f"{KEY} is set in mode explore, where nothing trains an adapter; remove it (to "
-            "sample with an adapter, export a merged model with save_merged: true and point "
-            "model.model_path at it)"
-        )
-    if (
-        config.mode in ("both", "colocate", "serve")
-        and config.synchronizer.sync_method == "checkpoint"
-    ):
-        problems.append(
-            f"synchronizer.sync_method = checkpoint with {KEY}: a LoRA checkpoint holds only "
-            "the adapter, while the engines load merged weights; use sync_method: memory"
-        )
-    return problems
+        return [f"{KEY} has {len(entries)} entries, but only one adapter is supported: keep one"]
+    return []
 
 
 def lora_handover_problems(stage: Any) -> List[str]:

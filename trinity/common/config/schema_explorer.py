@@ -50,8 +50,8 @@ class InferenceModelConfig(ConfigModel):
         0.9,
         gt=0,
         le=1,
-        description="Fraction of GPU memory a vllm engine may use; refused on CPU, where its "
-        f"KV cache is sized from max_model_len ({_VLLM_ONLY}).",
+        description="Fraction of GPU memory a vllm engine may use; ignored on CPU (with a "
+        f"warning), where its KV cache is sized from max_model_len ({_VLLM_ONLY}).",
     )
     enforce_eager: bool = Field(
         True,
