@@ -239,6 +239,8 @@ class Harness:
         self.folders: Dict[str, str] = {}
 
     def plan(self, entry: Entry, data_root: str) -> Plan:
+        """``entry``'s overrides; the synthetic datasets its fills name are written under
+        ``data_root``."""
         counter = iter(range(1000))
 
         def fill_data(storage: Storage) -> str:
@@ -331,10 +333,11 @@ def _first_line(exc: BaseException) -> str:
 
 
 def logged_steps(job_dirs: List[str], role: str) -> List[int]:
-    """The steps the stages' ``role`` (trainer, explorer) logged."""
-    steps: List[int] = []
+    """The steps (from 1) the stages' ``role`` (trainer, explorer) logged metrics for; an
+    evaluation before the first step is logged as step 0."""
+    steps: set = set()
     for job_dir in job_dirs:
         for path in glob.glob(os.path.join(job_dir, "monitor", f"{role}.jsonl")):
             with open(path) as f:
-                steps += [json.loads(line).get("step") for line in f if line.strip()]
-    return steps
+                steps |= {json.loads(line).get("step", 0) for line in f if line.strip()}
+    return sorted(s for s in steps if s >= 1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import yaml
 
@@ -56,8 +56,10 @@ class Plan:
     fills: Dict[str, str] = field(default_factory=dict)  # key -> what a user would put there
     models: List[str] = field(default_factory=list)  # hub model ids served from the cache
     datasets: List[Storage] = field(default_factory=list)  # hub datasets served from the cache
-    local_data: List[Storage] = field(default_factory=list)  # placeholders filled with local data
     default_workflow: Optional[str] = None  # buffer.explorer_input.default_workflow_type
+
+
+FillData = Callable[[Storage], str]  # the folder of synthetic rows a dataset placeholder gets
 
 
 def read_raw(path: str) -> Dict[str, Any]:
@@ -109,7 +111,7 @@ def walk_all(
             yield path, value, node
 
 
-def make_plan(raw: Dict[str, Any], fill_model: str, fill_data) -> Plan:
+def make_plan(raw: Dict[str, Any], fill_model: str, fill_data: FillData) -> Plan:
     """The plan for config ``raw``: ``fill_model`` is the folder a model placeholder gets,
     ``fill_data(storage)`` the folder a dataset placeholder gets."""
     plan = Plan(overrides=size_overrides(raw))
@@ -120,7 +122,7 @@ def make_plan(raw: Dict[str, Any], fill_model: str, fill_data) -> Plan:
         if leaf == "checkpoint_root_dir" and is_placeholder(env_value(value)[0]):
             plan.fills[key] = "a temporary folder"
             plan.overrides.append(f"{key}=./checkpoints")
-        elif leaf in MODEL_KEYS or key.endswith("model.model_path"):
+        elif leaf in MODEL_KEYS:
             _model(plan, key, value, fill_model)
         elif leaf == "path" and _is_input_storage(key, parent):
             _dataset(plan, key, value, parent, fill_data)
@@ -147,7 +149,7 @@ def _is_input_storage(key: str, parent: Dict[str, Any]) -> bool:
     return storage == "file" or "experience_buffer" not in key
 
 
-def _dataset(plan: Plan, key: str, value: Any, parent: Dict[str, Any], fill_data) -> None:
+def _dataset(plan: Plan, key: str, value: Any, parent: Dict[str, Any], fill_data: FillData) -> None:
     resolved, unset = env_value(value)
     if isinstance(resolved, str) and "://" in resolved:
         return  # a database the run writes
@@ -156,12 +158,11 @@ def _dataset(plan: Plan, key: str, value: Any, parent: Dict[str, Any], fill_data
     if unset or is_placeholder(resolved) or is_prepared(str(resolved)):
         plan.fills[key] = "local synthetic data" + _columns_note(parent)
         plan.overrides.append(f"{key}={fill_data(storage)}")
-        plan.local_data.append(storage)
     elif _HUB_ID.match(str(resolved)):
         plan.datasets.append(storage)
 
 
-def _pipeline_input(plan: Plan, key: str, value: Any, fill_data) -> None:
+def _pipeline_input(plan: Plan, key: str, value: Any, fill_data: FillData) -> None:
     """A data processor's input dataset (``task_pipeline.inputs``): filled when unset or a
     file of the original's examples folder (not in the corpus)."""
     resolved, unset = env_value(value)
@@ -169,7 +170,6 @@ def _pipeline_input(plan: Plan, key: str, value: Any, fill_data) -> None:
         storage = Storage(key, "", None, "train", {})
         plan.fills[key] = "local synthetic data"
         plan.overrides.append(f"{key}={fill_data(storage)}")
-        plan.local_data.append(storage)
 
 
 def _columns_note(section: Dict[str, Any]) -> str:
@@ -190,12 +190,9 @@ def row_columns(section: Dict[str, Any]) -> Dict[str, str]:
     return columns
 
 
-def _stage_sections(raw: Dict[str, Any]) -> Iterator[Tuple[str, Dict[str, Any]]]:
-    """("", the config) and ("stages.N.", stage N) for each stage mapping."""
-    yield "", raw
-    for i, stage in enumerate(raw.get("stages") or []):
-        if isinstance(stage, dict):
-            yield f"stages.{i}.", stage
+def _stage_sections(raw: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The config and each of its stages' mappings."""
+    return [raw] + [s for s in raw.get("stages") or [] if isinstance(s, dict)]
 
 
 def size_overrides(raw: Dict[str, Any]) -> List[str]:
@@ -256,7 +253,7 @@ def _group_sizes(raw: Dict[str, Any], group: int) -> List[str]:
 def _set_anywhere(raw: Dict[str, Any], section: str, key: str) -> List[Any]:
     """The values ``section.key`` has in the config and its stages (empty when unset)."""
     found = []
-    for _, part in _stage_sections(raw):
+    for part in _stage_sections(raw):
         value = (part.get(section) or {}).get(key)
         if value is not None:
             found.append(value)
