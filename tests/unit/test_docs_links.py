@@ -160,7 +160,7 @@ def test_verl_tables_cover_the_converter() -> None:
     assert f"{moved} `buffer.batch_size` |" in markdown
 
 
-@pytest.mark.parametrize("script", ["gen_reference.py", "gen_verl.py"])
+@pytest.mark.parametrize("script", ["gen_reference.py", "gen_verl.py", "gen_corpus.py"])
 def test_committed_generated_pages_are_current(script: str) -> None:
     """The committed page is what its script writes now, so a reader of the repository sees
     the tables of this code: a field's doc changed without re-running the script fails here."""

@@ -18,15 +18,10 @@ from trinity.preflight import hardware
 from trinity.preflight.before_start import check_before_start
 from trinity.preflight.hardware import fix_stages, hardware_fixes, hardware_problems
 
-CORPUS = "/work/corpus"
+# the original project's example configs (tests/corpus/trinity_rft/README.md)
+CORPUS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "corpus", "trinity_rft")
 GSM8K = os.path.join(CORPUS, "0.5.2", "examples", "grpo_gsm8k", "gsm8k.yaml")  # 2 GPUs, nccl
-ALFWORLD = os.path.join(CORPUS, "0.4.0", "examples", "grpo_alfworld", "alfworld.yaml")
-
-
-def _corpus(path):
-    if not os.path.isfile(path):
-        pytest.skip(f"{path}: the original project's example configs are not here")
-    return path
+ALFWORLD = os.path.join(CORPUS, "0.5.0", "examples", "grpo_alfworld", "alfworld.yaml")
 
 
 @pytest.fixture
@@ -89,7 +84,7 @@ trainer:
 def gpu_config(request, tmp_path):
     """The original project's GSM8K example (0.5.2), and a config written here alike."""
     if request.param == "corpus":
-        return _corpus(GSM8K)
+        return GSM8K
     path = tmp_path / "gpu_user.yaml"
     path.write_text(textwrap.dedent(GPU_USER))
     return str(path)
@@ -117,7 +112,7 @@ def test_a_gpu_config_lists_what_this_machine_lacks_and_starts_with_the_override
 
 
 def test_tensor_parallel_engines_on_cpu_and_on_fewer_gpus(machine, monkeypatch):
-    config = load_config(_corpus(ALFWORLD))  # 8 GPUs: 2 engines x tensor parallel 2, nccl
+    config = load_config(ALFWORLD)  # 8 GPUs: 2 engines x tensor parallel 2, nccl
     rollout = config.explorer.rollout_model
     assert (rollout.engine_num, rollout.tensor_parallel_size) == (2, 2)
     # the transformers engine (engine_type unset) ignores tensor_parallel_size on CPU
@@ -157,7 +152,7 @@ def test_tensor_parallel_engines_on_cpu_and_on_fewer_gpus(machine, monkeypatch):
 def test_engines_counted_for_missing_gpus_are_fewer(machine, monkeypatch):
     monkeypatch.setattr(gpus_module, "detect_gpu_count", lambda: 4)
     config = load_config(
-        _corpus(GSM8K), ["cluster.gpu_per_node=8", "explorer.rollout_model.engine_num=6"]
+        GSM8K, ["cluster.gpu_per_node=8", "explorer.rollout_model.engine_num=6"]
     )
     _, fixes = hardware_fixes(config)
     assert [(fix.problem, fix.override()) for fix in fixes] == [
@@ -176,7 +171,7 @@ def test_engines_counted_for_missing_gpus_are_fewer(machine, monkeypatch):
 def test_nodes_without_a_cluster_and_vllm_that_is_not_here(machine, monkeypatch):
     monkeypatch.setattr(hardware, "vllm_build", lambda: None)
     overrides = ["cluster.node_num=2", "explorer.rollout_model.engine_type=vllm"]
-    _, fixes = hardware_fixes(load_config(_corpus(GSM8K), overrides))
+    _, fixes = hardware_fixes(load_config(GSM8K, overrides))
     assert [fix.override() for fix in fixes] == [
         "cluster.node_num=1",
         "cluster.gpu_per_node=0",
