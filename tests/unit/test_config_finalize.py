@@ -299,17 +299,18 @@ def test_a_name_registered_nowhere_is_unknown_with_the_closest_not_a_planned_fea
         "buffer.explorer_input.taskset.storage_type=fiel",
         "buffer.trainer_input.experience_buffer={name: e, storage_type: sqll}",
     ]
+    plugin = "; a plugin's class is registered once its file is loaded with --plugin-dir"
     assert problems(tmp_path, overrides=overrides) == [
         "algorithm.algorithm_type: unknown algorithm_type 'grpoo'; did you mean 'grpo'? "
-        "(known: grpo, sft)",
+        "(known: grpo, sft)" + plugin,
         "buffer.explorer_input.tasksets[0].storage_type: unknown storage_type 'fiel'; did you "
-        "mean 'file'? (known: file, sql)",
+        "mean 'file'? (known: file, sql)" + plugin,
         "buffer.trainer_input.experience_buffer.storage_type: unknown storage_type 'sqll'; did "
-        "you mean 'sql'? (known: queue, sql)",
+        "you mean 'sql'? (known: queue, sql)" + plugin,
         "explorer.rollout_model.engine_type: unknown engine_type 'transformer'; did you mean "
-        "'transformers'? (known: transformers, external, vllm, unset)",
+        "'transformers'? (known: transformers, external, vllm, unset)" + plugin,
         "monitor.monitor_type: unknown monitor_type 'wandbb'; did you mean 'wandb'? (known: "
-        "mlflow, tensorboard, wandb)",
+        "mlflow, tensorboard, wandb)" + plugin,
     ]
     with pytest.raises(ConfigError) as info:
         finalized(tmp_path, overrides=["explorer.auxiliary_models=[{engine_type: tinker}]"])

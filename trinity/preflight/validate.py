@@ -14,7 +14,7 @@ from trinity.algorithm import SAMPLE_STRATEGY, needs_groups
 from trinity.buffer.priority import build_priority_fn
 from trinity.buffer.selector import TASK_SELECTORS, build_selector
 from trinity.buffer.storages import path_missing, read_as_rows, storage_kind
-from trinity.common.config.base import did_you_mean, explicit_inert_values, is_set
+from trinity.common.config.base import explicit_inert_values, is_set
 from trinity.common.config.config import SYNCED_MODES, Config, external_models
 from trinity.common.config.gpus import gpu_problems
 from trinity.common.config.lora_checks import lora_problems
@@ -22,6 +22,7 @@ from trinity.common.config.nodes import node_problems
 from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.config.schema_explorer import VLLM_KEYS
 from trinity.common.config.sync_checks import sync_problems
+from trinity.common.registry import plugin_hint
 from trinity.preflight.components import bind_problems, is_builtin
 from trinity.preflight.decoupled import decoupled_problems
 from trinity.preflight.ranks import rank_problems
@@ -36,6 +37,7 @@ from trinity.preflight.support import (
     values_at,
 )
 from trinity.utils.database import database_url
+from trinity.utils.suggest import did_you_mean
 
 logger = logging.getLogger("trinity.config")
 
@@ -69,7 +71,8 @@ def _outside(pattern: str, path: str, value: Any, values: Tuple[Any, ...]) -> st
     if documented is not None and value not in documented:
         key = pattern.rsplit(".", 1)[-1]
         hint = did_you_mean(value, [v for v in values if v is not None])
-        return f"{path}: unknown {key} '{show(value)}'{hint} (known: {', '.join(choices)})"
+        known = f"(known: {', '.join(choices)}); {plugin_hint(dotted=False)}"
+        return f"{path}: unknown {key} '{show(value)}'{hint} {known}"
     return f"{path} = {show(value)} is not supported yet (supported: {', '.join(choices)})"
 
 
@@ -339,8 +342,7 @@ def selector_problems(path: str, task_selector: Any) -> List[str]:
     try:
         cls = TASK_SELECTORS.get(name)
     except KeyError as exc:
-        hint = "a plugin registers more (docs/extending.md)"
-        return [f"{path}.selector_type: {exc.args[0]}; {hint}"]
+        return [f"{path}.selector_type: {exc.args[0]}"]
     owner = f"selector '{name}'"
     problems = bind_problems(cls, task_selector.kwargs, f"{path}.kwargs", owner, SELECTOR_CONTEXT)
     if problems or not is_builtin(cls):

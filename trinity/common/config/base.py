@@ -7,7 +7,6 @@ why in the field's metadata; :func:`explicit_inert_values` later lists the ones 
 
 from __future__ import annotations
 
-import difflib
 import re
 import types
 import typing
@@ -23,6 +22,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from trinity.utils.suggest import did_you_mean
 
 
 class ConfigError(ValueError):
@@ -233,13 +234,6 @@ def _unknown_key_message(root: type, loc: tuple, path: str) -> str:
     if key in parent.MOVED_KEYS:
         return f"{message}; set '{parent.MOVED_KEYS[key]}' instead"
     return message + did_you_mean(key, list(parent.model_fields))
-
-
-def did_you_mean(name: str, choices: typing.Iterable[Any]) -> str:
-    """``"; did you mean 'x'?"`` for the choice closest to ``name``, or ``""`` when none is
-    close: the one suggestion every misspelled key, name or option gets."""
-    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
-    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 def _annotation_at(root: type, loc: tuple) -> Any:
