@@ -458,12 +458,15 @@ def test_grpo_example_validates(tmp_path, caplog):
 
 def test_ppo_example_fails_only_on_unbuilt_features():
     """Its reward model (explorer.auxiliary_models) is served like any auxiliary model now;
-    only ppo itself is missing from this test's registry."""
+    only ppo itself is missing from this test's registry: the algorithm type and the
+    advantage fn the example names (the rest of the config is still checked)."""
     config = load_config(example("ppo_example.yaml"), EXAMPLE_OVERRIDES)
     with pytest.raises(ConfigError) as excinfo:
         finalize(config)
-    (found,) = excinfo.value.problems
-    assert found.startswith("algorithm.algorithm_type = ppo is not supported yet")
+    algorithm_type, advantage_fn = excinfo.value.problems
+    assert algorithm_type.startswith("algorithm.algorithm_type = ppo is not supported yet")
+    assert advantage_fn.startswith("algorithm.advantage_fn = ppo: advantage_fn has no module")
+    assert excinfo.value.incomplete
 
 
 def test_saved_config_reloads_to_the_same_config(tmp_path):

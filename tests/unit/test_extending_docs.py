@@ -39,7 +39,7 @@ from trinity.monitor import MONITORS
 from trinity.preflight.before_start import check_before_start
 from trinity.preflight.derive import finalize, planned_steps
 from trinity.preflight.served_engines import served_engine_problems
-from trinity.preflight.validate import check_supported
+from trinity.preflight.unsupported import check_supported
 from trinity.runtime.explorer_role import local_engine
 from trinity.utils.plugin_loader import load_plugins
 

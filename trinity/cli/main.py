@@ -156,16 +156,17 @@ def debug(
 
     from trinity.cli.debug import choose_stage
     from trinity.cli.debug import debug as run_debug
-    from trinity.common.config import ConfigError, apply_run_name, load_config
+    from trinity.common.config import ConfigError, apply_run_name, read_config
     from trinity.preflight.before_start import check_before_start
     from trinity.utils.plugin_loader import PluginError, load_plugins
 
     try:
         load_plugins(list(plugin_dir or []))
-        root = apply_run_name(load_config(config, list(overrides or [])))
+        root, problems, unread = read_config(config, list(overrides or []))
+        root = apply_run_name(root)
         # the stage is chosen first: a wrong --stage is reported before any data is read
         index = choose_stage([s.stage_name for s in root.stages], root.stage_configs(), stage)
-        chosen = check_before_start(root)[index]
+        chosen = check_before_start(root, problems=problems, unread=unread)[index]
         failed = run_debug(chosen, tasks, taskset, Console(highlight=False))
     except (ConfigError, PluginError, ValueError) as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)

@@ -22,22 +22,18 @@ from trinity.common.config.nodes import node_problems
 from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.config.schema_explorer import VLLM_KEYS
 from trinity.common.config.sync_checks import sync_problems
-from trinity.common.registry import plugin_hint
 from trinity.preflight.components import bind_problems, is_builtin
 from trinity.preflight.decoupled import decoupled_problems
 from trinity.preflight.ranks import rank_problems
 from trinity.preflight.serve_checks import serve_problems
 from trinity.preflight.support import (
-    DOCUMENTED,
     SAMPLING,
     STORAGE_PATHS,
-    SUPPORTED,
     show,
     uses_teacher,
     values_at,
 )
 from trinity.utils.database import database_url
-from trinity.utils.suggest import did_you_mean
 
 logger = logging.getLogger("trinity.config")
 
@@ -49,31 +45,6 @@ API_DECIDES = {
 
 # What every selector is built with besides task_selector.kwargs (buffer/selector/base.py).
 SELECTOR_CONTEXT = ("seed", "feature_keys")
-
-
-def check_supported(config: Config) -> List[str]:
-    """One line per value outside ``SUPPORTED``: "<path> = <value> is not supported yet" for
-    what the guide documents, "<path>: unknown <key> '<value>'" for a name it does not."""
-    problems = []
-    for pattern, allowed in SUPPORTED.items():
-        values = allowed(config) if callable(allowed) else allowed
-        for path, value in values_at(config, pattern):
-            if value not in values:
-                problems.append(_outside(pattern, path, value, values))
-    return problems
-
-
-def _outside(pattern: str, path: str, value: Any, values: Tuple[Any, ...]) -> str:
-    choices = [show(v) for v in values if v is not None]
-    choices += ["unset"] if None in values else []
-    documented = DOCUMENTED.get(pattern)
-    documented = documented() if callable(documented) else documented
-    if documented is not None and value not in documented:
-        key = pattern.rsplit(".", 1)[-1]
-        hint = did_you_mean(value, [v for v in values if v is not None])
-        known = f"(known: {', '.join(choices)}); {plugin_hint(dotted=False)}"
-        return f"{path}: unknown {key} '{show(value)}'{hint} {known}"
-    return f"{path} = {show(value)} is not supported yet (supported: {', '.join(choices)})"
 
 
 def check_consistency(config: Config) -> List[str]:

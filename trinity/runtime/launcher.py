@@ -383,17 +383,22 @@ def run(
 ) -> List[StageResult]:
     """Everything ``trinity run`` does, for a YAML file or its sections as a dict (``config``);
     config errors surface before Ray starts."""
-    from trinity.common.config import apply_run_name, load_config
-    from trinity.preflight.before_start import check_before_start
+    from trinity.common.config import apply_run_name, read_config
     from trinity.utils.plugin_loader import load_plugins
     from trinity.utils.startup_gc import paused_until_started
 
     with paused_until_started() as started:
         load_plugins(list(plugin_dirs))
-        root = apply_run_name(load_config(config, overrides))
-        # Every stage finalized and checked (models, data, names, arguments) in one pass: all
-        # problems in one ConfigError before anything starts.
-        stages = check_before_start(root)
+        # Read without torch: a file that cannot be read at all is refused before the
+        # checks below import the registries (and torch with them).
+        root, problems, unread = read_config(config, overrides)
+        root = apply_run_name(root)
+        from trinity.preflight.before_start import check_before_start
+
+        # Every stage finalized and checked (models, data, names, arguments) in one pass, on
+        # what of the config could be read: all problems in one ConfigError before anything
+        # starts.
+        stages = check_before_start(root, problems=problems, unread=unread)
         for line in root.ignored_synchronizer():
             logging.getLogger("trinity.config").warning("%s", line)
         check_cluster_address(stages)  # cluster.node_num >= 2 needs a cluster to join

@@ -41,7 +41,12 @@ How to add a new key
 
 from trinity.common.config.base import ConfigError, ConfigModel
 from trinity.common.config.config import Config, StageConfig
-from trinity.common.config.loader import apply_run_name, load_config, save_resolved_config
+from trinity.common.config.loader import (
+    apply_run_name,
+    load_config,
+    read_config,
+    save_resolved_config,
+)
 from trinity.common.config.schema_algorithm import AlgorithmConfig, OptimizerConfig
 from trinity.common.config.schema_buffer import (
     BufferConfig,
@@ -101,5 +106,6 @@ __all__ = [
     "apply_run_name",
     "effective_trainer_settings",
     "load_config",
+    "read_config",
     "save_resolved_config",
 ]

@@ -7,10 +7,11 @@ why in the field's metadata; :func:`explicit_inert_values` later lists the ones 
 
 from __future__ import annotations
 
+import copy
 import re
 import types
 import typing
-from typing import Annotated, Any, Callable, ClassVar, Dict, List, Optional, Tuple
+from typing import Annotated, Any, ClassVar, Dict, List, Optional, Tuple
 
 from pydantic import (
     AfterValidator,
@@ -25,14 +26,30 @@ from pydantic import (
 
 from trinity.utils.suggest import did_you_mean
 
+# The last line of a ConfigError whose problems kept some checks from running.
+MORE_MAY_FOLLOW = (
+    "More problems may follow once these are fixed: some checks could not run on these values."
+)
+
 
 class ConfigError(ValueError):
-    """A configuration a user must fix; the message says where and how."""
+    """A configuration a user must fix; the message says where and how.
 
-    def __init__(self, problems: List[str] | str, header: str = "Invalid configuration") -> None:
+    ``incomplete``: some checks could not run because of these problems (a value they need
+    did not parse), so the message ends saying more may follow.
+    """
+
+    def __init__(
+        self,
+        problems: List[str] | str,
+        header: str = "Invalid configuration",
+        incomplete: bool = False,
+    ) -> None:
         self.problems = [problems] if isinstance(problems, str) else list(problems)
+        self.incomplete = incomplete
         lines = "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(f"{header} ({len(self.problems)} problem(s)):\n{lines}")
+        end = f"\n{MORE_MAY_FOLLOW}" if incomplete else ""
+        super().__init__(f"{header} ({len(self.problems)} problem(s)):\n{lines}{end}")
 
 
 class ConfigModel(BaseModel):
@@ -44,6 +61,10 @@ class ConfigModel(BaseModel):
     # Only used to make the unknown-key error point at the right place.
     MOVED_KEYS: ClassVar[Dict[str, str]] = {}
 
+    # Another spelling of a field -> the field, which it is read as (a list field takes one
+    # item there: ``taskset`` for ``tasksets``). Setting both is an error.
+    ALIASES: ClassVar[Dict[str, str]] = {}
+
     @model_validator(mode="before")
     @classmethod
     def _read_nulls(cls, data: Any) -> Any:
@@ -53,6 +74,7 @@ class ConfigModel(BaseModel):
         # that cannot be null, that means "nothing set", its defaults.
         if not isinstance(data, dict):
             return data
+        data = unaliased(cls, data)
         fields, out = cls.model_fields, {}
         for key, value in data.items():
             annotation = fields[key].annotation if key in fields else None
@@ -94,17 +116,18 @@ def check_name(value: str) -> str:
 Name = Annotated[str, AfterValidator(check_name)]
 
 
-def move_key(
-    data: Any, alias: str, key: str, both: str, convert: Callable[[Any], Any] = lambda v: v
-) -> Any:
-    """For a ``mode="before"`` validator: ``data`` with key ``alias`` renamed ``key`` (its
-    value passed through ``convert``); ``both`` is the error when the two are set."""
-    if not isinstance(data, dict) or alias not in data:
-        return data
-    if key in data:
-        raise ValueError(both)
-    data = dict(data)
-    data[key] = convert(data.pop(alias))
+def unaliased(cls: type, data: Dict[str, Any]) -> Dict[str, Any]:
+    """``data`` (a section of class ``cls``) with each of its ``ALIASES`` renamed to the field."""
+    for alias, key in cls.ALIASES.items():
+        if alias not in data:
+            continue
+        if key in data:
+            raise ValueError(f"set either `{alias}` or `{key}`, not both")
+        data = dict(data)
+        value = data.pop(alias)
+        if typing.get_origin(_unwrap(cls.model_fields[key].annotation)) is list:
+            value = value if isinstance(value, list) else [] if value is None else [value]
+        data[key] = value
     return data
 
 
@@ -195,6 +218,92 @@ def validate_model(cls: type, data: Any, prefix: str = "") -> Any:
         return cls.model_validate(data)
     except ValidationError as exc:
         raise ConfigError([_describe_error(cls, err, prefix) for err in exc.errors()]) from None
+
+
+def validate_known(cls: type, data: Dict[str, Any]) -> Tuple[Any, List[str], List[str]]:
+    """``cls`` built from what of ``data`` (a mapping) is valid, for the checks that follow
+    the schema's: (the instance, the schema's problems, the keys whose values did not parse).
+
+    A key ``cls`` does not have is left out: nothing reads it. A value that does not parse is
+    left out too, so its key takes its default; the checks after this one run on that
+    default, which is why its key is returned. Raises ``ConfigError`` where nothing can be
+    built: a problem of the whole config, or of an item of a list of sections (leaving the
+    item out would renumber the rest).
+    """
+    problems: List[str] = []
+    unread: List[str] = []
+    data = _unaliased_tree(cls, copy.deepcopy(data))
+    while True:  # each pass leaves out at least one entry, so this ends
+        try:
+            return cls.model_validate(data), problems, unread
+        except ValidationError as exc:
+            errors = exc.errors()
+        problems += [p for p in (_describe_error(cls, e, "") for e in errors) if p not in problems]
+        dropped: Dict[Tuple[int, Any], Tuple[Any, Any]] = {}
+        for err in errors:
+            found = _entries(data, tuple(err["loc"]))
+            if not found:
+                raise ConfigError(problems, incomplete=True)
+            container, key = found[-1]
+            dropped[(id(container), key)] = (container, key)
+            path = ""
+            for part in tuple(err["loc"])[: len(found)]:
+                path = join_path(path, part)
+            if err["type"] != "extra_forbidden" and path not in unread:
+                unread.append(path)
+        for container, key in dropped.values():
+            del container[key]
+
+
+def _entries(data: Any, loc: tuple) -> List[Tuple[Any, Any]]:
+    """(container, key) of each element on the way to ``loc`` that ``data`` holds, ending at
+    the one to leave out: the element at ``loc`` (or the deepest present, for a missing
+    key), else the list that holds it; none where that would leave out sections of a list."""
+    found: List[Tuple[Any, Any]] = []
+    node = data
+    for part in loc:
+        present = (isinstance(node, dict) and part in node) or (
+            isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        )
+        if not present:
+            break
+        found.append((node, part))
+        node = node[part]
+    while found and isinstance(found[-1][0], list):
+        if _holds_sections(found[-1][0]):
+            return []  # leaving a section out of a list would renumber the others
+        found.pop()
+    if found and _holds_sections(found[-1][0][found[-1][1]]):
+        return []  # without the list (stages, tasksets) the rest would mean something else
+    return found
+
+
+def _holds_sections(value: Any) -> bool:
+    return isinstance(value, list) and any(isinstance(item, dict) for item in value)
+
+
+def _unaliased_tree(cls: type, data: Any) -> Any:
+    """``data`` with the ``ALIASES`` of every section in it renamed, as validation reads
+    them, so that an error's location names a place in ``data``."""
+    if not isinstance(data, dict) or not _is_section(cls):
+        return data
+    try:
+        data = unaliased(cls, data)
+    except ValueError:  # both spellings set: validation reports it
+        return data
+    for key, value in data.items():
+        field = cls.model_fields.get(key)
+        if field is None:
+            continue
+        tp = _unwrap(field.annotation)
+        origin, args = typing.get_origin(tp), typing.get_args(tp)
+        if origin is list and args and isinstance(value, list):
+            data[key] = [_unaliased_tree(args[0], item) for item in value]
+        elif origin is dict and len(args) == 2 and isinstance(value, dict):
+            data[key] = {k: _unaliased_tree(args[1], v) for k, v in value.items()}
+        else:
+            data[key] = _unaliased_tree(tp, value)
+    return data
 
 
 def _describe_error(root: type, err: dict, prefix: str) -> str:
