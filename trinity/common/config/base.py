@@ -238,21 +238,30 @@ def validate_known(cls: type, data: Dict[str, Any]) -> Tuple[Any, List[str], Lis
             return cls.model_validate(data), problems, unread
         except ValidationError as exc:
             errors = exc.errors()
-        problems += [p for p in (_describe_error(cls, e, "") for e in errors) if p not in problems]
         dropped: Dict[Tuple[int, Any], Tuple[Any, Any]] = {}
         for err in errors:
-            found = _entries(data, tuple(err["loc"]))
+            loc = tuple(err["loc"])
+            if not (err["type"] == "missing" and _path(loc) in unread):  # not one left out here
+                line = _describe_error(cls, err, "")
+                problems += [] if line in problems else [line]
+            found = _entries(data, loc)
             if not found:
                 raise ConfigError(problems, incomplete=True)
             container, key = found[-1]
             dropped[(id(container), key)] = (container, key)
-            path = ""
-            for part in tuple(err["loc"])[: len(found)]:
-                path = join_path(path, part)
+            path = _path(loc[: len(found)])
             if err["type"] != "extra_forbidden" and path not in unread:
                 unread.append(path)
         for container, key in dropped.values():
             del container[key]
+
+
+def _path(loc: tuple, prefix: str = "") -> str:
+    """The YAML path of pydantic's error location ``loc`` (below ``prefix``)."""
+    path = prefix
+    for part in loc:
+        path = join_path(path, part)
+    return path
 
 
 def _entries(data: Any, loc: tuple) -> List[Tuple[Any, Any]]:
@@ -308,9 +317,7 @@ def _unaliased_tree(cls: type, data: Any) -> Any:
 
 def _describe_error(root: type, err: dict, prefix: str) -> str:
     loc = tuple(err["loc"])
-    path = prefix
-    for part in loc:
-        path = join_path(path, part)
+    path = _path(loc, prefix)
     if err["type"] == "missing":
         return f"{path}: required key is missing"
     if err["type"] == "extra_forbidden":
