@@ -1,4 +1,5 @@
-"""The tables of what this build supports and what can possibly run (``validate.py`` reads them).
+"""The tables of what this build supports and what can possibly run (``unsupported.py`` and
+``validate.py`` read them).
 
 ``SUPPORTED`` maps a key path to the values this build can run; ``*`` in a path matches every
 item of a list or mapping. Bounds of a single value are not here: a field declares its own

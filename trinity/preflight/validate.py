@@ -1,7 +1,8 @@
-"""Checks that need the whole config: what this build supports, and what can possibly run.
+"""Checks that need the whole config: what can possibly run.
 
-The tables they read (``SUPPORTED``, ``SAMPLING``...) are in ``support.py``; a field's own
-bounds are declared on it and checked when the config is read.
+The tables they read (``SAMPLING``...) are in ``support.py``; what this build supports
+(``SUPPORTED``) is checked by ``unsupported.py``; a field's own bounds are declared on it
+and checked when the config is read.
 """
 
 from __future__ import annotations

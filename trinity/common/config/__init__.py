@@ -14,8 +14,8 @@ need only the config itself sit beside them (``gpus``, ``nodes``, ``lora_checks`
 ``sync_checks``). What reads the registries of the packages above this
 one (algorithm defaults, engine names, buffer components, monitors) is ``trinity.preflight``:
 ``derive.py`` derives unset values (``finalize``), ``support.py`` holds the support and range
-tables that ``validate.py`` checks, and ``before_start.py`` is what ``trinity run`` checks
-before Ray starts.
+tables that ``unsupported.py`` and ``validate.py`` check, and ``before_start.py`` is what
+``trinity run`` checks before Ray starts (on what ``read_config`` could read).
 
 How to add a new key
 --------------------
