@@ -49,7 +49,7 @@ from trinity.preflight.ranks import warn_ranks
 from trinity.preflight.serve_checks import port_problems
 from trinity.preflight.served_engines import served_engine_problems
 from trinity.preflight.support import algorithm_class
-from trinity.preflight.unsupported import mentioning, set_aside_keys
+from trinity.preflight.unsupported import not_naming, set_aside_keys
 from trinity.preflight.validate import read_storages, warn_inert
 from trinity.preflight.vllm_checks import vllm_problems
 from trinity.utils.database import connection_problem, database_url, sqlite_file
@@ -128,8 +128,8 @@ def _check_stage(
     later = stage_problems(stage, model_from_previous=chained, construct=not problems)
     if not last and stage.mode != "explore":
         later += _handover_problems(stage)
-    problems = _not_about(problems + mentioning(later, set_aside), unresolved)
-    problems = hub_problems + mentioning(problems, unread)
+    problems = _not_about(problems + not_naming(later, set_aside), unresolved)
+    problems = hub_problems + not_naming(problems, unread)
     return stage, problems, bool(set_aside or (refused and unresolved))
 
 

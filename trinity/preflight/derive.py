@@ -29,7 +29,7 @@ from trinity.engine import DEFAULT_ENGINE
 from trinity.explorer.bench import bench_steps
 from trinity.preflight.model_folders import chat_template_of
 from trinity.preflight.support import COMPONENT_REGISTRIES, algorithm_class
-from trinity.preflight.unsupported import check_supported, mentioning, set_aside
+from trinity.preflight.unsupported import check_supported, not_naming, set_aside
 from trinity.preflight.validate import check_consistency, storages_of, warn_inert
 
 logger = logging.getLogger("trinity.config")
@@ -72,7 +72,7 @@ def derive(config: Config) -> Tuple[Config, List[str]]:
     problems += _derive_model(config)
     problems += _derive_buffer(config)
     problems += check_consistency(config)
-    return config, unsupported + mentioning(problems, keys)
+    return config, unsupported + not_naming(problems, keys)
 
 
 def _derive_run(config: Config) -> None:

@@ -3,7 +3,7 @@ it supports in each one's place, so that the checks after this one still run.
 
 A replaced value's key is "set aside": the other checks' lines that mention it would be
 about the replacement, not about what the user wrote, so the caller drops them
-(``mentioning``) and says more problems may follow. An unknown ``algorithm_type`` is not
+(``not_naming``) and says more problems may follow. An unknown ``algorithm_type`` is not
 replaced (every algorithm changes what the rest of the config means); the checks that need
 its class skip it instead (``support.algorithm_class``).
 """
@@ -86,7 +86,7 @@ def _key(outside: _Outside) -> str:
     return outside.path.rsplit(".", 1)[0] if named else outside.path
 
 
-def mentioning(problems: Sequence[str], keys: Sequence[str]) -> List[str]:
+def not_naming(problems: Sequence[str], keys: Sequence[str]) -> List[str]:
     """``problems`` less the lines that name one of ``keys`` (or a key below one): their
     values were not the user's (set aside here, or left at a default because they did not
     parse), so such a line could be wrong."""

@@ -35,8 +35,8 @@ MORE_MAY_FOLLOW = (
 class ConfigError(ValueError):
     """A configuration a user must fix; the message says where and how.
 
-    ``incomplete``: some checks could not run because of these problems (a value they need
-    did not parse), so the message ends saying more may follow.
+    ``incomplete``: some checks could not run on the values these problems name (they ran
+    without them, or not at all), so the message ends saying more may follow.
     """
 
     def __init__(
@@ -74,7 +74,7 @@ class ConfigModel(BaseModel):
         # that cannot be null, that means "nothing set", its defaults.
         if not isinstance(data, dict):
             return data
-        data = unaliased(cls, data)
+        data = _unaliased(cls, data)
         fields, out = cls.model_fields, {}
         for key, value in data.items():
             annotation = fields[key].annotation if key in fields else None
@@ -116,7 +116,7 @@ def check_name(value: str) -> str:
 Name = Annotated[str, AfterValidator(check_name)]
 
 
-def unaliased(cls: type, data: Dict[str, Any]) -> Dict[str, Any]:
+def _unaliased(cls: type, data: Dict[str, Any]) -> Dict[str, Any]:
     """``data`` (a section of class ``cls``) with each of its ``ALIASES`` renamed to the field."""
     for alias, key in cls.ALIASES.items():
         if alias not in data:
@@ -297,7 +297,7 @@ def _unaliased_tree(cls: type, data: Any) -> Any:
     if not isinstance(data, dict) or not _is_section(cls):
         return data
     try:
-        data = unaliased(cls, data)
+        data = _unaliased(cls, data)
     except ValueError:  # both spellings set: validation reports it
         return data
     for key, value in data.items():
