@@ -122,7 +122,7 @@ def _unaliased(cls: type, data: Dict[str, Any]) -> Dict[str, Any]:
         if alias not in data:
             continue
         if key in data:
-            raise ValueError(f"set either `{alias}` or `{key}`, not both")
+            raise ValueError(f"set either `{key}` or its alias `{alias}`, not both")
         data = dict(data)
         value = data.pop(alias)
         if typing.get_origin(_unwrap(cls.model_fields[key].annotation)) is list:
