@@ -411,8 +411,22 @@ CASES: List[Bad] = [
     # ---- names -------------------------------------------------------------------------
     Bad(
         "workflow-typo",
-        ["buffer.explorer_input.default_workflow_type = math_workflw", "math_workflow"],
+        [
+            "buffer.explorer_input.default_workflow_type = math_workflw",
+            "did you mean 'math_workflow'?",
+            "loaded with --plugin-dir, or it is named by its dotted path (module.Class)",
+        ],
         set={"buffer.explorer_input.default_workflow_type": "math_workflw"},
+    ),
+    Bad(
+        "workflow-unknown",  # nothing close: the known names and how a plugin's gets here
+        [
+            "buffer.explorer_input.default_workflow_type = openai_mat",
+            "(known: guess_number_workflow, ",
+            "loaded with --plugin-dir, or it is named by its dotted path (module.Class)",
+        ],
+        absent=["did you mean"],
+        set={"buffer.explorer_input.default_workflow_type": "openai_mat"},
     ),
     Bad(
         "eval-workflow-typo",
@@ -421,7 +435,11 @@ CASES: List[Bad] = [
     ),
     Bad(
         "reward-typo",
-        ["buffer.explorer_input.default_reward_fn_type = math_rewrd", "math_reward"],
+        [
+            "buffer.explorer_input.default_reward_fn_type = math_rewrd",
+            "did you mean 'math_reward'?",
+            "loaded with --plugin-dir, or it is named by its dotted path (module.Class)",
+        ],
         set={"buffer.explorer_input.default_reward_fn_type": "math_rewrd"},
     ),
     Bad(
@@ -455,7 +473,11 @@ CASES: List[Bad] = [
     Bad(
         "algorithm-typo",
         # a name documented nowhere is unknown, not a planned feature ("not supported yet")
-        ["algorithm.algorithm_type: unknown algorithm_type 'grop'", "did you mean 'grpo'?"],
+        [
+            "algorithm.algorithm_type: unknown algorithm_type 'grop'",
+            "did you mean 'grpo'?",
+            "a plugin's class is registered once its file is loaded with --plugin-dir",
+        ],
         absent=["not supported"],
         set={"algorithm.algorithm_type": "grop"},
     ),

@@ -230,7 +230,8 @@ def test_taskset_and_tasksets_together_is_an_error(tmp_path):
         taskset: {path: /a}
         tasksets: [{path: /b}]
     """
-    with pytest.raises(ConfigError, match="buffer.explorer_input: set either `taskset`"):
+    match = "buffer.explorer_input: set either `tasksets` or its alias `taskset`, not both"
+    with pytest.raises(ConfigError, match=match):
         load_text(tmp_path, text)
 
 

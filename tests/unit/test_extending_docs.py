@@ -39,7 +39,7 @@ from trinity.monitor import MONITORS
 from trinity.preflight.before_start import check_before_start
 from trinity.preflight.derive import finalize, planned_steps
 from trinity.preflight.served_engines import served_engine_problems
-from trinity.preflight.validate import check_supported
+from trinity.preflight.unsupported import check_supported
 from trinity.runtime.explorer_role import local_engine
 from trinity.utils.plugin_loader import load_plugins
 
@@ -449,7 +449,8 @@ def test_storage_example_serves_where_rows_are_read_only(plugins):
     tasks = {"explorer_input": {"taskset": {"storage_type": "tsvv"}}}
     assert refused("both", tasks) == [
         "buffer.explorer_input.tasksets[0].storage_type: unknown storage_type 'tsvv'; did you "
-        "mean 'tsv'? (known: file, sql, tsv)"
+        "mean 'tsv'? (known: file, sql, tsv); a plugin's class is registered once its file is "
+        "loaded with --plugin-dir"
     ]
 
 

@@ -127,3 +127,40 @@ def test_selector_config_with_a_dotted_non_selector_is_refused():
         "task_selector.selector_type = 'os.system': task_selectors: 'os.system' is not a "
         "Selector subclass"
     )
+
+
+@pytest.mark.parametrize(
+    "registry, wrong, right",
+    [(WORKFLOWS, "math_workfow", "math_workflow"), (REWARD_FUNCTIONS, "math_rewrd", "math_reward")],
+    ids=["workflow", "reward"],
+)
+def test_an_unknown_name_gets_the_closest_name_and_how_a_plugin_joins(registry, wrong, right):
+    with pytest.raises(KeyError) as info:
+        registry.get(wrong)
+    assert info.value.args[0] == (
+        f"{registry.name} has no module named '{wrong}'; did you mean '{right}'? (known: "
+        f"{', '.join(registry.names())}); a plugin's class is registered once its file is "
+        "loaded with --plugin-dir, or it is named by its dotted path (module.Class)"
+    )
+
+
+@pytest.mark.parametrize("registry, base", REGISTRIES, ids=lambda r: getattr(r, "name", ""))
+def test_every_registry_says_how_a_plugin_joins(registry, base):
+    for name in ("openai_mat", "no_such_module.Thing"):
+        with pytest.raises(KeyError) as info:
+            registry.get(name)
+        message = info.value.args[0]
+        assert "did you mean" not in message  # nothing is close: the known names instead
+        assert f"(known: {', '.join(registry.names())}); " in message
+        assert message.endswith("--plugin-dir, or it is named by its dotted path (module.Class)")
+
+
+def test_a_registry_without_base_names_no_dotted_paths_in_its_hint():
+    reg: Registry = Registry("things")
+    reg.register_module("alpha", DottedReward)
+    with pytest.raises(KeyError) as info:
+        reg.get("alpah")
+    assert info.value.args[0] == (
+        "things has no module named 'alpah'; did you mean 'alpha'? (known: alpha); a plugin's "
+        "class is registered once its file is loaded with --plugin-dir"
+    )

@@ -246,7 +246,7 @@ def test_the_studio_offers_exactly_the_choices_the_checks_run():
     the page if and only if the checks accept it in some mode."""
     from trinity.common.config.base import validate_model
     from trinity.preflight.support import SUPPORTED
-    from trinity.preflight.validate import check_supported
+    from trinity.preflight.unsupported import check_supported
 
     supported = form_definitions()["supported"]
     walked, refused = 0, []

@@ -16,10 +16,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from trinity.common.config.base import did_you_mean
 from trinity.common.config.gpus import EXPLORING_MODES
 from trinity.common.experience import Experience
 from trinity.explorer.runner import TaskResult
+from trinity.utils.suggest import did_you_mean
 
 
 def choose_stage(labels: List[str], stages: List[Any], wanted: Optional[str]) -> int:

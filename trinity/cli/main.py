@@ -181,19 +181,20 @@ def debug(
 
     from trinity.cli.debug import choose_stage, use_start_weights
     from trinity.cli.debug import debug as run_debug
-    from trinity.common.config import ConfigError, apply_run_name, load_config
+    from trinity.common.config import ConfigError, apply_run_name, read_config
     from trinity.common.config.loader import env_folder_defaults
     from trinity.preflight.before_start import check_before_start
     from trinity.utils.plugin_loader import PluginError, load_plugins
 
     try:
         load_plugins(list(plugin_dir or []))
-        root = apply_run_name(load_config(config, list(overrides or [])))
+        root, problems, unread = read_config(config, list(overrides or []))
+        root = apply_run_name(root)
         # the stage is chosen first: a wrong --stage is reported before any data is read
         labels = [s.stage_name for s in root.stages]
         index = choose_stage(labels, root.stage_configs(), stage)
         folders = env_folder_defaults(config, list(overrides or []))
-        stages = check_before_start(root, env_folders=folders)
+        stages = check_before_start(root, problems=problems, unread=unread, env_folders=folders)
         console = Console(highlight=False)
         line = use_start_weights(stages, index, bool(labels), model)
         console.print(line, markup=False, soft_wrap=True)  # paths unbroken

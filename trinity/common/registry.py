@@ -12,15 +12,22 @@ and are returned as registered.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import logging
 from typing import Any, Callable, Dict, Generic, Iterator, Optional, TypeVar
 
 from trinity.common.original_names import not_here
+from trinity.utils.suggest import did_you_mean
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
+
+
+def plugin_hint(dotted: bool) -> str:
+    """How a plugin's class becomes a name a config can use: the end of every message about
+    a name no registry has (``dotted``: the registry also takes ``module.Class`` paths)."""
+    hint = "a plugin's class is registered once its file is loaded with --plugin-dir"
+    return hint + (", or it is named by its dotted path (module.Class)" if dotted else "")
 
 
 def _builtin(obj: object) -> bool:
@@ -74,26 +81,33 @@ class Registry(Generic[T]):
         why = not_here(self.name, name)  # one of the original's names that needs more
         if why is not None:
             raise KeyError(why)
-        if "." in name:
+        if "." not in name:
+            what = f"{self.name} has no module named '{name}'"
+        elif self._base is not None:
             return self._import(name)
-        close = difflib.get_close_matches(name, list(self._modules), n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
-        known = ", ".join(sorted(self._modules)) or "(none)"
-        raise KeyError(f"{self.name} has no module named '{name}'{hint} Known: {known}")
+        else:
+            what = (
+                f"{self.name}: '{name}' is not a registered name, and this registry takes no "
+                "dotted paths"
+            )
+        raise KeyError(self._unknown(what, name))
+
+    def _unknown(self, what: str, name: str) -> str:
+        """``what`` (a lookup of ``name`` failed), then the closest registered name, the
+        known ones, and how a plugin's class gets here: one message for every registry."""
+        known = ", ".join(sorted(self._modules)) or "none"
+        hint = did_you_mean(name, self._modules)
+        return f"{what}{hint} (known: {known}); {plugin_hint(self._base is not None)}"
 
     def _import(self, name: str) -> T:
         """The class at dotted path ``name``, if it subclasses the registry's base."""
-        if self._base is None:
-            raise KeyError(
-                f"{self.name}: '{name}' is not a registered name, and this registry takes "
-                "no dotted paths; register the class in a --plugin-dir module"
-            )
         base = self._base()
         module_path, _, attr = name.rpartition(".")
         try:
             obj = getattr(importlib.import_module(module_path), attr)
         except (ImportError, AttributeError) as exc:
-            raise KeyError(f"{self.name}: cannot import '{name}': {exc}") from exc
+            what = f"{self.name}: cannot import '{name}' ({exc})"
+            raise KeyError(self._unknown(what, name)) from exc
         if not (isinstance(obj, type) and issubclass(obj, base)):
             raise KeyError(
                 f"{self.name}: '{name}' is not a {base.__name__} subclass; register plugins "

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from trinity.algorithm import ALGORITHM_TYPE
 from trinity.algorithm.algorithm import PairExperienceModel
 from trinity.buffer.file_reader import load_rows
 from trinity.buffer.row_checks import row_schema
@@ -41,7 +40,7 @@ from trinity.preflight.derive import derive
 from trinity.preflight.env_folders import fold_missing_folders
 from trinity.preflight.hardware import fix_stages, stage_overrides
 from trinity.preflight.hosting import ray_reasons
-from trinity.preflight.hub_ids import HubIds
+from trinity.preflight.hub_ids import HubIds, hub_keys
 from trinity.preflight.model_folders import (
     chat_template_of,
     model_folder_problems,
@@ -53,7 +52,9 @@ from trinity.preflight.operators import operator_problems
 from trinity.preflight.ranks import warn_ranks
 from trinity.preflight.serve_checks import port_problems
 from trinity.preflight.served_engines import served_engine_problems
-from trinity.preflight.validate import check_supported, read_storages, warn_inert
+from trinity.preflight.support import algorithm_class
+from trinity.preflight.unsupported import not_naming, set_aside_keys
+from trinity.preflight.validate import read_storages, warn_inert
 from trinity.preflight.vllm_checks import vllm_problems
 from trinity.utils.database import connection_problem, database_url, sqlite_file
 
@@ -66,52 +67,97 @@ WORKFLOW_COLUMNS = {"simple_workflow": ("prompt",), "math_workflow": ("prompt", 
 
 
 def check_before_start(
-    root: Config, download: bool = True, env_folders: Optional[Dict[str, str]] = None
+    root: Config,
+    download: bool = True,
+    problems: Sequence[str] = (),
+    unread: Sequence[str] = (),
+    env_folders: Optional[Dict[str, str]] = None,
 ) -> List[Config]:
     """Finalize every stage of ``root`` and check everything checkable without Ray.
 
-    Hub ids are resolved first, to the local folders everything after reads
-    (``hub_ids.py``; ``download``: fetch what the cache lacks). Returns the finalized stages;
-    raises one ``ConfigError`` naming every problem found. ``env_folders``: the config's
-    ``${oc.env:VAR,default}/...`` folders (``loader.env_folder_defaults``), each missing one
-    said once instead of once per path in it (``env_folders.py``).
+    ``problems``: what reading the config found (``read_config``), listed first; ``unread``:
+    the keys whose values did not parse there, which the checks read at their defaults, so
+    their lines naming those keys are dropped. What this machine lacks is fixed first
+    (``hardware.py``: its problems listed, the rest checked as the config would run here).
+    Hub ids are resolved next, to the local folders everything after reads (``hub_ids.py``;
+    ``download``: fetch what the cache lacks), unless a stage has problems already.
+    ``env_folders``: the config's ``${oc.env:VAR,default}/...`` folders
+    (``loader.env_folder_defaults``), each missing one said once instead of once per path in
+    it (``env_folders.py``). Returns the finalized stages; raises one ``ConfigError`` naming
+    every problem found (``incomplete`` when a check could not run).
     """
-    labels = [stage.stage_name for stage in root.stages] or ["main"]
-    # What this machine lacks, first: the rest is checked as the config would run here.
-    fixed = fix_stages(root.stage_configs())
+    try:
+        fixed = fix_stages(root.stage_configs())
+    except ConfigError as exc:  # a stage whose sections do not merge: none to check
+        raise ConfigError([*problems, *exc.problems], incomplete=True) from None
     raw = [config for config, _ in fixed]
-    found = [
+    labels = [stage.stage_name for stage in root.stages] or ["main"]
+    found: List[Tuple[str, str]] = [(problem, "") for problem in problems]
+    found += [
         (fix.problem, label)
         for (_, fixes), label in zip(fixed, labels, strict=True)
         for fix in fixes
     ]
+    incomplete = bool(unread)
     stages: List[Config] = []
     hub = HubIds(download)
     for index, (config, label) in enumerate(zip(raw, labels, strict=True)):
         chained = index > 0 and raw[index - 1].mode != "explore"
-        # nothing is downloaded for a config this build cannot run (derive says why)
-        hub_problems, unresolved = [], []
-        if not check_supported(config):
-            hub_problems, unresolved = hub.resolve_stage(config, model_from_previous=chained)
-        try:
-            stage, problems = derive(config)
-        except ConfigError as exc:  # features not built yet: nothing else to check
-            found += [(p, label) for p in exc.problems]
-            continue
-        problems += stage_problems(stage, model_from_previous=chained, construct=not problems)
-        if index < len(raw) - 1 and stage.mode != "explore":
-            problems += _handover_problems(stage)
-        problems = hub_problems + _not_about(problems, unresolved)
-        found += [(p, label) for p in problems]
+        last = index == len(raw) - 1
+        keys = _stage_keys(unread, index)
+        stage, stage_found, skipped = _check_stage(
+            config, hub, chained=chained, last=last, unread=keys, earlier=problems
+        )
+        found += [(problem, label) for problem in stage_found]
+        incomplete = incomplete or skipped
         stages.append(stage)
     found = fold_missing_folders(found, env_folders or {})
     if found:
         overrides = stage_overrides([fixes for _, fixes in fixed], staged=bool(root.stages))
-        raise ConfigError(_merge_stage_labels(found, several=len(raw) > 1), overrides=overrides)
+        merged = _merge_stage_labels(found, several=len(raw) > 1)
+        raise ConfigError(merged, overrides=overrides, incomplete=incomplete)
     for stage in stages:
         warn_inert(stage)
         warn_ranks(stage)
     return stages
+
+
+def _check_stage(
+    config: Config,
+    hub: HubIds,
+    *,
+    chained: bool,
+    last: bool,
+    unread: List[str],
+    earlier: Sequence[str],
+) -> Tuple[Config, List[str], bool]:
+    """One stage: (the stage finalized, its problems, whether some check could not run).
+
+    ``chained``: it trains the previous stage's final weights; ``earlier``: the problems
+    reading the config found; ``unread``: see ``check_before_start``."""
+    set_aside = set_aside_keys(config)  # values derive replaces, and says so
+    refused = bool(earlier or set_aside)
+    if refused:  # nothing is downloaded for a config that cannot run as it is
+        hub_problems, unresolved = [], hub_keys(config, model_from_previous=chained)
+    else:
+        hub_problems, unresolved = hub.resolve_stage(config, model_from_previous=chained)
+    stage, problems = derive(config)
+    later = stage_problems(stage, model_from_previous=chained, construct=not problems)
+    if not last and stage.mode != "explore":
+        later += _handover_problems(stage)
+    problems = _not_about(problems + not_naming(later, set_aside), unresolved)
+    problems = hub_problems + not_naming(problems, unread)
+    return stage, problems, bool(set_aside or (refused and unresolved))
+
+
+def _stage_keys(keys: Sequence[str], index: int) -> List[str]:
+    """``keys`` of the root config as stage ``index`` names them (``stages[i].x`` is ``x``)."""
+    own = f"stages[{index}]."
+    return [
+        key.removeprefix(own)
+        for key in keys
+        if key.startswith(own) or not key.startswith("stages[")
+    ]
 
 
 def _not_about(problems: List[str], keys: List[str]) -> List[str]:
@@ -122,7 +168,8 @@ def _not_about(problems: List[str], keys: List[str]) -> List[str]:
 
 
 def _merge_stage_labels(found: List[Tuple[str, str]], several: bool) -> List[str]:
-    """Each distinct problem once, prefixed with the stages that have it (if several)."""
+    """Each distinct problem once, prefixed with the stages that have it (if several); the
+    problems of the whole config (no stage label) come first, as they are."""
     stages_of: Dict[str, List[str]] = {}
     for problem, label in found:
         stages_of.setdefault(problem, []).append(label)
@@ -130,7 +177,10 @@ def _merge_stage_labels(found: List[Tuple[str, str]], several: bool) -> List[str
         return list(stages_of)
     lines = []
     for problem, labels in stages_of.items():
-        names = ", ".join(f"'{label}'" for label in labels)
+        names = ", ".join(f"'{label}'" for label in labels if label)
+        if not names:
+            lines.append(problem)
+            continue
         lines.append(f"stage{'s' if len(labels) > 1 else ''} {names}: {problem}")
     return lines
 
@@ -202,7 +252,7 @@ def _model_problems(config: Config, model_from_previous: bool) -> List[str]:
     explores = config.mode in ("both", "colocate", "explore", "bench")
     if explores and is_set(rollout, "model_path") and not external:
         paths.append(("explorer.rollout_model.model_path", rollout.model_path))
-    algorithm_cls = ALGORITHM_TYPE.get(config.algorithm.algorithm_type)
+    algorithm_cls = algorithm_class(config)
     uses_critic = getattr(algorithm_cls, "use_critic", False) and config.mode != "explore"
     if uses_critic and (not model_from_previous or is_set(model, "critic_model_path")):
         paths.append(("model.critic_model_path", model.critic_model_path))
@@ -274,6 +324,8 @@ def _data_problems(config: Config) -> List[str]:
     for path, storage in read_storages(config, kinds):
         if not read_as_rows(storage, _is_experience_buffer(path)):
             continue  # a store holds no data yet
+        if _is_experience_buffer(path) and algorithm_class(config) is None:
+            continue  # read as the algorithm reads it, which is unknown (reported)
         if path_missing(storage):
             continue  # reported already
         # The reader's own row checks, so skip_bad_rows skips here what it skips in the run.
@@ -359,7 +411,7 @@ def _row_count_problems(config: Config, rows: Dict[str, int]) -> List[str]:
 
 
 def _paired(config: Config) -> bool:
-    algorithm_cls = ALGORITHM_TYPE.get(config.algorithm.algorithm_type)
+    algorithm_cls = algorithm_class(config)
     return getattr(algorithm_cls, "schema", None) is PairExperienceModel
 
 

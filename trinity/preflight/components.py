@@ -15,12 +15,13 @@ from typing import Any, Collection, Dict, Iterator, List, Tuple
 from trinity.algorithm import ALGORITHM_TYPE, POLICY_LOSS_FN, advantage_fn_class, needs_reference
 from trinity.algorithm.kl_fn.controller import build_kl_controller
 from trinity.algorithm.rollout_correction import IS_WEIGHTS_KEY
-from trinity.common.config.base import ConfigError, did_you_mean, is_set, validate_model
+from trinity.common.config.base import ConfigError, is_set, validate_model
 from trinity.common.config.config import Config
 from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.rewards import REWARD_FUNCTIONS
 from trinity.common.workflows import WORKFLOWS
 from trinity.preflight.support import COMPONENT_REGISTRIES
+from trinity.utils.suggest import did_you_mean
 
 # What the trainer passes every sample strategy besides sample_strategy_args
 # (trinity/trainer/trainer.py: Trainer.attach_reader).

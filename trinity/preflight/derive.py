@@ -28,13 +28,9 @@ from trinity.common.config.verl_mapping import carry_verl_settings
 from trinity.engine import DEFAULT_ENGINE
 from trinity.explorer.bench import bench_steps
 from trinity.preflight.model_folders import chat_template_of
-from trinity.preflight.support import COMPONENT_REGISTRIES
-from trinity.preflight.validate import (
-    check_consistency,
-    check_supported,
-    storages_of,
-    warn_inert,
-)
+from trinity.preflight.support import COMPONENT_REGISTRIES, algorithm_class
+from trinity.preflight.unsupported import check_supported, not_naming, set_aside
+from trinity.preflight.validate import check_consistency, storages_of, warn_inert
 
 logger = logging.getLogger("trinity.config")
 
@@ -45,26 +41,28 @@ def finalize(config: Config) -> Config:
     Raises ``ConfigError`` listing every problem of a stage at once: first everything this
     build does not support, then everything that cannot be derived or cannot run.
     """
+    unsupported = check_supported(config)
     config, problems = derive(config)
     if problems:
-        raise ConfigError(problems)
+        header = "Invalid configuration"
+        if any("not supported yet" in problem for problem in unsupported):
+            header = "Configuration uses features that are not built yet"
+        raise ConfigError(problems, header, incomplete=bool(unsupported))
     warn_inert(config)
     return config
 
 
 def derive(config: Config) -> Tuple[Config, List[str]]:
-    """``finalize`` without raising for what cannot run: the derived copy and its problems.
+    """``finalize`` without raising: the derived copy and its problems.
 
-    The pre-start checks (``before_start.py``) go on with the copy so that one run of
-    ``trinity run`` reports every problem. Unsupported features still raise ``ConfigError``:
-    nothing is derived for a config this build cannot run.
+    A value this build does not support is reported and replaced in the copy by one it
+    supports (``unsupported.set_aside``), so that everything else is still derived and
+    checked; the lines that mention a key set aside are dropped, being about the
+    replacement. The pre-start checks (``before_start.py``) go on with the copy so that one
+    run of ``trinity run`` reports every problem.
     """
     config = config.model_copy(deep=True)
-    unsupported = check_supported(config)
-    if any("not supported yet" in problem for problem in unsupported):
-        raise ConfigError(unsupported, "Configuration uses features that are not built yet")
-    if unsupported:  # only names that exist nowhere
-        raise ConfigError(unsupported)
+    unsupported, keys = set_aside(config)
     problems: List[str] = []
     _derive_run(config)
     _derive_external(config)
@@ -74,7 +72,7 @@ def derive(config: Config) -> Tuple[Config, List[str]]:
     problems += _derive_model(config)
     problems += _derive_buffer(config)
     problems += check_consistency(config)
-    return config, problems
+    return config, unsupported + not_naming(problems, keys)
 
 
 def _derive_run(config: Config) -> None:
@@ -131,20 +129,7 @@ def _derive_algorithm(config: Config) -> List[str]:
     """The algorithm type's defaults fill unset keys, the base ``AlgorithmType``'s the keys a
     plugin's ``default_config`` leaves out; each ``*_args`` merges over its defaults."""
     algorithm = config.algorithm
-    problems = []
-    algorithm_cls = ALGORITHM_TYPE.get(algorithm.algorithm_type)
-    own = algorithm_cls.default_config()
-    defaults = {**AlgorithmType.default_config(), **own}
-    if not getattr(algorithm_cls, "use_advantage", True) and "advantage_fn" not in own:
-        del defaults["advantage_fn"]  # never built (SFT): naming one would only mislead
-    for key, value in defaults.items():
-        if key not in AlgorithmConfig.model_fields:
-            problems.append(
-                f"algorithm.algorithm_type = {algorithm.algorithm_type}: its default_config() "
-                f"sets unknown key '{key}'"
-            )
-            continue
-        set_default(algorithm, key, value)
+    problems = _algorithm_defaults(config)
     for key, registry in COMPONENT_REGISTRIES.items():
         name = getattr(algorithm, key)
         if name is None:
@@ -158,6 +143,27 @@ def _derive_algorithm(config: Config) -> List[str]:
         if "loss_agg_mode" in defaults:  # one setting for every loss unless its args say otherwise
             defaults["loss_agg_mode"] = algorithm.loss_agg_mode
         assign(algorithm, f"{key}_args", {**defaults, **getattr(algorithm, f"{key}_args")})
+    return problems
+
+
+def _algorithm_defaults(config: Config) -> List[str]:
+    """Fill the keys the algorithm type sets; none for an unknown type (reported)."""
+    algorithm, algorithm_cls = config.algorithm, algorithm_class(config)
+    if algorithm_cls is None:
+        return []
+    own = algorithm_cls.default_config()
+    defaults = {**AlgorithmType.default_config(), **own}
+    if not getattr(algorithm_cls, "use_advantage", True) and "advantage_fn" not in own:
+        del defaults["advantage_fn"]  # never built (SFT): naming one would only mislead
+    problems = []
+    for key, value in defaults.items():
+        if key not in AlgorithmConfig.model_fields:
+            problems.append(
+                f"algorithm.algorithm_type = {algorithm.algorithm_type}: its default_config() "
+                f"sets unknown key '{key}'"
+            )
+            continue
+        set_default(algorithm, key, value)
     return problems
 
 

@@ -23,10 +23,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Tuple, Union
 
-from trinity.algorithm import ALGORITHM_TYPE
-from trinity.buffer.storages import storage_kind
+from trinity.buffer.storages import STORAGES, storage_kind
 from trinity.common.config.base import assign
 from trinity.common.config.config import Config, external_models
+from trinity.preflight.support import algorithm_class
 from trinity.preflight.validate import read_storages
 from trinity.utils.hub import HubError, HubRef, hub_ref, resolve
 
@@ -46,6 +46,11 @@ class _Named:
     kind: str  # MODEL, TOKENIZER, ADAPTER or DATASET
     put: Callable[[str], None]
     owner: str = ""  # whose other problems repeat this one's (a dataset's storage); unset: key
+
+    @property
+    def repo_type(self) -> str:
+        """The kind of hub repository it names: a dataset's, or a model's."""
+        return DATASET if self.kind == DATASET else MODEL
 
 
 @dataclass
@@ -69,8 +74,7 @@ class HubIds:
         problems: List[str] = []
         failed: List[str] = []
         for named in _named_values(config, model_from_previous):
-            repo_type = DATASET if named.kind == DATASET else MODEL
-            ref = hub_ref(named.value, repo_type)
+            ref = hub_ref(named.value, named.repo_type)
             if ref is None:
                 continue
             memo = (named.kind, named.value)
@@ -92,6 +96,13 @@ class HubIds:
             return exc
         logger.info("%s = %s: the hub's %s, read from %s", named.key, named.value, ref, folder)
         return folder
+
+
+def hub_keys(config: Config, model_from_previous: bool) -> List[str]:
+    """The keys ``resolve_stage`` would resolve, found without resolving anything (for a
+    stage not worth a download: its lines about them would only repeat that it is a hub id)."""
+    named = _named_values(config, model_from_previous)
+    return [n.owner or n.key for n in named if hub_ref(n.value, n.repo_type) is not None]
 
 
 def _named_values(config: Config, model_from_previous: bool) -> List[_Named]:
@@ -117,7 +128,7 @@ def _model_values(config: Config, model_from_previous: bool) -> List[_Named]:
         found.append(
             _Named("model.model_path", model.model_path, kind, _setter(model, "model_path"))
         )
-    algorithm_cls = ALGORITHM_TYPE.get(config.algorithm.algorithm_type)
+    algorithm_cls = algorithm_class(config)
     if model.critic_model_path and getattr(algorithm_cls, "use_critic", False):
         if config.mode != "explore":
             put = _setter(model, "critic_model_path")
@@ -143,16 +154,21 @@ def _dataset_values(config: Config) -> List[_Named]:
     kinds = ("tasksets", "eval_tasksets", "experience_buffer", "auxiliary_buffers")
     found = []
     for key, storage in read_storages(config, kinds):
-        if storage.path and storage_kind(storage).hub_datasets:
+        if storage.path and _hub_datasets(storage):
             put = _setter(storage, "path")
             found.append(_Named(f"{key}.path", storage.path, DATASET, put, owner=key))
     pipeline = config.data_processor.task_pipeline
     tasksets = config.buffer.explorer_input.tasksets
-    if pipeline is not None and tasksets and storage_kind(tasksets[0]).hub_datasets:
+    if pipeline is not None and tasksets and _hub_datasets(tasksets[0]):
         for index, path in enumerate(pipeline.inputs or []):
             key = f"data_processor.task_pipeline.inputs[{index}]"
             found.append(_Named(key, path, DATASET, _list_setter(pipeline.inputs, index)))
     return found
+
+
+def _hub_datasets(storage: Any) -> bool:
+    """Whether the storage's kind reads hub datasets (an unknown kind, reported, does not)."""
+    return storage.storage_type in STORAGES and storage_kind(storage).hub_datasets
 
 
 def _list_setter(items: List[str], index: int) -> Callable[[str], None]:

@@ -17,9 +17,9 @@ from trinity.buffer.operators import OPERATORS
 from trinity.buffer.operators.data_juicer import service_url
 from trinity.buffer.pipelines import operator_kwargs, resolved, shared_args
 from trinity.buffer.storages import path_missing, read_as_rows
-from trinity.common.config.base import did_you_mean
 from trinity.common.config.config import Config
 from trinity.preflight.components import bind_problems, is_builtin
+from trinity.utils.suggest import did_you_mean
 
 PIPELINES = {"task_pipeline": "task", "experience_pipeline": "experience"}
 

@@ -11,16 +11,11 @@ import logging
 import os
 from typing import List
 
-from trinity.algorithm import ALGORITHM_TYPE
 from trinity.algorithm.algorithm import PairExperienceModel
 from trinity.common.config.config import Config
+from trinity.preflight.support import algorithm_class
 
 logger = logging.getLogger("trinity.config")
-
-
-def _algorithm(config: Config) -> object:
-    name = config.algorithm.algorithm_type
-    return ALGORITHM_TYPE.get(name) if name in ALGORITHM_TYPE else None
 
 
 def _paired(algorithm: object) -> bool:
@@ -48,7 +43,7 @@ def rank_problems(config: Config) -> List[str]:
             f"model.lora_configs with trainer.cpu_ranks = {ranks} is not supported yet "
             "(LoRA trains in one trainer process); set trainer.cpu_ranks: 1"
         )
-    algorithm = _algorithm(config)
+    algorithm = algorithm_class(config)
     if getattr(algorithm, "use_critic", False):
         problems.append(
             f"algorithm.algorithm_type = {config.algorithm.algorithm_type} trains a critic, which "

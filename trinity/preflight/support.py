@@ -1,4 +1,5 @@
-"""The tables of what this build supports and what can possibly run (``validate.py`` reads them).
+"""The tables of what this build supports and what can possibly run (``unsupported.py`` and
+``validate.py`` read them).
 
 ``SUPPORTED`` maps a key path to the values this build can run; ``*`` in a path matches every
 item of a list or mapping. Bounds of a single value are not here: a field declares its own
@@ -9,7 +10,7 @@ checked on ``model`` and on every taskset's ``rollout_args``.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterator, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
 
 from pydantic import BaseModel
 
@@ -78,10 +79,16 @@ def _replay_modes(config: Config) -> Tuple[Any, ...]:
     return (False, True) if config.mode in ("both", "colocate") and queue else (False,)
 
 
+def algorithm_class(config: Config) -> Optional[type]:
+    """The class ``algorithm.algorithm_type`` names; None for a name no plugin registered
+    (reported by ``check_supported``), which the checks that need the class skip."""
+    name = config.algorithm.algorithm_type
+    return ALGORITHM_TYPE.get(name) if name in ALGORITHM_TYPE else None
+
+
 def uses_teacher(config: Config) -> bool:
     """The algorithm distils from ``explorer.auxiliary_models[0]`` (``use_teacher``)."""
-    name = config.algorithm.algorithm_type
-    return name in ALGORITHM_TYPE and getattr(ALGORITHM_TYPE.get(name), "use_teacher", False)
+    return getattr(algorithm_class(config), "use_teacher", False)
 
 
 # algorithm key -> the registry of the components it names

@@ -1,7 +1,8 @@
-"""Checks that need the whole config: what this build supports, and what can possibly run.
+"""Checks that need the whole config: what can possibly run.
 
-The tables they read (``SUPPORTED``, ``SAMPLING``...) are in ``support.py``; a field's own
-bounds are declared on it and checked when the config is read.
+The tables they read (``SAMPLING``...) are in ``support.py``; what this build supports
+(``SUPPORTED``) is checked by ``unsupported.py``; a field's own bounds are declared on it
+and checked when the config is read.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from trinity.algorithm import SAMPLE_STRATEGY, needs_groups
 from trinity.buffer.priority import build_priority_fn
 from trinity.buffer.selector import TASK_SELECTORS, build_selector
 from trinity.buffer.storages import path_missing, read_as_rows, storage_kind
-from trinity.common.config.base import did_you_mean, explicit_inert_values, is_set
+from trinity.common.config.base import explicit_inert_values, is_set
 from trinity.common.config.config import SYNCED_MODES, Config, external_models
 from trinity.common.config.gpus import gpu_problems
 from trinity.common.config.lora_checks import lora_problems
@@ -28,10 +29,8 @@ from trinity.preflight.hardware import hardware_problems
 from trinity.preflight.ranks import rank_problems
 from trinity.preflight.serve_checks import serve_problems
 from trinity.preflight.support import (
-    DOCUMENTED,
     SAMPLING,
     STORAGE_PATHS,
-    SUPPORTED,
     show,
     uses_teacher,
     values_at,
@@ -48,30 +47,6 @@ API_DECIDES = {
 
 # What every selector is built with besides task_selector.kwargs (buffer/selector/base.py).
 SELECTOR_CONTEXT = ("seed", "feature_keys")
-
-
-def check_supported(config: Config) -> List[str]:
-    """One line per value outside ``SUPPORTED``: "<path> = <value> is not supported yet" for
-    what the guide documents, "<path>: unknown <key> '<value>'" for a name it does not."""
-    problems = []
-    for pattern, allowed in SUPPORTED.items():
-        values = allowed(config) if callable(allowed) else allowed
-        for path, value in values_at(config, pattern):
-            if value not in values:
-                problems.append(_outside(pattern, path, value, values))
-    return problems
-
-
-def _outside(pattern: str, path: str, value: Any, values: Tuple[Any, ...]) -> str:
-    choices = [show(v) for v in values if v is not None]
-    choices += ["unset"] if None in values else []
-    documented = DOCUMENTED.get(pattern)
-    documented = documented() if callable(documented) else documented
-    if documented is not None and value not in documented:
-        key = pattern.rsplit(".", 1)[-1]
-        hint = did_you_mean(value, [v for v in values if v is not None])
-        return f"{path}: unknown {key} '{show(value)}'{hint} (known: {', '.join(choices)})"
-    return f"{path} = {show(value)} is not supported yet (supported: {', '.join(choices)})"
 
 
 def check_consistency(config: Config) -> List[str]:
@@ -341,8 +316,7 @@ def selector_problems(path: str, task_selector: Any) -> List[str]:
     try:
         cls = TASK_SELECTORS.get(name)
     except KeyError as exc:
-        hint = "a plugin registers more (docs/extending.md)"
-        return [f"{path}.selector_type: {exc.args[0]}; {hint}"]
+        return [f"{path}.selector_type: {exc.args[0]}"]
     owner = f"selector '{name}'"
     problems = bind_problems(cls, task_selector.kwargs, f"{path}.kwargs", owner, SELECTOR_CONTEXT)
     if problems or not is_builtin(cls):

@@ -388,16 +388,20 @@ def run(
 ) -> List[StageResult]:
     """Everything ``trinity run`` does, for a YAML file or its sections as a dict (``config``);
     config errors surface before Ray starts."""
-    from trinity.common.config import apply_run_name, load_config
+    from trinity.common.config import apply_run_name, read_config
     from trinity.utils.plugin_loader import load_plugins
     from trinity.utils.startup_gc import paused_until_started
 
     with paused_until_started() as started:
         load_plugins(list(plugin_dirs))
-        root = apply_run_name(load_config(config, overrides))
+        # Read without torch: a file that cannot be read at all is refused before the
+        # checks import the registries (and torch with them).
+        root, problems, unread = read_config(config, overrides)
+        root = apply_run_name(root)
         # Every stage finalized and checked (models, data, names, arguments, what this
-        # machine lacks) in one pass: all problems in one ConfigError before anything starts.
-        stages = _checked(root, config, overrides, plugin_dirs)
+        # machine lacks) in one pass, on what of the config could be read: all problems in
+        # one ConfigError before anything starts.
+        stages = _checked(root, config, overrides, plugin_dirs, problems, unread)
         for line in root.ignored_synchronizer():
             logging.getLogger("trinity.config").warning("%s", line)
         started()
@@ -416,22 +420,31 @@ def run(
 
 
 def _checked(
-    root: Any, config: ConfigSource, overrides: Sequence[str], plugin_dirs: Sequence[str]
+    root: Any,
+    config: ConfigSource,
+    overrides: Sequence[str],
+    plugin_dirs: Sequence[str],
+    problems: Sequence[str],
+    unread: Sequence[str],
 ) -> List[Any]:
-    """``check_before_start(root)``; its error names the whole command that runs the config
-    here when the machine lacks what it asks (``preflight/hardware.py``)."""
+    """``check_before_start`` with what reading found (``problems``, ``unread``); its error
+    names the whole command that runs the config here when the machine lacks what it asks
+    (``preflight/hardware.py``)."""
     from trinity.common.config import ConfigError
     from trinity.common.config.loader import env_folder_defaults
     from trinity.preflight.before_start import check_before_start
     from trinity.preflight.hardware import run_command
 
     try:
-        return check_before_start(root, env_folders=env_folder_defaults(config, overrides))
+        folders = env_folder_defaults(config, overrides)
+        return check_before_start(root, problems=problems, unread=unread, env_folders=folders)
     except ConfigError as exc:
         if not exc.overrides or isinstance(config, Mapping):  # a dict: no command to name
             raise
         command = run_command(os.fspath(config), plugin_dirs, overrides, exc.overrides)
-        raise ConfigError(exc.problems, exc.header, exc.overrides, command) from None
+        raise ConfigError(
+            exc.problems, exc.header, exc.overrides, command, exc.incomplete
+        ) from None
 
 
 def _run_stages(stages: List[Any], plugin_dirs: List[str], running: List[Any]) -> List[StageResult]:

@@ -14,6 +14,7 @@ from trinity.common.config.base import ConfigError, validate_model
 from trinity.common.config.config import Config
 from trinity.preflight.before_start import check_before_start
 from trinity.preflight.derive import derive
+from trinity.preflight.unsupported import check_supported
 from trinity.studio.form import parse_values, raw_values
 
 
@@ -52,10 +53,9 @@ def derived_values(config: Config) -> Dict[str, List[Tuple[str, Any]]]:
     labels = [stage.stage_name for stage in config.stages] or ["main"]
     found: Dict[str, List[Tuple[str, Any]]] = {}
     for label, stage in zip(labels, config.stage_configs(), strict=True):
-        try:
-            final, _ = derive(stage)
-        except ConfigError:
-            continue  # unsupported features: reported by check_before_start
+        if check_supported(stage):
+            continue  # derive would replace what it does not support: reported as problems
+        final, _ = derive(stage)
         found[label] = _changes(stage.model_dump(mode="json"), final.model_dump(mode="json"))
     return found
 

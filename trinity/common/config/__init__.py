@@ -14,8 +14,8 @@ need only the config itself sit beside them (``gpus``, ``nodes``, ``lora_checks`
 ``sync_checks``). What reads the registries of the packages above this
 one (algorithm defaults, engine names, buffer components, monitors) is ``trinity.preflight``:
 ``derive.py`` derives unset values (``finalize``), ``support.py`` holds the support and range
-tables that ``validate.py`` checks, and ``before_start.py`` is what ``trinity run`` checks
-before Ray starts.
+tables that ``unsupported.py`` and ``validate.py`` check, and ``before_start.py`` is what
+``trinity run`` checks before Ray starts (on what ``read_config`` could read).
 
 How to add a new key
 --------------------
@@ -41,7 +41,12 @@ How to add a new key
 
 from trinity.common.config.base import ConfigError, ConfigModel
 from trinity.common.config.config import Config, StageConfig
-from trinity.common.config.loader import apply_run_name, load_config, save_resolved_config
+from trinity.common.config.loader import (
+    apply_run_name,
+    load_config,
+    read_config,
+    save_resolved_config,
+)
 from trinity.common.config.schema_algorithm import AlgorithmConfig, OptimizerConfig
 from trinity.common.config.schema_buffer import (
     BufferConfig,
@@ -101,5 +106,6 @@ __all__ = [
     "apply_run_name",
     "effective_trainer_settings",
     "load_config",
+    "read_config",
     "save_resolved_config",
 ]

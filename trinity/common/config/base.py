@@ -7,12 +7,12 @@ why in the field's metadata; :func:`explicit_inert_values` later lists the ones 
 
 from __future__ import annotations
 
-import difflib
+import copy
 import re
 import shlex
 import types
 import typing
-from typing import Annotated, Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple
+from typing import Annotated, Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from pydantic import (
     AfterValidator,
@@ -25,6 +25,13 @@ from pydantic import (
     model_validator,
 )
 
+from trinity.utils.suggest import did_you_mean
+
+# The last line of a ConfigError whose problems kept some checks from running.
+MORE_MAY_FOLLOW = (
+    "More problems may follow once these are fixed: some checks could not run on these values."
+)
+
 
 class ConfigError(ValueError):
     """A configuration a user must fix; the message says where and how.
@@ -32,6 +39,8 @@ class ConfigError(ValueError):
     ``overrides``: command-line overrides that make the config run on this machine (its
     hardware's problems, ``preflight/hardware.py``), said after the problems on one line: the
     whole ``command`` with them when the caller knows it (``trinity run --config ...``).
+    ``incomplete``: some checks could not run on the values these problems name (they ran
+    without them, or not at all), so the message ends saying more may follow.
     """
 
     def __init__(
@@ -40,14 +49,16 @@ class ConfigError(ValueError):
         header: str = "Invalid configuration",
         overrides: Sequence[str] = (),
         command: str = "",
+        incomplete: bool = False,
     ) -> None:
         self.problems = [problems] if isinstance(problems, str) else list(problems)
-        self.header, self.overrides = header, list(overrides)
+        self.header, self.overrides, self.incomplete = header, list(overrides), incomplete
         lines = "\n".join(f"  - {p}" for p in self.problems)
         if self.overrides:
             how = f"to run it here: {command}" if command else "to run it here, add:"
             lines += f"\n{how} {' '.join(shlex.quote(o) for o in self.overrides)}"
-        super().__init__(f"{header} ({len(self.problems)} problem(s)):\n{lines}")
+        end = f"\n{MORE_MAY_FOLLOW}" if incomplete else ""
+        super().__init__(f"{header} ({len(self.problems)} problem(s)):\n{lines}{end}")
 
 
 class ConfigModel(BaseModel):
@@ -59,6 +70,10 @@ class ConfigModel(BaseModel):
     # Only used to make the unknown-key error point at the right place.
     MOVED_KEYS: ClassVar[Dict[str, str]] = {}
 
+    # Another spelling of a field -> the field, which it is read as (a list field takes one
+    # item there: ``taskset`` for ``tasksets``). Setting both is an error.
+    ALIASES: ClassVar[Dict[str, str]] = {}
+
     @model_validator(mode="before")
     @classmethod
     def _read_nulls(cls, data: Any) -> Any:
@@ -68,6 +83,7 @@ class ConfigModel(BaseModel):
         # that cannot be null, that means "nothing set", its defaults.
         if not isinstance(data, dict):
             return data
+        data = _unaliased(cls, data)
         fields, out = cls.model_fields, {}
         for key, value in data.items():
             annotation = fields[key].annotation if key in fields else None
@@ -109,17 +125,18 @@ def check_name(value: str) -> str:
 Name = Annotated[str, AfterValidator(check_name)]
 
 
-def move_key(
-    data: Any, alias: str, key: str, both: str, convert: Callable[[Any], Any] = lambda v: v
-) -> Any:
-    """For a ``mode="before"`` validator: ``data`` with key ``alias`` renamed ``key`` (its
-    value passed through ``convert``); ``both`` is the error when the two are set."""
-    if not isinstance(data, dict) or alias not in data:
-        return data
-    if key in data:
-        raise ValueError(both)
-    data = dict(data)
-    data[key] = convert(data.pop(alias))
+def _unaliased(cls: type, data: Dict[str, Any]) -> Dict[str, Any]:
+    """``data`` (a section of class ``cls``) with each of its ``ALIASES`` renamed to the field."""
+    for alias, key in cls.ALIASES.items():
+        if alias not in data:
+            continue
+        if key in data:
+            raise ValueError(f"set either `{key}` or its alias `{alias}`, not both")
+        data = dict(data)
+        value = data.pop(alias)
+        if typing.get_origin(_unwrap(cls.model_fields[key].annotation)) is list:
+            value = value if isinstance(value, list) else [] if value is None else [value]
+        data[key] = value
     return data
 
 
@@ -212,11 +229,104 @@ def validate_model(cls: type, data: Any, prefix: str = "") -> Any:
         raise ConfigError([_describe_error(cls, err, prefix) for err in exc.errors()]) from None
 
 
-def _describe_error(root: type, err: dict, prefix: str) -> str:
-    loc = tuple(err["loc"])
+def validate_known(cls: type, data: Dict[str, Any]) -> Tuple[Any, List[str], List[str]]:
+    """``cls`` built from what of ``data`` (a mapping) is valid, for the checks that follow
+    the schema's: (the instance, the schema's problems, the keys whose values did not parse).
+
+    A key ``cls`` does not have is left out: nothing reads it. A value that does not parse is
+    left out too, so its key takes its default; the checks after this one run on that
+    default, which is why its key is returned. Raises ``ConfigError`` where nothing can be
+    built: a problem of the whole config, or of an item of a list of sections (leaving the
+    item out would renumber the rest).
+    """
+    problems: List[str] = []
+    unread: List[str] = []
+    data = _unaliased_tree(cls, copy.deepcopy(data))
+    while True:  # each pass leaves out at least one entry, so this ends
+        try:
+            return cls.model_validate(data), problems, unread
+        except ValidationError as exc:
+            errors = exc.errors()
+        dropped: Dict[Tuple[int, Any], Tuple[Any, Any]] = {}
+        for err in errors:
+            loc = tuple(err["loc"])
+            if not (err["type"] == "missing" and _path(loc) in unread):  # not one left out here
+                line = _describe_error(cls, err, "")
+                problems += [] if line in problems else [line]
+            found = _entries(data, loc)
+            if not found:
+                raise ConfigError(problems, incomplete=True)
+            container, key = found[-1]
+            dropped[(id(container), key)] = (container, key)
+            path = _path(loc[: len(found)])
+            if err["type"] != "extra_forbidden" and path not in unread:
+                unread.append(path)
+        for container, key in dropped.values():
+            del container[key]
+
+
+def _path(loc: tuple, prefix: str = "") -> str:
+    """The YAML path of pydantic's error location ``loc`` (below ``prefix``)."""
     path = prefix
     for part in loc:
         path = join_path(path, part)
+    return path
+
+
+def _entries(data: Any, loc: tuple) -> List[Tuple[Any, Any]]:
+    """(container, key) of each element on the way to ``loc`` that ``data`` holds, ending at
+    the one to leave out: the element at ``loc`` (or the deepest present, for a missing
+    key), else the list that holds it; none where that would leave out sections of a list."""
+    found: List[Tuple[Any, Any]] = []
+    node = data
+    for part in loc:
+        present = (isinstance(node, dict) and part in node) or (
+            isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        )
+        if not present:
+            break
+        found.append((node, part))
+        node = node[part]
+    while found and isinstance(found[-1][0], list):
+        if _holds_sections(found[-1][0]):
+            return []  # leaving a section out of a list would renumber the others
+        found.pop()
+    if found and _holds_sections(found[-1][0][found[-1][1]]):
+        return []  # without the list (stages, tasksets) the rest would mean something else
+    return found
+
+
+def _holds_sections(value: Any) -> bool:
+    return isinstance(value, list) and any(isinstance(item, dict) for item in value)
+
+
+def _unaliased_tree(cls: type, data: Any) -> Any:
+    """``data`` with the ``ALIASES`` of every section in it renamed, as validation reads
+    them, so that an error's location names a place in ``data``."""
+    if not isinstance(data, dict) or not _is_section(cls):
+        return data
+    try:
+        data = _unaliased(cls, data)
+    except ValueError:  # both spellings set: validation reports it
+        return data
+    for key, value in data.items():
+        field = cls.model_fields.get(key)
+        if field is None:
+            continue
+        tp = _unwrap(field.annotation)
+        origin, args = typing.get_origin(tp), typing.get_args(tp)
+        if origin is list and args and isinstance(value, list):
+            data[key] = [_unaliased_tree(args[0], item) for item in value]
+        elif origin is dict and len(args) == 2 and isinstance(value, dict):
+            data[key] = {k: _unaliased_tree(args[1], v) for k, v in value.items()}
+        else:
+            data[key] = _unaliased_tree(tp, value)
+    return data
+
+
+def _describe_error(root: type, err: dict, prefix: str) -> str:
+    loc = tuple(err["loc"])
+    path = _path(loc, prefix)
     if err["type"] == "missing":
         return f"{path}: required key is missing"
     if err["type"] == "extra_forbidden":
@@ -249,13 +359,6 @@ def _unknown_key_message(root: type, loc: tuple, path: str) -> str:
     if key in parent.MOVED_KEYS:
         return f"{message}; set '{parent.MOVED_KEYS[key]}' instead"
     return message + did_you_mean(key, list(parent.model_fields))
-
-
-def did_you_mean(name: str, choices: typing.Iterable[Any]) -> str:
-    """``"; did you mean 'x'?"`` for the choice closest to ``name``, or ``""`` when none is
-    close: the one suggestion every misspelled key, name or option gets."""
-    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
-    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 def _annotation_at(root: type, loc: tuple) -> Any:

@@ -114,8 +114,8 @@ class Config(ConfigModel):
         if not self.stages:
             return [self]
         base = self.model_dump(exclude_unset=True, exclude={"stages"})
-        configs = []
-        for index, stage in enumerate(self.stages):
+        configs, problems = [], []
+        for stage in self.stages:
             overrides = stage.model_dump(exclude_unset=True, exclude={"stage_name"})
             merged = merge_stage(base, overrides)
             merged["name"] = f"{self.name}_{stage.stage_name}"
@@ -127,9 +127,10 @@ class Config(ConfigModel):
                 merged["synchronizer"] = copy.deepcopy(overrides.get("synchronizer", {}))
             try:
                 configs.append(validate_model(Config, merged))
-            except ConfigError as exc:
-                header = f"Invalid stage {index} ({stage.stage_name})"
-                raise ConfigError(exc.problems, header) from None
+            except ConfigError as exc:  # the stage's values and the global ones disagree
+                problems += [f"stage '{stage.stage_name}': {p}" for p in exc.problems]
+        if problems:
+            raise ConfigError(problems)
         return configs
 
     def stage_mode(self, stage: StageConfig) -> str:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import re
 from datetime import datetime
-from typing import Any, Dict, Iterator, List, Mapping, Sequence, Union
+from typing import Any, Dict, Iterator, List, Mapping, Sequence, Tuple, Union
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from trinity.common.config.base import ConfigError, validate_model
+from trinity.common.config.base import ConfigError, validate_known
 from trinity.common.config.config import Config
 from trinity.common.config.overrides import apply_overrides
 
@@ -27,19 +27,42 @@ def load_config(source: ConfigSource, overrides: Sequence[str] = ()) -> Config:
 
     ``${oc.env:VAR,default}`` and ``${other.key}`` are resolved by OmegaConf. Nothing is
     derived and the filesystem is not touched beyond reading the file; call
-    ``trinity.preflight.derive.finalize`` for that.
+    ``trinity.preflight.derive.finalize`` for that. Raises ``ConfigError`` listing every
+    problem of the schema (``read_config`` returns them with what could be read instead).
     """
-    raw = _read(source)
-    apply_overrides(raw, overrides)
-    for prefix in _verl_trees(raw):
-        _interpolate_within(raw, prefix)
+    config, problems, _ = read_config(source, overrides)
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def read_config(
+    source: ConfigSource, overrides: Sequence[str] = ()
+) -> Tuple[Config, List[str], List[str]]:
+    """``load_config`` for the checks that follow it: (the config built from the valid part
+    of the file, the schema's problems, the keys whose values did not parse), as
+    ``base.validate_known`` describes. Raises ``ConfigError`` only where nothing can be
+    built (no file, not YAML, a malformed override, an interpolation that does not resolve);
+    it then says that more problems may follow.
+    """
     try:
-        data = OmegaConf.to_container(raw, resolve=True)
+        raw = _read(source)
+        apply_overrides(raw, overrides)
+        for prefix in _verl_trees(raw):
+            _interpolate_within(raw, prefix)
+        data = _resolved(raw)
+    except ConfigError as exc:
+        raise ConfigError(exc.problems, incomplete=True) from None
+    return validate_known(Config, data)
+
+
+def _resolved(raw: DictConfig) -> Any:
+    try:
+        return OmegaConf.to_container(raw, resolve=True)
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", None) or "?"
         reason = str(exc).splitlines()[0]
         raise ConfigError(f"{key}: cannot resolve interpolation: {reason}") from None
-    return validate_model(Config, data)
 
 
 # ${oc.env:VAR,default}/...: a path under a folder an environment variable names

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Dict, List, Literal, Optional
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
-from trinity.common.config.base import ConfigModel, Name, inert, move_key
+from trinity.common.config.base import ConfigModel, Name, inert
 
 
 class FormatConfig(ConfigModel):
@@ -92,6 +92,9 @@ class ReplayBufferConfig(ConfigModel):
 class StorageConfig(ConfigModel):
     """One dataset or buffer: a (eval) taskset, the experience buffer or an auxiliary buffer."""
 
+    # Upstream's configs also spell task_selector data_selector.
+    ALIASES: ClassVar[Dict[str, str]] = {"data_selector": "task_selector"}
+
     name: Name = Field(
         "",
         description="Unique name: the label of its metrics (eval/<name>/...) and a queue or sql "
@@ -151,18 +154,13 @@ class StorageConfig(ConfigModel):
     )
     is_eval: bool = Field(False, description="Internal: set for eval tasksets.")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _data_selector_alias(cls, data: Any) -> Any:
-        # Upstream's configs also spell it data_selector; one field, so it is renamed here.
-        both = "set either `task_selector` or its alias `data_selector`, not both"
-        return move_key(data, "data_selector", "task_selector", both)
-
 
 class ExplorerInput(ConfigModel):
     """``buffer.explorer_input``: the tasksets explored and evaluated."""
 
     MOVED_KEYS: ClassVar[Dict[str, str]] = {"task_set": "buffer.explorer_input.taskset"}
+    # `taskset:` (one mapping) is shorthand for `tasksets:` (a list), which convert-verl writes.
+    ALIASES: ClassVar[Dict[str, str]] = {"taskset": "tasksets"}
 
     tasksets: List[StorageConfig] = Field(
         default_factory=list, description="Training tasksets (`taskset:` sets a single one)."
@@ -179,13 +177,6 @@ class ExplorerInput(ConfigModel):
     default_reward_fn_type: Optional[str] = Field(
         None, description="Reward function of tasksets that set none."
     )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _single_taskset(cls, data: Any) -> Any:
-        # `taskset:` (one mapping) is shorthand for `tasksets:` (a list), which convert-verl writes.
-        both = "set either `taskset` (one) or `tasksets` (a list), not both"
-        return move_key(data, "taskset", "tasksets", both, lambda v: [] if v is None else [v])
 
     @property
     def taskset(self) -> Optional[StorageConfig]:
