@@ -169,11 +169,11 @@ def test_moved_verl_key_points_to_its_trinity_home(tmp_path):
       trainer_config:
         actor_rollout_ref:
           actor:
-            kl_loss_coef: 0.01
+            ppo_micro_batch_size: 8
     """
     with pytest.raises(ConfigError) as excinfo:
         load_text(tmp_path, text)
-    assert "set 'algorithm.kl_loss_fn_args.kl_coef' instead" in problems_of(excinfo)[0]
+    assert "set 'ppo_micro_batch_size_per_gpu' instead" in problems_of(excinfo)[0]
 
 
 def test_wrong_types_name_path_expected_type_and_value(tmp_path):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from datetime import datetime
-from typing import Any, Dict, List, Mapping, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -13,7 +14,10 @@ from omegaconf.errors import OmegaConfBaseException
 
 from trinity.common.config.base import ConfigError, validate_model
 from trinity.common.config.config import Config
+from trinity.common.config.legacy_read import read_earlier_names
 from trinity.common.config.overrides import apply_overrides
+
+logger = logging.getLogger("trinity.config")
 
 # A config as a run takes it: a YAML file's path, or the file's sections as a dict.
 ConfigSource = Union[str, "os.PathLike[str]", Mapping[str, Any]]
@@ -30,6 +34,8 @@ def load_config(source: ConfigSource, overrides: Sequence[str] = ()) -> Config:
     ``trinity.preflight.derive.finalize`` for that.
     """
     raw = _read(source)
+    base = os.path.dirname(os.path.abspath(os.fspath(source))) if _is_path(source) else None
+    _read_trainer_config_files(raw, base)
     apply_overrides(raw, overrides)
     for prefix in _verl_trees(raw):
         _interpolate_within(raw, prefix)
@@ -39,7 +45,68 @@ def load_config(source: ConfigSource, overrides: Sequence[str] = ()) -> Config:
         key = getattr(exc, "full_key", None) or "?"
         reason = str(exc).splitlines()[0]
         raise ConfigError(f"{key}: cannot resolve interpolation: {reason}") from None
-    return validate_model(Config, data)
+    data, refused = read_earlier_names(data)  # earlier releases' names (legacy.py)
+    try:
+        config = validate_model(Config, data)
+    except ConfigError as exc:
+        raise ConfigError(refused + exc.problems) from None
+    if refused:
+        raise ConfigError(refused)
+    return config
+
+
+def _is_path(source: ConfigSource) -> bool:
+    return not isinstance(source, Mapping)
+
+
+def _read_trainer_config_files(raw: DictConfig, base: Optional[str]) -> None:
+    """``trainer.trainer_config_path`` (Trinity-RFT 0.2.0 and earlier; in each stage too):
+    a veRL YAML file read as ``trainer.trainer_config``, as the original read it when
+    ``trainer_config`` was empty. A relative path is looked up from the working directory,
+    then beside the config file."""
+    sections = ["trainer"]
+    stages = raw.get("stages")
+    if OmegaConf.is_list(stages):
+        sections += [f"stages.{i}.trainer" for i in range(len(stages))]
+    for section in sections:
+        node = OmegaConf.select(raw, section)
+        if not OmegaConf.is_dict(node) or "trainer_config_path" not in node:
+            continue
+        path = node.pop("trainer_config_path")
+        key = f"{section}.trainer_config_path"
+        if not path:
+            continue
+        if node.get("trainer_config"):
+            logger.warning(
+                "%s = %s (Trinity-RFT 0.2.0 and earlier) is not read: %s.trainer_config is "
+                "set, which the original read instead",
+                key,
+                path,
+                section,
+            )
+            continue
+        node.trainer_config = _verl_file(key, str(path), base)
+        logger.warning(
+            "%s = %s (Trinity-RFT 0.2.0 and earlier) is read as %s.trainer_config (the "
+            "file's veRL keys)",
+            key,
+            path,
+            section,
+        )
+
+
+def _verl_file(key: str, path: str, base: Optional[str]) -> DictConfig:
+    candidates = [path] if os.path.isabs(path) or base is None else [path, os.path.join(base, path)]
+    found = next((p for p in candidates if os.path.isfile(p)), None)
+    if found is None:
+        raise ConfigError(f"{key} = {path}: file not found ({os.path.abspath(path)})")
+    try:
+        tree = OmegaConf.load(found)
+    except (OmegaConfBaseException, yaml.YAMLError) as exc:
+        raise ConfigError(f"{key} = {path}: not valid YAML: {exc}") from None
+    if not isinstance(tree, DictConfig):
+        raise ConfigError(f"{key} = {path}: the file must hold a mapping of veRL sections")
+    return tree
 
 
 def _read(source: ConfigSource) -> DictConfig:
