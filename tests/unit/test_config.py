@@ -279,17 +279,6 @@ def test_verl_keys_pasted_inline_interpolate_within_their_tree(tmp_path):
     assert config.stages[0].trainer.trainer_config.critic.forward_max_token_len_per_gpu == 7
 
 
-def test_warmup_style_is_a_deprecated_alias(tmp_path, caplog):
-    config = load_text(tmp_path, "algorithm:\n  optimizer:\n    warmup_style: cosine\n")
-    assert config.algorithm.optimizer.lr_scheduler_type == "cosine"
-    assert "deprecated" in caplog.text
-    with pytest.raises(ConfigError, match="algorithm.optimizer: warmup_style = cosine conflicts"):
-        load_text(
-            tmp_path,
-            "algorithm:\n  optimizer:\n    warmup_style: cosine\n    lr_scheduler_type: constant\n",
-        )
-
-
 def test_checkpoint_job_dir(tmp_path):
     config = load_text(tmp_path, "project: p\nname: n\ncheckpoint_root_dir: /ck\n")
     assert config.checkpoint_job_dir == "/ck/p/n"

@@ -38,7 +38,6 @@ def _pairs() -> List[Tuple[str, str]]:
     pairs = [
         ("buffer.total_steps", "trainer.total_steps"),
         ("model.external_model.enable", "explorer.rollout_model.engine_type"),
-        ("algorithm.optimizer.warmup_style", "algorithm.optimizer.lr_scheduler_type"),
         (f"{_ACTOR}.use_kl_loss", "algorithm.kl_loss_fn"),
         (f"{_ACTOR}.kl_loss_type", "algorithm.kl_loss_fn"),
         (f"{_ACTOR}.loss_agg_mode", "algorithm.loss_agg_mode"),

@@ -112,6 +112,14 @@ RENAMED: Dict[str, Renamed] = {
     "trainer.actor_grad_clip": Renamed("trainer.grad_clip", "0.1.1"),
     "algorithm.gamma": Renamed("trainer.trainer_config.algorithm.gamma", "0.1.1"),
     "algorithm.lam": Renamed("trainer.trainer_config.algorithm.lam", "0.1.1"),
+    **{
+        f"{optim}.warmup_style": Renamed(f"{optim}.lr_scheduler_type", "0.3.1")
+        for optim in (
+            "algorithm.optimizer",
+            f"{_ACTOR}.optim",
+            "trainer.trainer_config.critic.optim",
+        )
+    },
     "model.enable_thinking": Renamed("explorer.rollout_model.enable_thinking", "0.5.2"),
     f"{_ACTOR}.optim.beta1": Renamed(
         f"{_ACTOR}.optim.betas", "0.1.1", _betas(0), "betas = [beta1, beta2]"

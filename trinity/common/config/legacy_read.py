@@ -42,13 +42,15 @@ def read_earlier_names(data: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]
     for prefix, scope, before in _scopes(data, original):
 
         def get(path: str, before: Dict[str, Any] = before) -> Any:
+            """The value the file wrote at ``path`` (a stage's own, else the whole config's)."""
             value = _get(before, path)
-            return _get(original, path) if value is _ABSENT else value
+            value = _get(original, path) if value is _ABSENT else value
+            return None if value is _ABSENT else value
 
         problems += _refuse(scope, prefix)
         _rename_keys(scope, prefix, get, notes, problems)
-        _sft_warmup(scope, prefix, notes, problems)
         notes += _drop(scope, prefix)
+        _sft_warmup(scope, prefix, notes, problems)
         notes += _rename_values(scope, prefix)
     for note in notes:
         logger.warning("%s", note)
@@ -58,13 +60,14 @@ def read_earlier_names(data: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]
 def _scopes(
     data: Dict[str, Any], original: Dict[str, Any]
 ) -> Iterator[Tuple[str, Dict[str, Any], Dict[str, Any]]]:
-    """(prefix, section, that section as written) of the config and of each stage."""
-    yield "", data, original
+    """(prefix, section, that section as written) of the config and of each stage the file
+    wrote (not those the whole config's SFT warm-up becomes, made of names already read)."""
     stages = data.get("stages")
-    if isinstance(stages, list):
-        for index, stage in enumerate(stages):
-            if isinstance(stage, dict):
-                yield f"stages[{index}]", stage, original["stages"][index]
+    written = list(stages) if isinstance(stages, list) else []
+    yield "", data, original
+    for index, stage in enumerate(written):
+        if isinstance(stage, dict):
+            yield f"stages[{index}]", stage, original["stages"][index]
 
 
 def expand(pattern: str) -> List[str]:
@@ -153,7 +156,7 @@ def _show(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return str(value).lower()
-    return str(value)
+    return str(value) if value != "" else "''"
 
 
 def _refuse(scope: Dict[str, Any], prefix: str) -> List[str]:
@@ -304,7 +307,7 @@ def _drop(scope: Dict[str, Any], prefix: str) -> List[str]:
                 text = f"{show_path(prefix, path)} = {_show(value)}"
                 found.setdefault((dropped.until, dropped.did, dropped.why), []).append(text)
     return [
-        f"{', '.join(keys)} (Trinity-RFT {until}: {did}) is not read: {why}"
+        f"{', '.join(keys)} (Trinity-RFT {until} and earlier: {did}) is not read here: {why}"
         for (until, did, why), keys in found.items()
     ]
 

@@ -63,7 +63,7 @@ def _read_trainer_config_files(raw: DictConfig, base: Optional[str]) -> None:
     """``trainer.trainer_config_path`` (Trinity-RFT 0.2.0 and earlier; in each stage too):
     a veRL YAML file read as ``trainer.trainer_config``, as the original read it when
     ``trainer_config`` was empty. A relative path is looked up from the working directory,
-    then beside the config file."""
+    then from the config file's folder and each folder above it."""
     sections = ["trainer"]
     stages = raw.get("stages")
     if OmegaConf.is_list(stages):
@@ -96,16 +96,25 @@ def _read_trainer_config_files(raw: DictConfig, base: Optional[str]) -> None:
 
 
 def _verl_file(key: str, path: str, base: Optional[str]) -> DictConfig:
-    candidates = [path] if os.path.isabs(path) or base is None else [path, os.path.join(base, path)]
+    candidates = [path]
+    while base and not os.path.isabs(path):  # the original's examples name it from the repo root
+        candidates.append(os.path.join(base, path))
+        base = None if os.path.dirname(base) == base else os.path.dirname(base)
     found = next((p for p in candidates if os.path.isfile(p)), None)
     if found is None:
         raise ConfigError(f"{key} = {path}: file not found ({os.path.abspath(path)})")
+    return _load_mapping(found, f"{key} = {path}", "the file must hold a mapping of veRL sections")
+
+
+def _load_mapping(path: str, label: str, otherwise: str) -> DictConfig:
+    """The YAML file at ``path`` as OmegaConf reads it; errors start with ``label``, and
+    ``otherwise`` says what a file that is not a mapping should hold."""
     try:
-        tree = OmegaConf.load(found)
+        tree = OmegaConf.load(path)
     except (OmegaConfBaseException, yaml.YAMLError) as exc:
-        raise ConfigError(f"{key} = {path}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{label}: not valid YAML: {exc}") from None
     if not isinstance(tree, DictConfig):
-        raise ConfigError(f"{key} = {path}: the file must hold a mapping of veRL sections")
+        raise ConfigError(f"{label}: {otherwise}")
     return tree
 
 
@@ -120,13 +129,7 @@ def _read(source: ConfigSource) -> DictConfig:
     if not os.path.isfile(path):
         shown = path if os.path.isabs(path) else f"{path} ({os.path.abspath(path)})"
         raise ConfigError(f"config file not found: {shown}")
-    try:
-        raw = OmegaConf.load(path)
-    except (OmegaConfBaseException, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(raw, DictConfig):
-        raise ConfigError(f"{path}: the top level must be a mapping of sections")
-    return raw
+    return _load_mapping(path, path, "the top level must be a mapping of sections")
 
 
 _KEY_REFERENCE = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")  # ${a.b.c}, not ${resolver:...}

@@ -136,7 +136,6 @@ class VerlActorConfig(ConfigModel):
     """``actor_rollout_ref.actor``."""
 
     MOVED_KEYS: ClassVar[Dict[str, str]] = {
-        "ppo_mini_batch_size": "buffer.batch_size",
         "ppo_micro_batch_size": "ppo_micro_batch_size_per_gpu",
     }
 
@@ -366,20 +365,6 @@ class VerlCriticConfig(ConfigModel):
 
 class VerlTrainerSection(ConfigModel):
     """``trainer`` inside trainer_config (veRL's trainer block)."""
-
-    MOVED_KEYS: ClassVar[Dict[str, str]] = {
-        "total_epochs": "buffer.total_epochs",
-        "total_training_steps": "buffer.total_steps",
-        "project_name": "project",
-        "experiment_name": "name",
-        "logger": "monitor.monitor_type",
-        "nnodes": "cluster.node_num",
-        "n_gpus_per_node": "cluster.gpu_per_node",
-        "save_freq": "trainer.save_interval",
-        "test_freq": "explorer.eval_interval",
-        "val_before_train": "explorer.eval_on_startup",
-        "default_local_dir": "checkpoint_root_dir",
-    }
 
     balance_batch: bool = Field(True, description="Balance tokens across data-parallel ranks.")
     critic_warmup: int = Field(0, description="Steps that train only the critic.")

@@ -63,8 +63,6 @@ def carry_verl_settings(config: Config) -> List[str]:
         problems += _carry(actor, src, f"{_ACTOR}.{src}", config.trainer, dst, f"trainer.{dst}")
     optimizer = config.algorithm.optimizer
     for key in OptimizerConfig.model_fields:
-        if key == "warmup_style":  # already folded into lr_scheduler_type
-            continue
         problems += _carry(
             actor.optim, key, f"{_ACTOR}.optim.{key}", optimizer, key, f"algorithm.optimizer.{key}"
         )
@@ -76,14 +74,7 @@ def _carry(
 ) -> List[str]:
     if not is_set(src, src_key):
         return []
-    value = getattr(src, src_key)
-    if is_set(dst, dst_key) and getattr(dst, dst_key) != value:
-        return [
-            f"{src_path} = {value} conflicts with {dst_path} = {getattr(dst, dst_key)}; "
-            f"set only {dst_path}"
-        ]
-    assign(dst, dst_key, value)
-    return []
+    return _carry_value(getattr(src, src_key), src_path, dst, dst_key, dst_path)
 
 
 def effective_trainer_settings(config: Config) -> Dict[str, Any]:
@@ -124,7 +115,7 @@ def _critic_settings(config: Config) -> Dict[str, Any]:
     trainer = config.trainer
     critic = trainer.trainer_config.critic
     actor = trainer.trainer_config.actor_rollout_ref.actor
-    optim = critic.optim.model_dump(exclude={"total_training_steps", "warmup_style"})
+    optim = critic.optim.model_dump(exclude={"total_training_steps"})
     return {
         "model_path": config.model.critic_model_path,
         "optimizer": OptimizerConfig.model_validate(optim),
@@ -221,7 +212,7 @@ def _carry_value(
             f"{src_path} = {value} conflicts with {dst_path} = {getattr(dst, dst_key)}; "
             f"set only {dst_path}"
         ]
-    setattr(dst, dst_key, value)
+    assign(dst, dst_key, value)
     return []
 
 
@@ -245,14 +236,22 @@ def carry_verl_arguments(config: Config, takes: Takes) -> Tuple[List[str], List[
                 continue
             found = _carry_argument(config, f"{prefix}.{key}", value, targets, takes)
             if found is None:
-                wanted = " or ".join(f"{part}_args.{arg}" for part, arg in targets)
                 notes.append(
-                    f"{prefix}.{key} = {value} is not read: no component of algorithm "
-                    f"{config.algorithm.algorithm_type} takes {wanted}"
+                    f"{prefix}.{key} = {value} is not read: {_taken_by_none(config, targets)}"
                 )
             else:
                 problems += found
     return problems, notes
+
+
+def _taken_by_none(config: Config, targets: Tuple[Tuple[str, str], ...]) -> str:
+    """Why no component takes the argument: "algorithm grpo's policy_loss_fn ppo takes no
+    tau, its advantage_fn grpo takes no tau"."""
+    algorithm = config.algorithm
+    parts = [
+        f"{part} {getattr(algorithm, part) or 'unset'} takes no {arg}" for part, arg in targets
+    ]
+    return f"algorithm {algorithm.algorithm_type}'s " + ", its ".join(parts)
 
 
 def _carry_argument(
