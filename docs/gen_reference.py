@@ -31,6 +31,7 @@ from pydantic_core import PydanticUndefined  # noqa: E402
 from trinity.common.config import Config  # noqa: E402
 from trinity.common.config.legacy import (  # noqa: E402
     DROPPED,
+    DROPPED_ARGS,
     REFUSED,
     RENAMED,
     RENAMED_VALUES,
@@ -290,6 +291,11 @@ def earlier_markdown() -> str:
     ]
     cased = [f"`{key}`" for key, renames in RENAMED_VALUES.items()]
     dropped = [(f"`{key}`", d.until, d.did, d.why) for key, d in DROPPED.items()]
+    dropped += [
+        (f"`algorithm.{part}_args.{arg}` with `{part}: {name}`", d.until, d.did, d.why)
+        for (part, name), table in DROPPED_ARGS.items()
+        for arg, d in table.items()
+    ]
     refused = [(f"`{key}`", r.until, r.why) for key, r in REFUSED.items()]
     out = ["\n## Renamed keys\n"]
     out += _table(("Earlier key", "Read as", "Until", "How"), renamed)

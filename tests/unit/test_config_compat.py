@@ -149,6 +149,27 @@ def test_verl_gae_keys_and_the_0_1_kl_penalty_rule(tmp_path):
     assert algo.kl_penalty_fn_args["kl_ctrl"] == {"type": "fixed", "kl_coef": 0.002}
 
 
+def test_the_original_mix_loss_batch_size_arguments_are_dropped_with_one_line(tmp_path, caplog):
+    extra = """
+    algorithm:
+      algorithm_type: mix
+      repeat_times: 2
+      policy_loss_fn_args: {mu: 0.2, ngpus_trainer: 8, train_batch_size_expert: 64}
+    buffer: {trainer_input: {auxiliary_buffers: {sft_dataset: {name: s, path: /sft}}}}
+    """
+    with caplog.at_level(logging.WARNING, logger="trinity.config"):
+        config = finalized(tmp_path, extra)
+    args = config.algorithm.policy_loss_fn_args
+    assert args["mu"] == 0.2 and "ngpus_trainer" not in args
+    assert "train_batch_size_expert" not in args
+    [line] = [n for n in notes(caplog) if "ngpus_trainer" in n]
+    assert line.startswith(
+        "algorithm.policy_loss_fn_args.ngpus_trainer = 8, "
+        "algorithm.policy_loss_fn_args.train_batch_size_expert = 64 (Trinity-RFT 0.5.2 and "
+        "earlier: batch sizes the original's mix loss weighted"
+    )
+
+
 # ---- the command line wins over the file's key of the same setting -----------------------
 
 

@@ -26,6 +26,7 @@ from trinity.common.config.config import (
     external_models,
     rollouts_per_step,
 )
+from trinity.common.config.legacy import DROPPED_ARGS
 from trinity.common.config.schema_algorithm import AlgorithmConfig
 from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.config.schema_model import ModelConfig
@@ -181,7 +182,7 @@ def _derive_algorithm(config: Config) -> List[str]:
         set_default(algorithm, key, value)
     carried, notes = carry_verl_arguments(config, _takes)
     problems += carried
-    for note in notes:
+    for note in notes + _drop_earlier_arguments(algorithm):
         logger.warning("%s", note)
     for key, registry in COMPONENT_REGISTRIES.items():
         name = getattr(algorithm, key)
@@ -197,6 +198,25 @@ def _derive_algorithm(config: Config) -> List[str]:
             defaults["loss_agg_mode"] = algorithm.loss_agg_mode
         assign(algorithm, f"{key}_args", {**defaults, **getattr(algorithm, f"{key}_args")})
     return problems
+
+
+def _drop_earlier_arguments(algorithm: AlgorithmConfig) -> List[str]:
+    """Arguments an earlier release's component of the same name took that mean nothing here
+    (``legacy.DROPPED_ARGS``): removed, one line per component."""
+    notes = []
+    for (key, name), table in DROPPED_ARGS.items():
+        args = getattr(algorithm, f"{key}_args")
+        found = [arg for arg in table if arg in args and getattr(algorithm, key) == name]
+        if not found:
+            continue
+        dropped = table[found[0]]
+        shown = ", ".join(f"algorithm.{key}_args.{arg} = {args[arg]}" for arg in found)
+        notes.append(
+            f"{shown} (Trinity-RFT {dropped.until} and earlier: {dropped.did}) is not read "
+            f"here: {dropped.why}"
+        )
+        assign(algorithm, f"{key}_args", {k: v for k, v in args.items() if k not in found})
+    return notes
 
 
 def _takes(key: str, name: str, argument: str) -> bool:

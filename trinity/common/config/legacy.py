@@ -379,3 +379,28 @@ REFUSED: Dict[str, Refused] = {
         "operators under data_processor.task_pipeline.operators",
     ),
 }
+
+_MIX_WEIGHTS = (
+    "batch sizes the original's mix loss weighted each micro-batch's expert and RL rows by",
+    "each side of the mix loss is averaged over its own rows of the batch, which needs none",
+)
+
+# (algorithm component key, its name) -> arguments the original's component of that name
+# took that mean nothing to the component here; dropped with one line before the arguments
+# are checked (trinity/preflight/derive.py).
+DROPPED_ARGS: Dict[Tuple[str, str], Dict[str, Dropped]] = {
+    ("policy_loss_fn", "mix"): {
+        arg: Dropped("0.5.2", *_MIX_WEIGHTS)
+        for arg in (
+            "ngpus_trainer",
+            "ppo_mini_batch_size",
+            "ppo_micro_batch_size_per_gpu",
+            "use_dynamic_bsz",
+            "train_batch_size_usual",
+            "train_batch_size_expert",
+            "read_batch_size_usual",
+            "read_batch_size_expert",
+            "repeat_times",
+        )
+    },
+}
