@@ -64,11 +64,7 @@ PAIRS: List[Tuple[str, str]] = _pairs()
 # the other (`buffer.explorer_input.taskset.path=x` and a file with `tasksets:`).
 SPELLINGS: List[Tuple[str, str]] = [
     ("buffer.explorer_input.taskset", f"{_TASKSETS}.0"),
-    *[
-        (f"{place}.data_selector", f"{place}.task_selector")
-        for place in expand("<storage>.x")
-        for place in [place.removesuffix(".x")]
-    ],
+    *zip(expand("<storage>.data_selector"), expand("<storage>.task_selector"), strict=True),
 ]
 
 

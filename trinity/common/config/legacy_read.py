@@ -89,19 +89,19 @@ def _find(node: Any, parts: List[str], bound: Tuple[Key, ...]) -> Iterator[Tuple
         return
     head, rest = parts[0], parts[1:]
     if head == "*":
-        items = (
-            node.items()
-            if isinstance(node, dict)
-            else enumerate(node)
-            if isinstance(node, list)
-            else ()
-        )
-        for key, child in list(items):
+        for key, child in _items(node):
             for path, more in _find(child, rest, bound + (key,)):
                 yield (key, *path), more
     elif isinstance(node, dict) and head in node:
         for path, more in _find(node[head], rest, bound):
             yield (head, *path), more
+
+
+def _items(node: Any) -> List[Tuple[Key, Any]]:
+    """(key or index, child) of a mapping or a list; nothing for a value."""
+    if isinstance(node, dict):
+        return list(node.items())
+    return list(enumerate(node)) if isinstance(node, list) else []
 
 
 def _get(node: Any, path: str) -> Any:
@@ -131,16 +131,13 @@ def _bind(pattern: str, bound: Tuple[Key, ...]) -> Tuple[Key, ...]:
     return tuple(next(values) if part == "*" else part for part in pattern.split("."))
 
 
-def _put(node: Dict[str, Any], path: Tuple[Key, ...], value: Any) -> None:
+def _put(node: Any, path: Tuple[Key, ...], value: Any) -> None:
+    """Set ``value`` at ``path``, making the mappings on the way (a list item must exist)."""
     for part in path[:-1]:
-        if isinstance(node, list):
-            node = node[part]  # type: ignore[index]
-            continue
-        child = node.get(part)  # type: ignore[call-overload]
-        if not isinstance(child, (dict, list)):
-            child = node[part] = {}  # type: ignore[index]
-        node = child
-    node[path[-1]] = value  # type: ignore[index]
+        if isinstance(node, dict) and not isinstance(node.get(part), (dict, list)):
+            node[part] = {}
+        node = node[part]
+    node[path[-1]] = value
 
 
 def show_path(prefix: str, path: Tuple[Key, ...]) -> str:
