@@ -296,6 +296,18 @@ def test_a_token_budget_below_max_model_len_is_raised_to_it(tmp_path, caplog):
     ) in notes(caplog)
 
 
+def test_a_taskset_n_other_than_its_repeat_times_is_not_read(tmp_path, caplog):
+    """The original overwrote rollout_args.n with the repeat times (0.1.1 configs set both)."""
+    extra = "buffer: {explorer_input: {taskset: {name: t, rollout_args: {n: 8, logprobs: 0}}}}\n"
+    with caplog.at_level(logging.WARNING, logger="trinity.config"):
+        config = finalized(tmp_path, extra)
+    assert config.buffer.explorer_input.tasksets[0].rollout_args.n == 2
+    assert (
+        "buffer.explorer_input.tasksets[0].rollout_args.n = 8 is not read: the taskset's "
+        "repeat_times (2) is its samples per task"
+    ) in notes(caplog)
+
+
 def test_sync_keys_of_a_train_stage_are_ignored_with_one_line(tmp_path, caplog):
     extra = """
     synchronizer: {sync_method: nccl, sync_style: dynamic_by_explorer}

@@ -19,7 +19,7 @@ from trinity.buffer.pipelines import build_task_pipeline
 from trinity.buffer.row_checks import row_schema
 from trinity.buffer.storages import read_as_rows, storage_kind
 from trinity.common.config import gpus
-from trinity.common.config.base import ConfigError, assign, set_default, unset
+from trinity.common.config.base import ConfigError, assign, is_set, set_default, unset
 from trinity.common.config.config import (
     SYNCED_MODES,
     Config,
@@ -339,9 +339,9 @@ def _derive_buffer(config: Config) -> List[str]:
     tasksets = buffer.explorer_input.tasksets
     for index, storage in enumerate(tasksets):
         name = "taskset" if len(tasksets) == 1 else f"taskset_{index}"
-        _derive_taskset(config, storage, name, is_eval=False)
+        _derive_taskset(config, storage, name, is_eval=False, index=index)
     for index, storage in enumerate(buffer.explorer_input.eval_tasksets):
-        _derive_taskset(config, storage, f"eval_taskset_{index}", is_eval=True)
+        _derive_taskset(config, storage, f"eval_taskset_{index}", is_eval=True, index=index)
     set_default(buffer, "train_batch_size", rollouts_per_step(config))
     return problems
 
@@ -400,7 +400,9 @@ def _derive_total_steps(config: Config) -> List[str]:
     return []
 
 
-def _derive_taskset(config: Config, storage: StorageConfig, name: str, is_eval: bool) -> None:
+def _derive_taskset(
+    config: Config, storage: StorageConfig, name: str, is_eval: bool, index: int
+) -> None:
     explorer_input, model = config.buffer.explorer_input, config.model
     assign(storage, "is_eval", is_eval)
     set_default(storage, "name", name)
@@ -411,6 +413,16 @@ def _derive_taskset(config: Config, storage: StorageConfig, name: str, is_eval: 
     set_default(storage, "default_workflow_type", workflow)
     set_default(storage, "default_reward_fn_type", explorer_input.default_reward_fn_type)
     args = storage.rollout_args
+    if is_set(args, "n") and args.n != storage.repeat_times:
+        # the original overwrote n with the repeat times in every release
+        logger.warning(
+            "%s.rollout_args.n = %s is not read: the taskset's repeat_times (%s) is its samples "
+            "per task",
+            "buffer.explorer_input." + ("eval_tasksets" if is_eval else "tasksets") + f"[{index}]",
+            args.n,
+            storage.repeat_times,
+        )
+        unset(args, "n")
     set_default(args, "n", storage.repeat_times)
     set_default(args, "max_tokens", model.max_response_tokens)
     for key in ("temperature", "top_p", "top_k", "logprobs"):

@@ -360,12 +360,6 @@ def _check_datasets(config: Config) -> List[str]:
         if storage.name in names:
             problems.append(f"{path}.name = {storage.name} is also used by {names[storage.name]}")
         names.setdefault(storage.name, path)
-        n, repeat_times = storage.rollout_args.n, storage.repeat_times
-        if repeat_times is not None and is_set(storage.rollout_args, "n") and n != repeat_times:
-            problems.append(
-                f"{path}.rollout_args.n = {storage.rollout_args.n} differs from its repeat_times "
-                f"= {storage.repeat_times}; set repeat_times only"
-            )
     return problems
 
 
