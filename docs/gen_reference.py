@@ -3,7 +3,9 @@
 ``python docs/gen_reference.py`` rewrites ``docs/reference/configuration.md`` below its
 marker line (the hand-written introduction above it is kept); the page is committed so
 that a reader of the repository sees the tables, and a unit test fails when it is out of date.
-``reference_markdown()`` returns the tables alone.
+``reference_markdown()`` returns the tables alone. It rewrites
+``docs/reference/earlier-releases.md`` likewise from the tables of earlier releases' names
+(``trinity/common/config/legacy.py``): ``earlier_markdown()``.
 Each row comes from a pydantic field (type, default, description), from
 ``trinity/preflight/support.py`` (the values this build runs, ranges) and from ``inert``
 (accepted, no effect).
@@ -27,6 +29,14 @@ from pydantic.fields import FieldInfo  # noqa: E402
 from pydantic_core import PydanticUndefined  # noqa: E402
 
 from trinity.common.config import Config  # noqa: E402
+from trinity.common.config.legacy import (  # noqa: E402
+    DROPPED,
+    DROPPED_ARGS,
+    REFUSED,
+    RENAMED,
+    RENAMED_VALUES,
+    VALUES_UNTIL,
+)
 from trinity.preflight.support import (  # noqa: E402
     SAMPLING,
     STORAGE_PATHS,
@@ -35,6 +45,7 @@ from trinity.preflight.support import (  # noqa: E402
 )
 
 PAGE = ROOT / "docs" / "reference" / "configuration.md"
+EARLIER_PAGE = ROOT / "docs" / "reference" / "earlier-releases.md"
 NOT_YET = "not supported yet"
 SAMPLED = {f"model.{key}" for key in SAMPLING} | {
     f"{storage}.rollout_args.{key}" for storage in STORAGE_PATHS[:2] for key in SAMPLING
@@ -260,5 +271,52 @@ def generated_page() -> str:
     return page_text(PAGE, "gen_reference.py", reference_markdown())
 
 
+def _table(header: Tuple[str, ...], rows: List[Tuple[str, ...]]) -> List[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    return lines + ["| " + " | ".join(_cell(cell) for cell in row) + " |" for row in rows]
+
+
+def earlier_markdown() -> str:
+    """The four tables of ``legacy.py``: renamed keys, renamed values, keys without effect
+    here, refused keys."""
+    wins = " (both set: the current key is read)"
+    renamed = [
+        (f"`{old}`", f"`{r.new}`", r.until, r.how + (wins if r.new_wins else ""))
+        for old, r in RENAMED.items()
+    ]
+    values = [
+        (f"`{key}`", f"`{old}`", f"`{new}`", VALUES_UNTIL.get(old, ""))
+        for key, renames in RENAMED_VALUES.items()
+        for old, new in renames.items()
+    ]
+    cased = [f"`{key}`" for key, renames in RENAMED_VALUES.items()]
+    dropped = [(f"`{key}`", d.until, d.did, d.why) for key, d in DROPPED.items()]
+    dropped += [
+        (f"`algorithm.{part}_args.{arg}` with `{part}: {name}`", d.until, d.did, d.why)
+        for (part, name), table in DROPPED_ARGS.items()
+        for arg, d in table.items()
+    ]
+    refused = [(f"`{key}`", r.until, r.why) for key, r in REFUSED.items()]
+    out = ["\n## Renamed keys\n"]
+    out += _table(("Earlier key", "Read as", "Until", "How"), renamed)
+    out += ["\n## Renamed values\n"]
+    out += _table(("Key", "Earlier value", "Read as", "Until"), values)
+    out += [
+        "\nThe original read the values of these keys in any case (`FILE`, `Nccl`); a value "
+        f"that differs only in case is read in lower case: {', '.join(cased)}.",
+        "\n## Keys that do nothing here\n",
+    ]
+    out += _table(("Key", "Until", "What it did", "Why it does nothing here"), dropped)
+    out += ["\n## Keys refused\n"]
+    out += _table(("Key", "Until", "Why, and what to write instead"), refused)
+    return "\n".join(out) + "\n"
+
+
+def generated_earlier_page() -> str:
+    """What ``python docs/gen_reference.py`` writes to ``EARLIER_PAGE``."""
+    return page_text(EARLIER_PAGE, "gen_reference.py", earlier_markdown())
+
+
 if __name__ == "__main__":
     PAGE.write_text(generated_page(), encoding="utf-8")
+    EARLIER_PAGE.write_text(generated_earlier_page(), encoding="utf-8")

@@ -173,11 +173,13 @@ def test_bench_problems_are_reported_together(tmp_path, micro_model, arithmetic_
     )
 
 
-def test_explicit_memory_sync_is_refused_in_bench(tmp_path, micro_model, arithmetic_data):
+def test_explicit_memory_sync_is_ignored_in_bench(tmp_path, micro_model, arithmetic_data, caplog):
     fake_checkpoint(str(tmp_path / "tests" / "grpo_small"), 1)
     config = bench_config(tmp_path, micro_model, arithmetic_data, "synchronizer.sync_method=memory")
-    with pytest.raises(ConfigError, match="sync_method = memory needs mode both"):
-        check_before_start(config)
+    with caplog.at_level("WARNING", logger="trinity.config"):
+        (stage,) = check_before_start(config)
+    assert stage.synchronizer.sync_method == "checkpoint"
+    assert "synchronizer.sync_method = memory: ignored in mode bench" in caplog.text
 
 
 def test_bench_of_a_staged_run_benches_the_run_of_every_stage(tmp_path):

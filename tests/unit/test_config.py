@@ -169,11 +169,11 @@ def test_moved_verl_key_points_to_its_trinity_home(tmp_path):
       trainer_config:
         actor_rollout_ref:
           actor:
-            kl_loss_coef: 0.01
+            ppo_micro_batch_size: 8
     """
     with pytest.raises(ConfigError) as excinfo:
         load_text(tmp_path, text)
-    assert "set 'algorithm.kl_loss_fn_args.kl_coef' instead" in problems_of(excinfo)[0]
+    assert "set 'ppo_micro_batch_size_per_gpu' instead" in problems_of(excinfo)[0]
 
 
 def test_wrong_types_name_path_expected_type_and_value(tmp_path):
@@ -278,17 +278,6 @@ def test_verl_keys_pasted_inline_interpolate_within_their_tree(tmp_path):
     assert ref.log_prob_use_dynamic_bsz is False
     assert ref.log_prob_max_token_len_per_gpu == 100  # not in the tree: from the top
     assert config.stages[0].trainer.trainer_config.critic.forward_max_token_len_per_gpu == 7
-
-
-def test_warmup_style_is_a_deprecated_alias(tmp_path, caplog):
-    config = load_text(tmp_path, "algorithm:\n  optimizer:\n    warmup_style: cosine\n")
-    assert config.algorithm.optimizer.lr_scheduler_type == "cosine"
-    assert "deprecated" in caplog.text
-    with pytest.raises(ConfigError, match="algorithm.optimizer: warmup_style = cosine conflicts"):
-        load_text(
-            tmp_path,
-            "algorithm:\n  optimizer:\n    warmup_style: cosine\n    lr_scheduler_type: constant\n",
-        )
 
 
 def test_checkpoint_job_dir(tmp_path):

@@ -240,7 +240,7 @@ def test_max_model_len_needs_its_parts(tmp_path):
     assert any(p.startswith("model.max_model_len is unset and cannot be derived") for p in found)
 
 
-def test_sync_method_follows_mode(tmp_path):
+def test_sync_method_follows_mode(tmp_path, caplog):
     sft = """
     model: {model_path: /m, max_model_len: 64}
     mode: train
@@ -254,11 +254,17 @@ def test_sync_method_follows_mode(tmp_path):
     assert config.synchronizer.sync_method == "checkpoint"
     assert config.buffer.trainer_input.experience_buffer.storage_type == "file"
     assert config.buffer.train_batch_size == 2  # sft: repeat_times 1
-    found = problems(tmp_path, sft, ["synchronizer.sync_method=memory"])
-    assert found == [
-        "synchronizer.sync_method = memory needs mode both (trainer and explorer in one run); "
-        "with mode train use checkpoint"
-    ]
+    # a sync method or style (written for mode both) means nothing in mode train: ignored
+    overrides = ["synchronizer.sync_method=nccl", "synchronizer.sync_style=explorer_driven"]
+    with caplog.at_level(logging.WARNING, logger="trinity.config"):
+        config = finalized(tmp_path, sft, overrides)
+    assert config.synchronizer.sync_method == "checkpoint"
+    assert config.synchronizer.sync_style == "fixed"
+    [line] = [r.getMessage() for r in caplog.records if "ignored in mode train" in r.getMessage()]
+    assert line.startswith(
+        "synchronizer.sync_method = nccl, synchronizer.sync_style = explorer_driven: ignored in "
+        "mode train"
+    )
 
 
 def test_not_supported_values_are_reported_together(tmp_path):
@@ -278,8 +284,8 @@ def test_not_supported_values_are_reported_together(tmp_path):
         "float32, bfloat16, float16)",
         "buffer.explorer_input.tasksets[0].storage_type = queue is not supported yet "
         "(supported: file, sql)",
-        "explorer.rollout_model.engine_type = tinker is not supported yet (supported: "
-        "transformers, external, vllm, unset)",
+        "explorer.rollout_model.engine_type = tinker is not supported yet: the tinker engine "
+        "(the Tinker API) is not built (supported: transformers, external, vllm, unset)",
         "synchronizer.sync_method = nccl is not supported yet",
         "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size = 2 is "
         "not supported yet",
@@ -316,8 +322,8 @@ def test_a_name_registered_nowhere_is_unknown_with_the_closest_not_a_planned_fea
     with pytest.raises(ConfigError) as info:
         finalized(tmp_path, overrides=["explorer.auxiliary_models=[{engine_type: tinker}]"])
     assert info.value.problems == [
-        "explorer.auxiliary_models[0].engine_type = tinker is not supported yet (supported: "
-        "transformers, external, vllm, unset)"
+        "explorer.auxiliary_models[0].engine_type = tinker is not supported yet: the tinker "
+        "engine (the Tinker API) is not built (supported: transformers, external, vllm, unset)"
     ]
     assert "not built yet" in str(info.value)
 
@@ -358,8 +364,6 @@ def test_impossible_arithmetic_is_reported_together(tmp_path):
         "model.max_model_len = 110",
         "algorithm.repeat_times = 1: grpo compares several rollouts of each task, so it needs "
         "repeat_times > 1",
-        "buffer.explorer_input.tasksets[0].rollout_args.n = 3 differs from its repeat_times = 1; "
-        "set repeat_times only",
     ]
 
 
@@ -422,11 +426,22 @@ def test_keys_without_effect_here_are_named_in_the_warning(tmp_path, caplog):
 
 
 def test_verl_key_conflicting_with_trinity_key_is_an_error(tmp_path):
-    found = problems(tmp_path, BASE + VERL, ["trainer.grad_clip=2.0"])
+    found = problems(tmp_path, BASE + VERL.replace("trainer:\n", "trainer:\n  grad_clip: 2.0\n"))
     assert found == [
         "trainer.trainer_config.actor_rollout_ref.actor.grad_clip = 0.5 conflicts with "
         "trainer.grad_clip = 2.0; set only trainer.grad_clip"
     ]
+
+
+def test_a_command_line_key_wins_over_the_file_key_of_the_same_setting(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="trinity.config"):
+        config = finalized(tmp_path, BASE + VERL, ["trainer.grad_clip=2.0"])
+    assert config.trainer.grad_clip == 2.0
+    assert (
+        "trainer.grad_clip=2.0 (command line) is used, not "
+        "trainer.trainer_config.actor_rollout_ref.actor.grad_clip: 0.5 from the file: the two "
+        "keys set one setting"
+    ) in caplog.text
 
 
 def example(name):

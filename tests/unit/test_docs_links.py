@@ -156,8 +156,8 @@ def test_verl_tables_cover_the_converter() -> None:
         assert f"| `{verl_key}` | `{trinity_key}` |" in markdown
     for estimator, (algorithm, advantage) in ESTIMATORS.items():
         assert f"| `{estimator}` | `{algorithm}` | `{advantage}` |" in markdown
-    moved = "| `trainer.trainer_config.actor_rollout_ref.actor.ppo_mini_batch_size` |"
-    assert f"{moved} `buffer.batch_size` |" in markdown
+    moved = "| `trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size` |"
+    assert f"{moved} `ppo_micro_batch_size_per_gpu` |" in markdown
 
 
 @pytest.mark.parametrize("script", ["gen_reference.py", "gen_verl.py", "gen_corpus.py"])
@@ -168,6 +168,14 @@ def test_committed_generated_pages_are_current(script: str) -> None:
     page, expected = names["PAGE"], names["generated_page"]()
     assert "<!-- Generated below by" in expected and expected.count("\n| ") > 20
     assert page.read_text(encoding="utf-8") == expected, f"run: python docs/{script}"
+
+
+def test_committed_earlier_releases_page_is_current() -> None:
+    """The page of earlier releases' names is the tables of legacy.py as they are now."""
+    names = runpy.run_path(str(DOCS / "gen_reference.py"), run_name="gen_reference")
+    page, expected = names["EARLIER_PAGE"], names["generated_earlier_page"]()
+    assert "`explorer.runner_num` | `explorer.runner_per_model`" in expected
+    assert page.read_text(encoding="utf-8") == expected, "run: python docs/gen_reference.py"
 
 
 @pytest.mark.parametrize("page", [ROOT / "README.md", DOCS / "index.md"], ids=lambda p: p.name)

@@ -121,8 +121,9 @@ def test_over_rollout_passes_its_minimum_and_counts_what_was_left_behind(tmp_pat
         assert metrics["rollout/tasks_left_behind"] == 2 and metrics["rollout/tasks_failed"] == 0
 
 
-def test_dynamic_styles_need_mode_both_and_over_rollout_needs_them(tmp_path):
-    found = problems(
+def test_dynamic_styles_are_ignored_outside_mode_both_and_over_rollout_needs_them(tmp_path):
+    # mode explore syncs nothing within the run: the style written for mode both is ignored
+    config = finalized(
         tmp_path,
         overrides=[
             "mode=explore",
@@ -130,9 +131,7 @@ def test_dynamic_styles_need_mode_both_and_over_rollout_needs_them(tmp_path):
             "synchronizer.sync_style=trainer_driven",
         ],
     )
-    assert any(
-        p.startswith("synchronizer.sync_style = trainer_driven needs mode both") for p in found
-    )
+    assert config.synchronizer.sync_style == "fixed"
     found = problems(tmp_path, overrides=["explorer.over_rollout.ratio=0.5"])
     assert found == [
         "explorer.over_rollout.ratio = 0.5 applies only with synchronizer.sync_style "

@@ -246,14 +246,29 @@ def test_the_pipeline_input_is_what_the_training_taskset_reads(
     assert stage.buffer.explorer_input.tasksets[0].path == arithmetic_data["rl"]
 
 
+def test_a_taskset_path_beside_the_pipeline_input_was_its_output(
+    tmp_path, micro_model, arithmetic_data, caplog
+):
+    """Trinity-RFT 0.3 wrote the pipeline's output to the taskset's path: that path is not
+    read (one line says so), the pipeline's input is."""
+    extra = f"""
+    data_processor:
+      task_pipeline:
+        inputs: [{arithmetic_data["rl"]}]
+        operators: [{{name: deduplicator}}]
+    """
+    output = ["buffer.explorer_input.taskset.path=./outputs/task_pipeline_output/"]
+    config = _config(tmp_path, micro_model, "null", extra, overrides=output)
+    with caplog.at_level("WARNING", logger="trinity.config"):
+        (stage,) = check_before_start(config)
+    assert stage.buffer.explorer_input.tasksets[0].path == arithmetic_data["rl"]
+    lines = [r.getMessage() for r in caplog.records if "task_pipeline_output" in r.getMessage()]
+    assert len(lines) == 1 and "is not read" in lines[0]
+
+
 @pytest.mark.parametrize(
     "inputs, expected",
     [
-        (
-            "[/data/raw.jsonl]",
-            "data_processor.task_pipeline.inputs = [/data/raw.jsonl] and "
-            "buffer.explorer_input.taskset.path = {data} disagree; set one of them",
-        ),
         (
             "[/data/a.jsonl, /data/b.jsonl]",
             "data_processor.task_pipeline.inputs: more than one input is not supported yet; "

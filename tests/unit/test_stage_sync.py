@@ -2,6 +2,7 @@
 and trains, a stage that only trains or only explores says in one line what it ignores, and a
 stage may set its own ``synchronizer``."""
 
+import logging
 import os
 
 import pytest
@@ -70,11 +71,13 @@ def test_a_stage_sets_its_own_synchronizer(tmp_path):
     assert root.synchronizer.sync_style == "fixed"  # the global section is unchanged
 
 
-def test_a_train_stage_own_dynamic_style_is_still_an_error(tmp_path):
+def test_a_train_stage_own_dynamic_style_is_ignored_with_a_line(tmp_path, caplog):
     root = load(tmp_path, "stages.0.synchronizer.sync_style=fully_async")
     sft, _ = root.stage_configs()
-    [problem] = sync_problems_of(sft)
-    assert problem.startswith("synchronizer.sync_style = fully_async needs mode both")
+    with caplog.at_level(logging.WARNING, logger="trinity.config"):
+        sft, _ = derive(sft)
+    assert sft.synchronizer.sync_style == "fixed" and sync_problems_of(sft) == []
+    assert "synchronizer.sync_style = fully_async: ignored in mode train" in caplog.text
 
 
 def test_a_stage_synchronizer_key_is_checked_like_the_global_one(tmp_path):

@@ -64,7 +64,9 @@ def test_field_kinds_defaults_choices_and_inert_reasons_come_from_the_schema():
     optimizer = {s["key"]: s for s in form_definitions()["defs"]["OptimizerConfig"]["fields"]}
     assert optimizer["lr"] == {**optimizer["lr"], "kind": "number", "default": "1.0e-06"}
     assert optimizer["betas"] == {**optimizer["betas"], "kind": "yaml", "default": "[0.9, 0.999]"}
-    assert optimizer["warmup_style"]["choices"] == ['"constant"', '"cosine"', "null"]
+    correction = form_definitions()["defs"]["RolloutCorrectionConfig"]["fields"]
+    rollout_is = {s["key"]: s for s in correction}["rollout_is"]
+    assert rollout_is["choices"] == ['"token"', '"sequence"', "null"]
 
 
 def test_a_new_field_appears_without_touching_the_studio():

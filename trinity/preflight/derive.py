@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import os
@@ -18,13 +19,23 @@ from trinity.buffer.pipelines import build_task_pipeline
 from trinity.buffer.row_checks import row_schema
 from trinity.buffer.storages import read_as_rows, storage_kind
 from trinity.common.config import gpus
-from trinity.common.config.base import ConfigError, assign, set_default
-from trinity.common.config.config import Config, external_models, rollouts_per_step
+from trinity.common.config.base import ConfigError, assign, is_set, set_default, unset
+from trinity.common.config.config import (
+    SYNCED_MODES,
+    Config,
+    external_models,
+    rollouts_per_step,
+)
+from trinity.common.config.legacy import DROPPED_ARGS
 from trinity.common.config.schema_algorithm import AlgorithmConfig
 from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.config.schema_model import ModelConfig
 from trinity.common.config.sync_checks import DYNAMIC_STYLES
-from trinity.common.config.verl_mapping import carry_verl_settings
+from trinity.common.config.verl_mapping import (
+    carry_verl_arguments,
+    carry_verl_names,
+    carry_verl_settings,
+)
 from trinity.engine import DEFAULT_ENGINE
 from trinity.explorer.bench import bench_steps
 from trinity.preflight.model_folders import chat_template_of
@@ -62,6 +73,7 @@ def derive(config: Config) -> Tuple[Config, List[str]]:
     run of ``trinity run`` reports every problem.
     """
     config = config.model_copy(deep=True)
+    _ignore_sync_keys(config)  # before the support check: an ignored value is not refused
     unsupported, keys = set_aside(config)
     problems: List[str] = []
     _derive_run(config)
@@ -82,6 +94,29 @@ def _derive_run(config: Config) -> None:
         set_default(sync, "max_staleness", sync.sync_interval + sync.sync_offset + 1)
     # Ray actors do not share the launcher's working directory: make the root absolute.
     assign(config, "checkpoint_root_dir", os.path.abspath(config.checkpoint_root_dir))
+
+
+def _ignore_sync_keys(config: Config) -> None:
+    """In a mode without a trainer and an explorer in one run (train, explore, bench), weights
+    reach the explorer only as checkpoints on disk: a sync method or a dynamic sync style
+    means nothing there (a config written for mode both, run with mode=train), so it is
+    ignored with one line instead of refused."""
+    if config.mode in SYNCED_MODES:
+        return
+    sync, ignored = config.synchronizer, []
+    if sync.sync_method not in (None, "checkpoint"):
+        ignored.append(f"synchronizer.sync_method = {sync.sync_method}")
+        unset(sync, "sync_method")
+    if sync.sync_style != "fixed":
+        ignored.append(f"synchronizer.sync_style = {sync.sync_style}")
+        unset(sync, "sync_style")
+    if ignored:
+        logger.warning(
+            "%s: ignored in mode %s, which syncs no weights within the run (a separate "
+            "explore run loads the trainer's checkpoints)",
+            ", ".join(ignored),
+            config.mode,
+        )
 
 
 def _derive_external(config: Config) -> None:
@@ -129,7 +164,12 @@ def _derive_algorithm(config: Config) -> List[str]:
     """The algorithm type's defaults fill unset keys, the base ``AlgorithmType``'s the keys a
     plugin's ``default_config`` leaves out; each ``*_args`` merges over its defaults."""
     algorithm = config.algorithm
-    problems = _algorithm_defaults(config)
+    problems = carry_verl_names(config)
+    problems += _algorithm_defaults(config)
+    carried, notes = carry_verl_arguments(config, _takes)
+    problems += carried
+    for note in notes + _drop_earlier_arguments(config.algorithm):
+        logger.warning("%s", note)
     for key, registry in COMPONENT_REGISTRIES.items():
         name = getattr(algorithm, key)
         if name is None:
@@ -167,11 +207,47 @@ def _algorithm_defaults(config: Config) -> List[str]:
     return problems
 
 
+def _drop_earlier_arguments(algorithm: AlgorithmConfig) -> List[str]:
+    """Arguments an earlier release's component of the same name took that mean nothing here
+    (``legacy.DROPPED_ARGS``): removed, one line per component."""
+    notes = []
+    for (key, name), table in DROPPED_ARGS.items():
+        args = getattr(algorithm, f"{key}_args")
+        found = [arg for arg in table if arg in args and getattr(algorithm, key) == name]
+        if not found:
+            continue
+        dropped = table[found[0]]
+        shown = ", ".join(f"algorithm.{key}_args.{arg} = {args[arg]}" for arg in found)
+        notes.append(
+            f"{shown} (Trinity-RFT {dropped.until} and earlier: {dropped.did}) is not read "
+            f"here: {dropped.why}"
+        )
+        assign(algorithm, f"{key}_args", {k: v for k, v in args.items() if k not in found})
+    return notes
+
+
+def _takes(key: str, name: str, argument: str) -> bool:
+    """Whether the ``key`` component named ``name`` (``algorithm.policy_loss_fn: ppo``) has a
+    constructor parameter ``argument``; an unknown name takes nothing (reported elsewhere)."""
+    if key == "kl_penalty_fn" and argument == "kl_ctrl":
+        return name != "none"  # the trainer pops kl_ctrl before building the penalty
+    try:
+        component = COMPONENT_REGISTRIES[key].get(name)
+        return argument in inspect.signature(component).parameters
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
 def _derive_model(config: Config) -> List[str]:
     model, trainer, rollout = config.model, config.trainer, config.explorer.rollout_model
     problems = []
     if not model.critic_model_path:
         assign(model, "critic_model_path", model.model_path)
+    # Trinity-RFT 0.1.1 wrote the token limits on the rollout model only: the policy's are
+    # the rollout model's (and the rollout model's follow the policy's below otherwise)
+    for key in ("max_model_len", "max_prompt_tokens", "max_response_tokens"):
+        if getattr(model, key) is None and getattr(rollout, key) is not None:
+            assign(model, key, getattr(rollout, key))
     if model.max_model_len is None:
         if model.max_prompt_tokens is None or model.max_response_tokens is None:
             problems.append(
@@ -183,6 +259,7 @@ def _derive_model(config: Config) -> List[str]:
     # None, not "unset": veRL's actor.ppo_max_token_len_per_gpu may have been carried here
     if model.max_model_len is not None and trainer.max_token_len_per_gpu is None:
         assign(trainer, "max_token_len_per_gpu", max(16384, model.max_model_len))
+    _fit_token_budgets(config)
     if model.chat_template_path:
         problems += _read_chat_template(model)
     set_default(rollout, "model_path", model.model_path)
@@ -192,6 +269,40 @@ def _derive_model(config: Config) -> List[str]:
         for key in ("max_model_len", "max_prompt_tokens", "max_response_tokens"):
             set_default(served, key, getattr(model, key))
     return problems
+
+
+def _fit_token_budgets(config: Config) -> None:
+    """A packed micro-batch's token budget below ``model.max_model_len`` could not hold one
+    full sequence: it is raised to ``max_model_len`` with one line, as the original did
+    (a micro-batch then holds at least one whole sequence)."""
+    max_len = config.model.max_model_len
+    if max_len is None:
+        return
+    verl, prefix = config.trainer.trainer_config, "trainer.trainer_config"
+    budgets = [
+        (config.trainer, "max_token_len_per_gpu", "trainer"),
+        (
+            verl.actor_rollout_ref.ref,
+            "log_prob_max_token_len_per_gpu",
+            f"{prefix}.actor_rollout_ref.ref",
+        ),
+        (verl.critic, "ppo_max_token_len_per_gpu", f"{prefix}.critic"),
+        (verl.critic, "forward_max_token_len_per_gpu", f"{prefix}.critic"),
+    ]
+    for section, key, where in budgets:
+        value = getattr(section, key)
+        if value is None or value >= max_len:
+            continue
+        logger.warning(
+            "%s.%s = %s is less than model.max_model_len = %s: raised to %s so that a "
+            "micro-batch holds one whole sequence (lower model.max_model_len to use less memory)",
+            where,
+            key,
+            value,
+            max_len,
+            max_len,
+        )
+        setattr(section, key, max_len)
 
 
 def _read_chat_template(model: ModelConfig) -> List[str]:
@@ -235,9 +346,9 @@ def _derive_buffer(config: Config) -> List[str]:
     tasksets = buffer.explorer_input.tasksets
     for index, storage in enumerate(tasksets):
         name = "taskset" if len(tasksets) == 1 else f"taskset_{index}"
-        _derive_taskset(config, storage, name, is_eval=False)
+        _derive_taskset(config, storage, name, is_eval=False, index=index)
     for index, storage in enumerate(buffer.explorer_input.eval_tasksets):
-        _derive_taskset(config, storage, f"eval_taskset_{index}", is_eval=True)
+        _derive_taskset(config, storage, f"eval_taskset_{index}", is_eval=True, index=index)
     set_default(buffer, "train_batch_size", rollouts_per_step(config))
     return problems
 
@@ -252,6 +363,12 @@ def _taskset_from_pipeline(config: Config) -> List[str]:
     tasksets = config.buffer.explorer_input.tasksets
     if len(pipeline.inputs) > 1:
         return [f"{key}: more than one input is not supported yet; give one dataset path"]
+    if not tasksets and config.mode == "train":
+        return [
+            f"{key} with no training taskset: processing the trainer's dataset (the experience "
+            "buffer, as Trinity-RFT 0.3 did in mode train) is not supported yet; the pipeline "
+            "feeds buffer.explorer_input.taskset"
+        ]
     if len(tasksets) != 1:
         return [
             f"{key} feeds buffer.explorer_input.taskset: give exactly one training taskset "
@@ -259,10 +376,16 @@ def _taskset_from_pipeline(config: Config) -> List[str]:
         ]
     (storage,), (path,) = tasksets, pipeline.inputs
     if storage.path is not None and storage.path != path:
-        return [
-            f"{key} = [{path}] and buffer.explorer_input.taskset.path = {storage.path} "
-            "disagree; set one of them"
-        ]
+        # Trinity-RFT 0.3 wrote the pipeline's output to the taskset's path and explored that
+        # file; here the output goes to the explorer directly, so that path is not read.
+        logger.warning(
+            "buffer.explorer_input.taskset.path = %s is not read: the explorer reads the output "
+            "of the task pipeline on %s = [%s] directly (Trinity-RFT 0.3 wrote that output to "
+            "the taskset's path first)",
+            storage.path,
+            key,
+            path,
+        )
     if not storage_kind(storage).needs_path:
         return [f"{key}: the taskset's storage_type '{storage.storage_type}' reads no path"]
     assign(storage, "path", path)
@@ -284,7 +407,9 @@ def _derive_total_steps(config: Config) -> List[str]:
     return []
 
 
-def _derive_taskset(config: Config, storage: StorageConfig, name: str, is_eval: bool) -> None:
+def _derive_taskset(
+    config: Config, storage: StorageConfig, name: str, is_eval: bool, index: int
+) -> None:
     explorer_input, model = config.buffer.explorer_input, config.model
     assign(storage, "is_eval", is_eval)
     set_default(storage, "name", name)
@@ -295,9 +420,19 @@ def _derive_taskset(config: Config, storage: StorageConfig, name: str, is_eval: 
     set_default(storage, "default_workflow_type", workflow)
     set_default(storage, "default_reward_fn_type", explorer_input.default_reward_fn_type)
     args = storage.rollout_args
+    if is_set(args, "n") and args.n != storage.repeat_times:
+        # the original overwrote n with the repeat times in every release
+        logger.warning(
+            "%s.rollout_args.n = %s is not read: the taskset's repeat_times (%s) is its samples "
+            "per task",
+            "buffer.explorer_input." + ("eval_tasksets" if is_eval else "tasksets") + f"[{index}]",
+            args.n,
+            storage.repeat_times,
+        )
+        unset(args, "n")
     set_default(args, "n", storage.repeat_times)
     set_default(args, "max_tokens", model.max_response_tokens)
-    for key in ("temperature", "top_p", "top_k"):
+    for key in ("temperature", "top_p", "top_k", "logprobs"):
         if getattr(model, key) is not None:
             set_default(args, key, getattr(model, key))
 

@@ -17,7 +17,7 @@ from typing import Any, List, Sequence, Tuple
 from trinity.common.config.base import assign, join_path
 from trinity.common.config.config import Config
 from trinity.common.registry import plugin_hint
-from trinity.preflight.support import DOCUMENTED, SUPPORTED, show, values_at
+from trinity.preflight.support import DOCUMENTED, NOT_BUILT, SUPPORTED, show, values_at
 from trinity.utils.suggest import did_you_mean
 
 ALGORITHM_TYPE_KEY = "algorithm.algorithm_type"
@@ -109,4 +109,6 @@ def _line(outside: _Outside) -> str:
         known = f"(known: {', '.join(choices)}); {plugin_hint(dotted=False)}"
         return f"{outside.path}: unknown {key} '{show(value)}'{hint} {known}"
     supported = ", ".join(choices)
-    return f"{outside.path} = {show(value)} is not supported yet (supported: {supported})"
+    why = f": {NOT_BUILT[pattern]}" if pattern in NOT_BUILT else ""
+    shown = "{...}" if isinstance(value, dict) and value else show(value)
+    return f"{outside.path} = {shown} is not supported yet{why} (supported: {supported})"

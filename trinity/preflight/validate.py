@@ -16,7 +16,7 @@ from trinity.buffer.priority import build_priority_fn
 from trinity.buffer.selector import TASK_SELECTORS, build_selector
 from trinity.buffer.storages import path_missing, read_as_rows, storage_kind
 from trinity.common.config.base import explicit_inert_values, is_set
-from trinity.common.config.config import SYNCED_MODES, Config, external_models
+from trinity.common.config.config import Config, external_models
 from trinity.common.config.gpus import gpu_problems
 from trinity.common.config.lora_checks import lora_problems
 from trinity.common.config.nodes import node_problems
@@ -116,17 +116,6 @@ def _check_model(config: Config) -> List[str]:
         and model.max_response_tokens is None
     ):
         problems.append(f"model.max_response_tokens is required in mode {config.mode}")
-    trainer = config.trainer
-    if (
-        trainer.use_dynamic_bsz
-        and model.max_model_len is not None
-        and trainer.max_token_len_per_gpu is not None
-        and trainer.max_token_len_per_gpu < model.max_model_len
-    ):
-        problems.append(
-            f"trainer.max_token_len_per_gpu = {trainer.max_token_len_per_gpu} is less than "
-            f"model.max_model_len = {model.max_model_len}: one full sequence would not fit"
-        )
     return problems
 
 
@@ -149,11 +138,6 @@ def _check_run(config: Config) -> List[str]:
         problems.append(
             f"algorithm.algorithm_type = {algorithm.algorithm_type} distils from a teacher: set "
             "explorer.auxiliary_models[0].model_path to it"
-        )
-    if config.synchronizer.sync_method == "memory" and config.mode not in SYNCED_MODES:
-        problems.append(
-            f"synchronizer.sync_method = memory needs mode both (trainer and explorer in one "
-            f"run); with mode {config.mode} use checkpoint"
         )
     return problems
 
@@ -262,7 +246,9 @@ def _check_batches(config: Config) -> List[str]:
     if fewest is not None and fewest.repeat_times and fewest.repeat_times < repeat:
         per_task, source = fewest.repeat_times, f"taskset '{fewest.name}' repeat_times"
     output = buffer.batch_size * per_task
-    if rows > output:
+    # in the dynamic styles the explorer does not wait for the trainer's update, so a train
+    # step may take the experiences of several explore steps
+    if rows > output and config.synchronizer.sync_style == "fixed":
         problems.append(
             f"buffer.train_batch_size = {buffer.train_batch_size}{note} exceeds one explore "
             f"step's output, buffer.batch_size * {source} = {buffer.batch_size} * {per_task} = "
@@ -347,12 +333,6 @@ def _check_datasets(config: Config) -> List[str]:
         if storage.name in names:
             problems.append(f"{path}.name = {storage.name} is also used by {names[storage.name]}")
         names.setdefault(storage.name, path)
-        n, repeat_times = storage.rollout_args.n, storage.repeat_times
-        if repeat_times is not None and is_set(storage.rollout_args, "n") and n != repeat_times:
-            problems.append(
-                f"{path}.rollout_args.n = {storage.rollout_args.n} differs from its repeat_times "
-                f"= {storage.repeat_times}; set repeat_times only"
-            )
     return problems
 
 

@@ -152,7 +152,8 @@ class TrainerRole:
                 storage,
                 self.trainer.tokenizer,
                 cfg.buffer.train_batch_size,
-                total_epochs=10**9,  # an auxiliary dataset repeats; the main buffer ends the run
+                # unset: an auxiliary dataset repeats; the main buffer ends the run
+                total_epochs=storage.total_epochs or 10**9,
                 max_model_len=cfg.model.max_model_len,
             )
             for name, storage in cfg.buffer.trainer_input.auxiliary_buffers.items()

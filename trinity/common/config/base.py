@@ -165,6 +165,12 @@ def assign(model: BaseModel, name: str, value: Any) -> None:
         model.model_fields_set.discard(name)
 
 
+def unset(model: BaseModel, name: str) -> None:
+    """Put ``name`` back to its declared default, as if the user had not written it."""
+    setattr(model, name, type(model).model_fields[name].get_default(call_default_factory=True))
+    model.model_fields_set.discard(name)
+
+
 def set_default(model: BaseModel, name: str, value: Any) -> None:
     """Derive ``name`` unless the user set it explicitly."""
     if name not in model.model_fields_set:

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from trinity.common.config.schema_algorithm import RolloutCorrectionConfig
 from trinity.common.config.verl import VerlOptimConfig, VerlTrainerConfig
+from trinity.common.config.verl_mapping import KL_NAMES
 
 _ACTOR = "actor_rollout_ref.actor"
 _CORRECTION = "algorithm.rollout_correction"
@@ -81,10 +82,6 @@ ESTIMATORS: Dict[str, Tuple[str, str]] = {
 ENGINES = {"vllm": "vllm", "hf": "transformers"}
 # veRL's default data.max_prompt_length, the bound of filter_overlong_prompts when unset
 VERL_MAX_PROMPT_LENGTH = 512
-
-# veRL KL estimator names -> Trinity KL_FN names (veRL's "kl" is k1, "mse" is k2)
-KL_NAMES = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "k3": "k3"}
-KL_NAMES["low_var_kl"] = "low_var_kl"
 
 
 class Conversion:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from datetime import datetime
-from typing import Any, Dict, Iterator, List, Mapping, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -13,7 +14,10 @@ from omegaconf.errors import OmegaConfBaseException
 
 from trinity.common.config.base import ConfigError, validate_known
 from trinity.common.config.config import Config
+from trinity.common.config.legacy_read import read_earlier_names
 from trinity.common.config.overrides import apply_overrides
+
+logger = logging.getLogger("trinity.config")
 
 # A config as a run takes it: a YAML file's path, or the file's sections as a dict.
 ConfigSource = Union[str, "os.PathLike[str]", Mapping[str, Any]]
@@ -47,13 +51,17 @@ def read_config(
     """
     try:
         raw = _read(source)
+        base = os.path.dirname(os.path.abspath(os.fspath(source))) if _is_path(source) else None
+        _read_trainer_config_files(raw, base)
         apply_overrides(raw, overrides)
         for prefix in _verl_trees(raw):
             _interpolate_within(raw, prefix)
         data = _resolved(raw)
     except ConfigError as exc:
         raise ConfigError(exc.problems, incomplete=True) from None
-    return validate_known(Config, data)
+    data, refused = read_earlier_names(data)  # earlier releases' names (legacy.py)
+    config, problems, unread = validate_known(Config, data)
+    return config, refused + problems, unread
 
 
 def _resolved(raw: DictConfig) -> Any:
@@ -91,6 +99,69 @@ def _strings(value: Any) -> Iterator[str]:
         yield value
 
 
+def _is_path(source: ConfigSource) -> bool:
+    return not isinstance(source, Mapping)
+
+
+def _read_trainer_config_files(raw: DictConfig, base: Optional[str]) -> None:
+    """``trainer.trainer_config_path`` (Trinity-RFT 0.2.0 and earlier; in each stage too):
+    a veRL YAML file read as ``trainer.trainer_config``, as the original read it when
+    ``trainer_config`` was empty. A relative path is looked up from the working directory,
+    then from the config file's folder and each folder above it."""
+    sections = ["trainer"]
+    stages = raw.get("stages")
+    if OmegaConf.is_list(stages):
+        sections += [f"stages.{i}.trainer" for i in range(len(stages))]
+    for section in sections:
+        node = OmegaConf.select(raw, section)
+        if not OmegaConf.is_dict(node) or "trainer_config_path" not in node:
+            continue
+        path = node.pop("trainer_config_path")
+        key = f"{section}.trainer_config_path"
+        if not path:
+            continue
+        if node.get("trainer_config"):
+            logger.warning(
+                "%s = %s (Trinity-RFT 0.2.0 and earlier) is not read: %s.trainer_config is "
+                "set, which the original read instead",
+                key,
+                path,
+                section,
+            )
+            continue
+        node.trainer_config = _verl_file(key, str(path), base)
+        logger.warning(
+            "%s = %s (Trinity-RFT 0.2.0 and earlier) is read as %s.trainer_config (the "
+            "file's veRL keys)",
+            key,
+            path,
+            section,
+        )
+
+
+def _verl_file(key: str, path: str, base: Optional[str]) -> DictConfig:
+    candidates = [path]
+    while base and not os.path.isabs(path):  # the original's examples name it from the repo root
+        candidates.append(os.path.join(base, path))
+        base = None if os.path.dirname(base) == base else os.path.dirname(base)
+    found = next((p for p in candidates if os.path.isfile(p)), None)
+    if found is None:
+        raise ConfigError(f"{key} = {path}: file not found ({os.path.abspath(path)})")
+    return _load_mapping(found, f"{key} = {path}", "the file must hold a mapping of veRL sections")
+
+
+def _load_mapping(path: str, label: str, otherwise: str) -> DictConfig:
+    """The YAML file at ``path`` as OmegaConf reads it; errors start with ``label``, and
+    ``otherwise`` says what a file that is not a mapping should hold."""
+    try:
+        tree = OmegaConf.load(path)
+    except (OmegaConfBaseException, yaml.YAMLError) as exc:
+        raise ConfigError(f"{label}: not valid YAML: {exc}") from None
+    if not isinstance(tree, DictConfig):
+        raise ConfigError(f"{label}: {otherwise}")
+    return tree
+
+
 def _read(source: ConfigSource) -> DictConfig:
     """The config's sections as OmegaConf reads them, from a YAML file or a mapping."""
     if isinstance(source, Mapping):
@@ -102,13 +173,7 @@ def _read(source: ConfigSource) -> DictConfig:
     if not os.path.isfile(path):
         shown = path if os.path.isabs(path) else f"{path} ({os.path.abspath(path)})"
         raise ConfigError(f"config file not found: {shown}")
-    try:
-        raw = OmegaConf.load(path)
-    except (OmegaConfBaseException, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(raw, DictConfig):
-        raise ConfigError(f"{path}: the top level must be a mapping of sections")
-    return raw
+    return _load_mapping(path, path, "the top level must be a mapping of sections")
 
 
 _KEY_REFERENCE = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")  # ${a.b.c}, not ${resolver:...}

@@ -8,6 +8,9 @@ The rule, chosen so that nothing a user types is dropped without a word:
   itself (in ``algorithm``, ``buffer``, ``explorer``, ``trainer``), and one line per stage
   says so: ``buffer.total_steps=2`` shortens every stage. Where a stage sets its own list
   on the way to the key (its own ``eval_tasksets``), a line says the override missed it.
+- Where two keys set one setting (``buffer.total_steps`` and ``trainer.total_steps``, a veRL
+  key and its algorithm key, an earlier release's name and the current one: ``aliases.py``),
+  an override of one replaces the file's other, with one line saying which value won.
 - A global ``mode=M`` says which halves this process runs. A stage with its own mode runs
   what both allow: ``mode=explore`` on a train-only stage leaves it nothing, so the stage is
   skipped (said in one line); ``mode=both`` keeps a train-only stage training.
@@ -22,6 +25,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from trinity.common.config.aliases import prefer_command_line
 from trinity.common.config.base import ConfigError
 from trinity.common.config.config import StageConfig
 from trinity.common.config.schema_algorithm import AlgorithmConfig
@@ -45,7 +49,7 @@ def apply_overrides(raw: DictConfig, overrides: Sequence[str]) -> List[str]:
 
     The notes are the stage values the command line replaced and the stages it skipped.
     """
-    parsed = [_parse(item) for item in overrides]
+    parsed = prefer_command_line(raw, [_parse(item) for item in overrides])
     staged = [(key, value) for key, value in parsed if key.split(".")[0] == "stages"]
     stage_notes: List[Tuple[str, str]] = []  # (stage name, note)
     for key, value in parsed:

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Dict, Literal, Optional, Tuple
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from trinity.common.config.base import ConfigModel
-
-logger = logging.getLogger("trinity.config")
 
 
 class OptimizerConfig(ConfigModel):
@@ -25,9 +22,6 @@ class OptimizerConfig(ConfigModel):
     min_lr_ratio: float = Field(
         0.0, ge=0.0, le=1, description="Cosine schedule: the final lr as a fraction of lr."
     )
-    warmup_style: Optional[Literal["constant", "cosine"]] = Field(
-        None, description="Deprecated alias of lr_scheduler_type."
-    )
     lr_scheduler_type: Literal["constant", "cosine"] = Field(
         "constant", description="Learning-rate schedule after warm-up."
     )
@@ -35,27 +29,6 @@ class OptimizerConfig(ConfigModel):
     optimizer_type: str = Field("adamw", description="Optimizer; only adamw is built.")
     betas: Tuple[float, float] = Field((0.9, 0.999), description="Adam betas.")
     weight_decay: float = Field(0.01, ge=0.0, description="Decoupled weight decay.")
-
-    @model_validator(mode="after")
-    def _apply_warmup_style(self) -> OptimizerConfig:
-        if self.warmup_style is None:
-            return self
-        if "lr_scheduler_type" in self.model_fields_set and (
-            self.lr_scheduler_type != self.warmup_style
-        ):
-            raise ValueError(
-                f"warmup_style = {self.warmup_style} conflicts with lr_scheduler_type = "
-                f"{self.lr_scheduler_type}; warmup_style is deprecated, keep only lr_scheduler_type"
-            )
-        logger.warning(
-            "optimizer.warmup_style is deprecated; use lr_scheduler_type (now %s)",
-            self.warmup_style,
-        )
-        self.lr_scheduler_type = self.warmup_style
-        # The alias is consumed: saved configs and stage merges carry lr_scheduler_type only.
-        self.warmup_style = None
-        self.model_fields_set.discard("warmup_style")
-        return self
 
 
 # rollout_correction keys that rollout_is / rollout_rs (the switch their name starts with)

@@ -31,6 +31,12 @@ class FormatConfig(ConfigModel):
     chat_template: Optional[str] = Field(
         None, description="Chat template string; unset: model.custom_chat_template."
     )
+    image_key: Optional[str] = Field(
+        None, description="Column of a task's images (multimodal tasks: not supported yet)."
+    )
+    video_key: Optional[str] = Field(
+        None, description="Column of a task's videos (multimodal tasks: not supported yet)."
+    )
 
 
 # OpenAI's limit on top_logprobs, which the engine follows.
@@ -148,6 +154,15 @@ class StorageConfig(ConfigModel):
         False,
         description="Show a progress bar while loading.",
         reason="rows load without one; the console shows the stage's progress",
+    )
+    total_epochs: Optional[int] = Field(
+        None,
+        ge=1,
+        description="An auxiliary buffer's passes over its data before it runs out; unset: it "
+        "repeats for the whole run (other datasets follow buffer.total_epochs).",
+    )
+    mm_data_kwargs: Optional[Dict[str, Any]] = Field(
+        None, description="Multimodal data options (Trinity-RFT 0.3); not supported yet."
     )
     skip_bad_rows: bool = Field(
         False, description="file: skip (count and log) malformed rows instead of failing."

@@ -115,6 +115,9 @@ class ModelConfig(ConfigModel):
     top_k: Optional[int] = Field(
         None, description="top_k of every taskset that sets none in rollout_args."
     )
+    logprobs: Optional[int] = Field(
+        None, description="logprobs of every taskset that sets none in rollout_args."
+    )
     lora_configs: Optional[List[LoRAConfig]] = Field(
         None, description="LoRA adapters (one supported)."
     )

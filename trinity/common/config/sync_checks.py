@@ -15,11 +15,11 @@ def sync_problems(config: Any) -> List[str]:
     """One line per impossible or unsupported combination of the synchronisation keys."""
     sync, explorer, problems = config.synchronizer, config.explorer, []
     style = sync.sync_style
+    # train, explore and bench reset the style to fixed (derive.py); serve keeps it
     if style in DYNAMIC_STYLES and config.mode not in ("both", "colocate"):
         problems.append(
             f"synchronizer.sync_style = {style} needs mode both (a trainer and an explorer in "
-            f"one run); mode {config.mode} uses fixed (mode explore always loads the newest "
-            "checkpoint on disk)"
+            f"one run); mode {config.mode} uses fixed"
         )
     if style == "explorer_driven" and config.trainer.cpu_ranks > 1:
         problems.append(

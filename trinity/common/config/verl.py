@@ -19,6 +19,10 @@ _FSDP = "FSDP tuning of veRL; the native trainer shards and places weights itsel
 _PADDING = "the native trainer computes on padded batches"
 _KERNELS = "the native trainer uses the model's own kernels"
 _ROLLOUT = "veRL rollout keys are not used (the explorer rolls out)"
+_MEGATRON = "Megatron-LM settings of veRL; the Megatron backend is not supported yet."
+LossAggMode = Literal[
+    "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
+]
 # veRL shuffles the mini-batches of a pass; here a pass is one update over the whole batch
 _ONE_UPDATE = (
     "each ppo epoch is one optimizer step over the whole batch: row order cannot change it"
@@ -132,14 +136,7 @@ class VerlActorConfig(ConfigModel):
     """``actor_rollout_ref.actor``."""
 
     MOVED_KEYS: ClassVar[Dict[str, str]] = {
-        "ppo_mini_batch_size": "buffer.batch_size",
         "ppo_micro_batch_size": "ppo_micro_batch_size_per_gpu",
-        "use_kl_loss": "algorithm.kl_loss_fn",
-        "kl_loss_type": "algorithm.kl_loss_fn",
-        "kl_loss_coef": "algorithm.kl_loss_fn_args.kl_coef",
-        "entropy_coeff": "algorithm.entropy_loss_fn_args.entropy_coef",
-        "clip_ratio": "algorithm.policy_loss_fn_args.clip_range",
-        "loss_agg_mode": "algorithm.loss_agg_mode",
     }
 
     strategy: str = inert(
@@ -173,6 +170,52 @@ class VerlActorConfig(ConfigModel):
     fsdp_config: VerlFSDPConfig = Field(
         default_factory=VerlFSDPConfig, description="FSDP settings; mixed_precision is used."
     )
+    # veRL's loss keys: each is carried to the algorithm setting named in its description
+    # (verl_mapping.ACTOR_LOSS_KEYS), where the algorithm's component takes that argument.
+    clip_ratio: Optional[float] = Field(
+        None, description="PPO clip range; carried to algorithm.policy_loss_fn_args.clip_range."
+    )
+    clip_ratio_low: Optional[float] = Field(
+        None, description="Lower clip; carried to algorithm.policy_loss_fn_args.clip_range_low."
+    )
+    clip_ratio_high: Optional[float] = Field(
+        None, description="Upper clip; carried to algorithm.policy_loss_fn_args.clip_range_high."
+    )
+    clip_ratio_c: Optional[float] = Field(
+        None, description="Dual-clip bound; carried to algorithm.policy_loss_fn_args.clip_ratio_c."
+    )
+    loss_agg_mode: Optional[LossAggMode] = Field(
+        None, description="Loss aggregation; carried to algorithm.loss_agg_mode."
+    )
+    entropy_coeff: Optional[float] = Field(
+        None,
+        description="Entropy bonus weight; carried to algorithm.entropy_loss_fn_args.entropy_coef.",
+    )
+    use_kl_loss: Optional[bool] = Field(
+        None,
+        description="KL loss on or off; carried to algorithm.kl_loss_fn (false: none; true: "
+        "the estimator kl_loss_type names).",
+    )
+    kl_loss_type: Optional[str] = Field(
+        None,
+        description="KL loss estimator (kl, k1, abs, mse, k2, k3, low_var_kl), with use_kl_loss.",
+    )
+    kl_loss_coef: Optional[float] = Field(
+        None,
+        description="KL loss weight; carried to algorithm.kl_loss_fn_args.kl_coef (dpo: "
+        "policy_loss_fn_args.beta, as Trinity-RFT 0.1.1 read it).",
+    )
+    tau: Optional[float] = Field(
+        None,
+        description="OPMD's regularization (Trinity-RFT 0.1.1); carried to the tau of "
+        "algorithm.policy_loss_fn_args and advantage_fn_args.",
+    )
+    opmd_baseline: Optional[str] = Field(
+        None,
+        description="OPMD's baseline (Trinity-RFT 0.1.1); carried to "
+        "algorithm.advantage_fn_args.opmd_baseline.",
+    )
+    megatron: Optional[Dict[str, Any]] = Field(None, description=_MEGATRON)
 
 
 class VerlRefConfig(ConfigModel):
@@ -203,6 +246,7 @@ class VerlRefConfig(ConfigModel):
     entropy_checkpointing: Optional[bool] = inert(
         None, description="Recompute entropy.", reason=_KERNELS
     )
+    megatron: Optional[Dict[str, Any]] = Field(None, description=_MEGATRON)
 
 
 def _rollout_key(home: str, description: str) -> Any:
@@ -316,24 +360,11 @@ class VerlCriticConfig(ConfigModel):
     )
     grad_clip: float = Field(1.0, description="Critic gradient norm clip.")
     cliprange_value: float = Field(0.5, description="Value clipping range of the value loss.")
+    megatron: Optional[Dict[str, Any]] = Field(None, description=_MEGATRON)
 
 
 class VerlTrainerSection(ConfigModel):
     """``trainer`` inside trainer_config (veRL's trainer block)."""
-
-    MOVED_KEYS: ClassVar[Dict[str, str]] = {
-        "total_epochs": "buffer.total_epochs",
-        "total_training_steps": "buffer.total_steps",
-        "project_name": "project",
-        "experiment_name": "name",
-        "logger": "monitor.monitor_type",
-        "nnodes": "cluster.node_num",
-        "n_gpus_per_node": "cluster.gpu_per_node",
-        "save_freq": "trainer.save_interval",
-        "test_freq": "explorer.eval_interval",
-        "val_before_train": "explorer.eval_on_startup",
-        "default_local_dir": "checkpoint_root_dir",
-    }
 
     balance_batch: bool = Field(True, description="Balance tokens across data-parallel ranks.")
     critic_warmup: int = Field(0, description="Steps that train only the critic.")
@@ -360,14 +391,54 @@ class VerlTrainerSection(ConfigModel):
     )
 
 
+class VerlAlgorithmConfig(ConfigModel):
+    """``trainer_config.algorithm``: veRL's algorithm keys, each carried to the Trinity
+    algorithm setting its description names (verl_mapping.py)."""
+
+    gamma: Optional[float] = Field(
+        None, description="GAE discount; carried to algorithm.advantage_fn_args.gamma."
+    )
+    lam: Optional[float] = Field(
+        None, description="GAE lambda; carried to algorithm.advantage_fn_args.lam."
+    )
+    norm_adv_by_std_in_grpo: Optional[bool] = Field(
+        None, description="Carried to algorithm.advantage_fn_args.norm_adv_by_std_in_grpo."
+    )
+    adv_estimator: Optional[str] = Field(
+        None,
+        description="veRL's advantage estimator; algorithm.algorithm_type and advantage_fn "
+        "decide it here (Trinity-RFT overwrote it too), so a different one is reported.",
+    )
+    use_kl_in_reward: Optional[bool] = Field(
+        None,
+        description="KL penalty in the reward on or off; carried to algorithm.kl_penalty_fn "
+        "(unset with kl_penalty or kl_ctrl set: on unless the actor's use_kl_loss is true, "
+        "the rule of Trinity-RFT 0.1.1 and veRL then).",
+    )
+    kl_penalty: Optional[str] = Field(
+        None, description="Estimator of the KL penalty; carried to algorithm.kl_penalty_fn."
+    )
+    kl_ctrl: Optional[Dict[str, Any]] = Field(
+        None,
+        description="Fixed or adaptive KL coefficient (type, kl_coef, horizon, target_kl); "
+        "carried to algorithm.kl_penalty_fn_args.kl_ctrl.",
+    )
+    rollout_correction: Optional[Dict[str, Any]] = Field(
+        None, description="Carried key by key to algorithm.rollout_correction."
+    )
+
+
 class VerlTrainerConfig(ConfigModel):
     """``trainer.trainer_config``: the veRL key tree."""
 
     MOVED_KEYS: ClassVar[Dict[str, str]] = {
-        "algorithm": "algorithm",
         "data": "buffer.explorer_input",
         "reward_model": "explorer.auxiliary_models",
     }
+
+    algorithm: VerlAlgorithmConfig = Field(
+        default_factory=VerlAlgorithmConfig, description="veRL's algorithm keys."
+    )
 
     actor_rollout_ref: VerlActorRolloutRefConfig = Field(
         default_factory=VerlActorRolloutRefConfig, description="Actor, reference, rollout."
