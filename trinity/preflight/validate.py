@@ -173,10 +173,18 @@ def _check_run(config: Config) -> List[str]:
             f"algorithm.algorithm_type = {algorithm.algorithm_type} distils from a teacher: set "
             "explorer.auxiliary_models[0].model_path to it"
         )
-    if config.synchronizer.sync_method == "memory" and config.mode not in SYNCED_MODES:
+    method = config.synchronizer.sync_method
+    if method == "memory" and config.mode not in SYNCED_MODES:
         problems.append(
             f"synchronizer.sync_method = memory needs mode both (trainer and explorer in one "
             f"run); with mode {config.mode} use checkpoint"
+        )
+    if method == "nccl" and config.mode != "both":
+        instead = "memory" if config.mode in SYNCED_MODES else "checkpoint"
+        problems.append(
+            "synchronizer.sync_method = nccl needs mode both (the trainer broadcasts to the "
+            f"rollout engines of its own run, each in a process of its own); with mode "
+            f"{config.mode} use {instead}"
         )
     return problems
 

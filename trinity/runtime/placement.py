@@ -119,6 +119,15 @@ def this_node_cpus() -> int:
     return max(1, node.cpus)
 
 
+def node_address() -> str:
+    """This node's address as Ray gives it (127.0.0.1 on the local Ray ``trinity run``
+    starts: its loopback switch), or the loopback outside Ray."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return ray.util.get_node_ip_address()
+    return "127.0.0.1"
+
+
 def own_node_cpus(config: Any) -> Optional[int]:
     """In an actor pinned to its role's node (``cluster.node_num`` >= 2), Ray's CPU count
     of that node, which its threads split; None when roles share the machine."""
