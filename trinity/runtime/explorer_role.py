@@ -386,6 +386,8 @@ class ExplorerRole(EngineWeights):
             if self.config.mode == "bench":
                 return run_bench(self.explorer, self.bench_steps, self._load_checkpoint)
             step = self.explorer.run()
+            if self._collective():  # nccl: the trainer waits in each broadcast until its end
+                self._sync(Wanted(None, final=True))
             if self.queue is not None and self.config.mode == "explore":
                 call(self.queue, "set_explorer_finished", True)  # every step written
             return step
