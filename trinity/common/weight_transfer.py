@@ -38,7 +38,7 @@ import torch.distributed as dist
 from trinity.common.weights import Stats, SyncTimeoutError, TransferOffer, tensor_stats
 
 # Bytes a bucket holds at most (a tensor larger than this travels in a bucket of its own).
-BUCKET_BYTES = 256 * 2**20
+BUCKET_BYTES = 128 * 2**20
 # Where a tensor starts in its bucket: a multiple of this, so a view of any dtype is aligned.
 ALIGN = 64
 # How often the trainer looks for the engines that have arrived (seconds).
@@ -96,12 +96,13 @@ def _device(backend: str) -> torch.device:
     )
 
 
-def _buffer(held: Optional[torch.Tensor], layout: Layout, device: torch.device) -> torch.Tensor:
-    """A byte buffer as large as the layout's largest bucket (``held`` when it is)."""
+def _buffers(held: List[torch.Tensor], layout: Layout, device: torch.device) -> List[torch.Tensor]:
+    """Two byte buffers as large as the layout's largest bucket (``held`` when they are):
+    one bucket travels in one while the other is packed or unpacked."""
     need = max((bucket["bytes"] for bucket in layout["buckets"]), default=0)
-    if held is not None and held.numel() >= need:
+    if held and held[0].numel() >= need:
         return held
-    return torch.empty(need, dtype=torch.uint8, device=device)
+    return [torch.empty(need, dtype=torch.uint8, device=device) for _ in range(2)]
 
 
 def make_group(store: Any, rank: int, world: int, backend: str, host: str, timeout: float) -> Any:
@@ -117,12 +118,13 @@ def make_group(store: Any, rank: int, world: int, backend: str, host: str, timeo
     return dist.ProcessGroupGloo(prefixed, rank, world, options)
 
 
-def broadcast(group: Any, flat: torch.Tensor, timeout: float) -> None:
-    """Rank 0's ``flat`` into every rank's ``flat``."""
+def broadcast(group: Any, flat: torch.Tensor, timeout: float) -> Any:
+    """Start sending rank 0's ``flat`` into every rank's ``flat``; ``.wait()`` on the
+    returned work waits for it (and raises if it failed)."""
     options = dist.BroadcastOptions()
     options.rootRank, options.rootTensor = 0, 0
     options.timeout = timedelta(seconds=timeout)
-    group.broadcast([flat], options).wait()
+    return group.broadcast([flat], options)
 
 
 def engine_names(ranks: List[int]) -> str:
@@ -173,7 +175,7 @@ class WeightSender:
         self.offer = TransferOffer(host, port, backend, engines + 1, timeout)
         self.dtype, self.bucket_bytes = dtype, bucket_bytes
         self.group: Any = None
-        self._flat: Optional[torch.Tensor] = None
+        self._flats: List[torch.Tensor] = []
         self._layouts: set = set()
         self._versions: List[int] = []
 
@@ -193,23 +195,39 @@ class WeightSender:
             self.group = make_group(
                 self.store, 0, self.offer.world, self.offer.backend, self.offer.host, timeout
             )
-        self._flat = _buffer(self._flat, layout, _device(self.offer.backend))
-        sums: Dict[str, Stats] = {}
-        for bucket in layout["buckets"]:
-            flat = self._flat[: bucket["bytes"]]
-            for entry in bucket["tensors"]:
-                view = _view(flat, entry)
-                view.copy_(tensors[entry[0]])
-                sums[entry[0]] = tensor_stats(view)
-            try:
-                broadcast(self.group, flat, timeout)
-            except RuntimeError as exc:  # gloo: a peer timed out or went away
-                raise SyncTimeoutError(
-                    f"the rollout engines stopped taking model version {version} during its "
-                    f"transfer ({exc}); see their logs"
-                ) from exc
+        self._flats = _buffers(self._flats, layout, _device(self.offer.backend))
+        sums = self._broadcast_buckets(version, layout, tensors)
         self.store.set(f"v{version}/sums", json.dumps(sums))
         self._forget_old(version)
+
+    def _broadcast_buckets(
+        self, version: int, layout: Layout, tensors: Dict[str, torch.Tensor]
+    ) -> Dict[str, Stats]:
+        """Each bucket packed while the one before is on its way, and checksummed while it
+        is on its own; the checksums of every tensor as sent."""
+        sums: Dict[str, Stats] = {}
+        in_flight = None
+        for index, bucket in enumerate(layout["buckets"]):
+            flat = self._flats[index % 2][: bucket["bytes"]]  # its last bucket is delivered
+            views = {entry[0]: _view(flat, entry) for entry in bucket["tensors"]}
+            for name, view in views.items():
+                view.copy_(tensors[name])
+            in_flight = self._next(version, in_flight, flat)
+            sums.update({name: tensor_stats(view) for name, view in views.items()})
+        self._next(version, in_flight, None)
+        return sums
+
+    def _next(self, version: int, in_flight: Any, flat: Optional[torch.Tensor]) -> Any:
+        """Wait for the bucket on its way (if any), then start sending ``flat`` (if any)."""
+        try:
+            if in_flight is not None:
+                in_flight.wait()
+            return None if flat is None else broadcast(self.group, flat, self.offer.timeout)
+        except RuntimeError as exc:  # a peer timed out or went away
+            raise SyncTimeoutError(
+                f"the rollout engines stopped taking model version {version} during its "
+                f"transfer ({exc}); see their logs"
+            ) from exc
 
     def _await_engines(self, version: int) -> None:
         world, timeout = self.offer.world, self.offer.timeout
@@ -251,7 +269,7 @@ class WeightReceiver:
     def __init__(self, offer: TransferOffer) -> None:
         self.offer = offer
         self.group: Any = None
-        self._flat: Optional[torch.Tensor] = None
+        self._flats: List[torch.Tensor] = []
         self._layouts: Dict[str, Layout] = {}
         with self._from_trainer("answer (its weight store)", None):
             self.store = dist.TCPStore(
@@ -287,19 +305,29 @@ class WeightReceiver:
                 self.group = make_group(
                     self.store, offer.rank, offer.world, offer.backend, here, offer.timeout
                 )
-        self._flat = _buffer(self._flat, layout, _device(offer.backend))
-        aliases = layout["aliases"]
-        for bucket in layout["buckets"]:
-            flat = self._flat[: bucket["bytes"]]
-            with self._from_trainer("send", version):
-                broadcast(self.group, flat, offer.timeout)
-            tensors = {entry[0]: _view(flat, entry) for entry in bucket["tensors"]}
-            tensors.update({a: tensors[t] for a, t in aliases.items() if t in tensors})
-            load(tensors)
+        self._flats = _buffers(self._flats, layout, _device(offer.backend))
+        self._receive_buckets(version, layout, load)
         with self._from_trainer("send the checksums of", version):
             sums = json.loads(self.store.get(f"v{version}/sums"))
-        sums.update({alias: sums[target] for alias, target in aliases.items()})
+        sums.update({alias: sums[target] for alias, target in layout["aliases"].items()})
         return {name: (int(total), int(count)) for name, (total, count) in sums.items()}
+
+    def _receive_buckets(
+        self, version: int, layout: Layout, load: Callable[[Dict[str, torch.Tensor]], None]
+    ) -> None:
+        """Each bucket loaded while the next one is on its way."""
+        buckets, aliases, timeout = layout["buckets"], layout["aliases"], self.offer.timeout
+        flats = [self._flats[i % 2][: bucket["bytes"]] for i, bucket in enumerate(buckets)]
+        with self._from_trainer("send", version):
+            in_flight = broadcast(self.group, flats[0], timeout) if buckets else None
+        for index, bucket in enumerate(buckets):
+            with self._from_trainer("send", version):
+                in_flight.wait()
+                if index + 1 < len(buckets):  # into the other buffer, whose bucket is loaded
+                    in_flight = broadcast(self.group, flats[index + 1], timeout)
+            tensors = {entry[0]: _view(flats[index], entry) for entry in bucket["tensors"]}
+            tensors.update({a: tensors[t] for a, t in aliases.items() if t in tensors})
+            load(tensors)
 
     def _layout(self, version: int) -> Layout:
         layout_id = self.store.get(f"v{version}/layout").decode()
