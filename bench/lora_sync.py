@@ -52,10 +52,6 @@ def _rounds(folder: str, model: torch.nn.Module, args: argparse.Namespace) -> Di
     receive = ExplorerRole._sync
     job_dir = tempfile.mkdtemp(prefix="sync-lora-", dir=args.work_dir)
     trainer, explorer, actors = _sides("memory", job_dir, model, folder, args.threads)
-    # what _sync and _publish read beyond bench/sync.py's stand-in config: an external rollout
-    # API (none) and the trainer's rank count (one process)
-    trainer.config.explorer = SimpleNamespace(rollout_model=SimpleNamespace(engine_type=None))
-    trainer.config.trainer = SimpleNamespace(cpu_ranks=1)
     rounds: List[Dict[str, float]] = []
     try:
         for version in range(1, args.repeats + 2):

@@ -1,33 +1,45 @@
-"""Weight-sync seconds by model size, for the ``memory`` and ``checkpoint`` methods.
+"""Weight-sync seconds by model size, for the ``memory``, ``checkpoint`` and ``nccl`` methods.
 
 Each round runs the project's own code: ``TrainerRole._publish`` on the trainer side and
-``ExplorerRole._sync`` on the explorer side (called on stand-in instances that carry only
-the attributes those methods read), a real ``Synchronizer`` actor between them and a real
-``EngineActor`` (a ``TransformersEngine``) receiving the weights in its own process:
+``ExplorerRole._sync`` on the explorer side (on role objects that carry only the attributes
+those methods read), a real ``Synchronizer`` actor between them and a real ``EngineActor``
+(a ``TransformersEngine``) receiving the weights in its own process:
 
 - ``memory``: detach-and-clone the state dict, ``ray.put`` it, publish the ref; the engine
   actor gets the dict from the object store and ``load_state_dict`` copies it in.
 - ``checkpoint``: ``save_checkpoint`` writes the weights (``actor/model.safetensors``; no
   optimizer state, see below), the path is published; the engine reads it and copies it in.
+- ``nccl``: the trainer publishes its offer and broadcasts the weights (gloo on CPU) while
+  the engine joins the group, loads each bucket and checks the trainer's checksums
+  (``common/weight_transfer.py``).
+- ``memory_in_process``: ``memory`` as a stage ``trinity run`` runs in its own process does
+  it (no Ray: a ``LocalEngine`` and the synchronizer on a loop of its own, a clone of the
+  state dict handed over).
 
-``publish_s`` is the trainer's share (until ``_publish`` returns), ``receive_s`` the
-explorer's (until every engine holds the new version), ``total_s`` their sum; each is the
-median over ``--repeats`` rounds after one warm-up round, and ``best_total_s`` is the
-fastest round. The real ``Trainer.save`` also writes the AdamW state (about twice the
-weights) in the checkpoint call; that is left out here so both methods move the same
-bytes. The trainer's model is a fresh random init, different from the engine's, so every
-round copies real new values; ``weights_match`` records that the engine ended up with
-them. It measures; it asserts nothing.
+The trainer publishes in a thread while the explorer waits for the version, as in a run
+(``nccl``'s broadcast needs both sides at once). ``publish_s`` is the trainer's share (until
+``_publish`` returns), ``receive_s`` the explorer's after that (until every engine holds the
+new version), ``total_s`` their sum, the sync's wall time; each is the median over
+``--repeats`` rounds after one warm-up round, and ``best_total_s`` is the fastest round. The
+real ``Trainer.save`` also writes the AdamW state (about twice the weights) in the
+checkpoint call; that is left out here so the methods move the same bytes. The trainer's
+model is a fresh random init, different from the engine's, so every round copies real new
+values; ``weights_match`` records that the engine ended up with them. It measures; it
+asserts nothing.
 
 Sizes (character vocabulary of 100 tokens, tied embeddings, Llama blocks)::
 
     1m:   hidden 128,  4 layers,  4 heads, MLP 512   ->   1.06M parameters
     25m:  the "25m" tiny preset (512, 8, 8, 1408)    ->  25.8M
     100m: hidden 1024, 8 layers, 16 heads, MLP 2816  -> 102.9M
+    smollm2: SmolLM2-135M-Instruct's architecture    -> 134.5M (the folder --smollm2 names,
+             made by ``trinity prepare-quickstart --task smollm2``; not in the default sizes)
 
 Usage::
 
     python bench/sync.py --out sync.json
+    python bench/sync.py --size smollm2 --smollm2 /tmp/smollm2/model \
+        --method memory --method nccl --method memory_in_process --out sync.json
 """
 
 from __future__ import annotations
@@ -38,6 +50,7 @@ import os
 import shutil
 import statistics
 import tempfile
+import threading
 import time
 from types import SimpleNamespace
 from typing import Any, Dict, List, Optional
@@ -45,6 +58,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from trinity.common.sync_schedule import Wanted
+from trinity.common.weight_transfer import BUCKET_BYTES
 from trinity.demo.tiny import TINY_PRESETS, build_tiny_model
 from trinity.trainer.checkpoint import save_checkpoint
 
@@ -65,7 +79,9 @@ SIZES: Dict[str, Dict[str, int]] = {
         max_position_embeddings=512,
     ),
 }
-METHODS = ("memory", "checkpoint")
+METHODS = ("memory", "checkpoint", "nccl", "memory_in_process")
+DEFAULT_METHODS = ("memory", "checkpoint", "nccl")
+SMOLLM2 = "smollm2"  # a size whose folder --smollm2 names
 
 
 class _WeightsOnlySaver:
@@ -88,85 +104,123 @@ def _engine_checksum(actor: Any) -> float:
     return _checksum(actor.model.engine.model)
 
 
-def _sides(method: str, job_dir: str, model: torch.nn.Module, folder: str, threads: int):
-    """Synchronizer + engine actors, and the trainer/explorer stand-ins that use them."""
-    import ray
-
-    from trinity.runtime.actors import EngineActor
-    from trinity.runtime.synchronizer import Synchronizer
-
-    config = SimpleNamespace(
+def _config(method: str, job_dir: str) -> SimpleNamespace:
+    """What ``_publish``, ``_sync`` and ``weight_sender`` read of a run's config."""
+    return SimpleNamespace(
         mode="both",
         checkpoint_job_dir=job_dir,
         synchronizer=SimpleNamespace(sync_method=method, sync_timeout=600.0),
         trainer=SimpleNamespace(cpu_ranks=1),  # one trainer process
-        explorer=SimpleNamespace(rollout_model=SimpleNamespace(engine_type="transformers")),
+        cluster=SimpleNamespace(gpu_per_node=0),
+        model=SimpleNamespace(lora_configs=[]),
+        explorer=SimpleNamespace(
+            rollout_model=SimpleNamespace(engine_type="transformers", engine_num=1, dtype="float32")
+        ),
     )
-    sync = ray.remote(num_cpus=0)(Synchronizer).remote(method, job_dir, 600.0, has_trainer=True)
-    engine = EngineActor.remote(
-        "transformers",
-        [],
-        job_dir,
-        "bench_engine",
-        "INFO",
-        threads,
-        model_path=folder,
-        max_model_len=64,
-        max_prompt_tokens=None,
-        max_response_tokens=8,
+
+
+def _engine(method: str, job_dir: str, folder: str, threads: int) -> Any:
+    """The engine: an ``EngineActor`` in its own process, or for ``memory_in_process`` a
+    ``LocalEngine`` in this one."""
+    limits = dict(
+        model_path=folder, max_model_len=64, max_prompt_tokens=None, max_response_tokens=8
     )
-    trainer = SimpleNamespace(
-        config=config, sync_actor=sync, trainer=_WeightsOnlySaver(job_dir, model)
+    if method == "memory_in_process":
+        from trinity.engine.local import LocalEngine
+
+        return LocalEngine("transformers", name="bench_engine", num_threads=threads, **limits)
+    from trinity.runtime.actors import EngineActor
+
+    return EngineActor.remote(
+        "transformers", [], job_dir, "bench_engine", "INFO", threads, **limits
     )
+
+
+def _sides(method: str, job_dir: str, model: torch.nn.Module, folder: str, threads: int):
+    """Synchronizer + engine, and the trainer and explorer roles that use them."""
+    import ray
+
     from trinity.runtime.explorer_role import ExplorerRole
+    from trinity.runtime.synchronizer import Synchronizer
+    from trinity.runtime.trainer_role import TrainerRole, weight_sender
+    from trinity.utils.loop_host import LoopHost
     from trinity.utils.status import Reporter
 
-    explorer = SimpleNamespace(
-        config=config,
-        sync_actor=sync,
-        engines=[engine],
-        loaded_version=0,
-        report=Reporter(None, "explorer"),
-    )
-    wait, releases, load = (
-        ExplorerRole._wait_for_trainer,
-        ExplorerRole._releases,
-        ExplorerRole._load_into,
-    )
-    explorer._wait_for_trainer = lambda version: wait(explorer, version)
-    explorer._releases = lambda version: releases(explorer, version)
-    explorer._load_into = lambda engines, weights, version: load(
-        explorer, engines, weights, version
-    )
+    config = _config(method, job_dir)
+    transport = "memory" if method == "memory_in_process" else method
+    config.synchronizer.sync_method = transport
+    if method == "memory_in_process":
+        sync = LoopHost(lambda: Synchronizer(transport, job_dir, 600.0, True), "bench_sync")
+    else:
+        sync = ray.remote(num_cpus=0)(Synchronizer).remote(transport, job_dir, 600.0, True)
+    engine = _engine(method, job_dir, folder, threads)
+    trainer = TrainerRole.__new__(TrainerRole)
+    trainer.config, trainer.sync_actor = config, sync
+    trainer.trainer, trainer.report = _WeightsOnlySaver(job_dir, model), Reporter(None, "trainer")
+    trainer.sender = weight_sender(config) if method == "nccl" else None
+    trainer.published, trainer.unsent, trainer.running = None, None, True
+    explorer = ExplorerRole.__new__(ExplorerRole)
+    explorer.config, explorer.sync_actor, explorer.engines = config, sync, [engine]
+    explorer.loaded_version, explorer.report = 0, Reporter(None, "explorer")
     return trainer, explorer, [sync, engine]
+
+
+def _round(trainer: Any, explorer: Any, version: int, model: torch.nn.Module) -> Dict[str, float]:
+    """One sync of ``version``: the trainer publishes in a thread while the explorer waits
+    for it and loads it, as in a run."""
+    from trinity.runtime.explorer_role import ExplorerRole
+    from trinity.runtime.trainer_role import TrainerRole
+
+    trainer.trainer.step = version
+    times: Dict[str, float] = {}
+
+    def publish() -> None:
+        TrainerRole._publish(trainer, version, model)
+        times["published"] = time.perf_counter()
+
+    thread = threading.Thread(target=publish)
+    start = time.perf_counter()
+    thread.start()
+    got = ExplorerRole._sync(explorer, Wanted(version))
+    done = time.perf_counter()
+    thread.join()
+    if got != version or "published" not in times:
+        raise RuntimeError(f"round {version} did not sync (the explorer holds {got})")
+    publish_s = times["published"] - start
+    return {"publish_s": publish_s, "receive_s": max(0.0, done - start - publish_s)}
+
+
+def _close(actors: List[Any]) -> None:
+    import ray
+
+    for actor in actors:
+        if hasattr(actor, "close"):  # a LoopHost of this process
+            actor.close()
+        else:
+            ray.kill(actor, no_restart=True)
+
+
+def _engine_sum(engine: Any) -> float:
+    import ray
+
+    if hasattr(engine, "hosted"):
+        return _checksum(engine.hosted.engine.model)
+    return ray.get(engine.__ray_call__.remote(_engine_checksum))
 
 
 def bench_method(method: str, folder: str, model: torch.nn.Module, args: argparse.Namespace):
     """Warm-up round plus ``repeats`` timed rounds of one sync method; medians in seconds."""
-    import ray
-
-    from trinity.runtime.explorer_role import ExplorerRole
-    from trinity.runtime.trainer_role import TrainerRole
-
-    publish = TrainerRole._publish
-    receive = ExplorerRole._sync
     job_dir = tempfile.mkdtemp(prefix=f"sync-{method}-", dir=args.work_dir)
     trainer, explorer, actors = _sides(method, job_dir, model, folder, args.threads)
     rounds: List[Dict[str, float]] = []
     try:
         for version in range(1, args.repeats + 2):
-            trainer.trainer.step = version
-            start = time.perf_counter()
-            publish(trainer, version, model)
-            published = time.perf_counter()
-            got = receive(explorer, Wanted(version))
-            done = time.perf_counter()
-            if version > 1 and got == version:  # round 1 is the warm-up
-                rounds.append({"publish_s": published - start, "receive_s": done - published})
-        engine_sum = ray.get(actors[1].__ray_call__.remote(_engine_checksum))
+            timing = _round(trainer, explorer, version, model)
+            if version > 1:  # round 1 is the warm-up
+                rounds.append(timing)
+        engine_sum = _engine_sum(actors[1])
     finally:
-        for actor in actors:
-            ray.kill(actor, no_restart=True)
+        _close(actors)
         shutil.rmtree(job_dir, ignore_errors=True)
     result = {key: statistics.median(r[key] for r in rounds) for key in ("publish_s", "receive_s")}
     result["total_s"] = result["publish_s"] + result["receive_s"]
@@ -178,18 +232,31 @@ def bench_method(method: str, folder: str, model: torch.nn.Module, args: argpars
     return result
 
 
+def _folder(size: str, args: argparse.Namespace) -> str:
+    if size == SMOLLM2:
+        if not args.smollm2 or not os.path.isfile(os.path.join(args.smollm2, "config.json")):
+            raise SystemExit(
+                "--size smollm2 needs --smollm2 <folder>: make it with "
+                "`trinity prepare-quickstart --task smollm2 --out <dir>` (<dir>/model)"
+            )
+        return args.smollm2
+    return build_tiny_model(os.path.join(args.cache_dir, f"sync-{size}"), **SIZES[size])
+
+
 def bench_size(size: str, args: argparse.Namespace) -> Dict[str, Any]:
     """Build (or reuse) the engine's model folder, make the trainer's model, time each method."""
-    from transformers import AutoConfig, LlamaForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    folder = build_tiny_model(os.path.join(args.cache_dir, f"sync-{size}"), **SIZES[size])
+    folder = _folder(size, args)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(1)  # differs from the folder's seed 0: every sync changes weights
-        model = LlamaForCausalLM(AutoConfig.from_pretrained(folder))
+        torch.manual_seed(1)  # differs from the folder's weights: every sync changes them
+        model = AutoModelForCausalLM.from_config(
+            AutoConfig.from_pretrained(folder), dtype=torch.float32
+        )
     state = model.state_dict()
     out = {
         "size": size,
-        "config": SIZES[size],
+        "config": SIZES.get(size, {"model": os.path.basename(os.path.normpath(folder))}),
         "parameters": sum(p.numel() for p in model.parameters()),
         "state_dict_bytes": sum(t.numel() * t.element_size() for t in state.values()),
     }
@@ -199,14 +266,16 @@ def bench_size(size: str, args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def summary(report: Dict[str, Any]) -> str:
-    """One line: total seconds per method per size, and checkpoint/memory ratios."""
+    """One line: total seconds per method per size, and each method against memory."""
     parts = []
     for r in report["results"]:
         times = " ".join(f"{m} {r[m]['total_s']:.3f}s" for m in METHODS if m in r)
-        if all(m in r for m in METHODS):
-            times += (
-                f" (checkpoint/memory {r['checkpoint']['total_s'] / r['memory']['total_s']:.2f}x)"
-            )
+        ratios = [
+            f"{m}/memory {r[m]['total_s'] / r['memory']['total_s']:.2f}x"
+            for m in METHODS[1:]
+            if m in r and "memory" in r
+        ]
+        times += f" ({', '.join(ratios)})" if ratios else ""
         parts.append(f"{r['size']} ({r['parameters'] / 1e6:.1f}M): {times}")
     c = report["config"]
     return f"sync, median of {c['repeats']}, {c['threads']} engine thread(s): " + "; ".join(parts)
@@ -214,10 +283,11 @@ def summary(report: Dict[str, Any]) -> str:
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--size", action="append", choices=list(SIZES))
+    parser.add_argument("--size", action="append", choices=[*SIZES, SMOLLM2])
     parser.add_argument("--method", action="append", choices=list(METHODS))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=max(1, len(os.sched_getaffinity(0)) // 2))
+    parser.add_argument("--smollm2", default=None, help="SmolLM2-135M-Instruct's folder")
     parser.add_argument("--out", default="sync.json")
     parser.add_argument(
         "--cache-dir", default=os.path.join(tempfile.gettempdir(), "trinity-bench-models")
@@ -225,7 +295,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--work-dir", default=None, help="checkpoints go here (default: tmp)")
     args = parser.parse_args(argv)
     args.size = args.size or list(SIZES)
-    args.method = args.method or list(METHODS)
+    args.method = args.method or list(DEFAULT_METHODS)
     return args
 
 
@@ -252,6 +322,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
             "torch": torch.__version__,
             "ray": ray.__version__,
             "machine": f"{os.cpu_count()} cpus",
+            "bucket_bytes": BUCKET_BYTES,
         },
         "results": results,
     }

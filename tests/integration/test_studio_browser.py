@@ -92,10 +92,10 @@ def test_build_a_grpo_config_from_scratch_save_and_load(
     # the first paint shows the defaults' check, which came with the form: no "checking..."
     assert "model.model_path is required" in _problems(browser)
     # a value the schema names but this build cannot run is shown, and cannot be picked
-    _open(browser, "synchronizer")
-    option = 'select[name="synchronizer.sync_method"] option[value=\'"nccl"\']'
-    nccl = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, option))
-    assert nccl.text == "nccl (not supported yet)" and not nccl.is_enabled()
+    _open(browser, "trainer")
+    option = 'select[name="trainer.trainer_strategy"] option[value=\'"megatron"\']'
+    megatron = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, option))
+    assert megatron.text == "megatron (not supported yet)" and not megatron.is_enabled()
     _type(browser, "checkpoint_root_dir", str(tmp_path / "checkpoints"))
     _open(browser, "model")
     _type(browser, "model.model_path", micro_model)

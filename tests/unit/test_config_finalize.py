@@ -267,11 +267,20 @@ def test_sync_method_follows_mode(tmp_path, caplog):
     )
 
 
+@pytest.mark.parametrize("mode, instead", [("colocate", "memory"), ("explore", "checkpoint")])
+def test_nccl_sync_needs_mode_both(tmp_path, mode, instead):
+    found = problems(tmp_path, overrides=[f"mode={mode}", "synchronizer.sync_method=nccl"])
+    assert (
+        "synchronizer.sync_method = nccl needs mode both (the trainer broadcasts to the rollout "
+        "engines of its own run, each in a process of its own); with mode "
+        f"{mode} use {instead}"
+    ) in found
+
+
 def test_not_supported_values_are_reported_together(tmp_path):
     overrides = [
         "algorithm.algorithm_type=dpo",
         "explorer.rollout_model.engine_type=tinker",
-        "synchronizer.sync_method=nccl",
         "monitor.monitor_type=neptune",
         "buffer.explorer_input.taskset.storage_type=queue",
         "model.lora_configs=[{lora_dtype: int8}]",
@@ -286,7 +295,6 @@ def test_not_supported_values_are_reported_together(tmp_path):
         "(supported: file, sql)",
         "explorer.rollout_model.engine_type = tinker is not supported yet: the tinker engine "
         "(the Tinker API) is not built (supported: transformers, external, vllm, unset)",
-        "synchronizer.sync_method = nccl is not supported yet",
         "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size = 2 is "
         "not supported yet",
         "monitor.monitor_type: unknown monitor_type 'neptune' (known: mlflow, tensorboard, wandb)",

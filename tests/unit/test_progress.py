@@ -12,13 +12,22 @@ from trinity.runtime.progress import ProgressPrinter
 from trinity.runtime.stage_progress import StageProgress, clock
 
 
-def stage_config(job_dir, mode="both", algorithm="grpo"):
+def stage_config(job_dir, mode="both", algorithm="grpo", sync_method="memory"):
     return SimpleNamespace(
         checkpoint_job_dir=str(job_dir),
         name="exp",
         mode=mode,
         algorithm=SimpleNamespace(algorithm_type=algorithm),
+        synchronizer=SimpleNamespace(sync_method=sync_method),
+        cluster=SimpleNamespace(gpu_per_node=0),
     )
+
+
+def test_an_nccl_stage_says_which_backend_carries_the_weights(tmp_path):
+    out = io.StringIO()
+    printer = ProgressPrinter(Console(file=out, width=200))
+    printer.begin_stage(stage_config(tmp_path, sync_method="nccl"), steps=2, start=0)
+    assert "weight sync: nccl, a gloo broadcast from the trainer to the engines" in out.getvalue()
 
 
 def append(job_dir, role, *records):

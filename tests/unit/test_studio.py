@@ -268,4 +268,5 @@ def test_the_studio_offers_exactly_the_choices_the_checks_run():
             walked += 1
             refused += [] if runs else [f"{pattern}={value}"]
     assert walked >= 20  # mode, storage types, sync_method, replay, ... each value of each
-    assert "synchronizer.sync_method=nccl" in refused and "mode=serve" not in refused
+    assert "trainer.trainer_strategy=megatron" in refused
+    assert "synchronizer.sync_method=nccl" not in refused and "mode=serve" not in refused

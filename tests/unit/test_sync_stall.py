@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from trinity.common.weights import SyncTimeoutError
 from trinity.runtime.explorer_role import ExplorerRole
-from trinity.runtime.synchronizer import SyncTimeoutError
 from trinity.utils.loop_host import LoopHost
 
 

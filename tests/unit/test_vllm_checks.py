@@ -125,6 +125,19 @@ def test_colocate_and_lora_are_not_supported_yet(tmp_path, micro_model, monkeypa
     assert found[1].startswith("model.lora_configs with explorer.rollout_model.engine_type vllm")
 
 
+def test_nccl_sync_into_vllm_is_refused_naming_why(tmp_path, micro_model, monkeypatch):
+    """vLLM's own weight-transfer backends (vllm/distributed/weight_transfer) need CUDA."""
+    found = vllm_problems(
+        tmp_path, micro_model, ["synchronizer.sync_method=nccl"], monkeypatch=monkeypatch
+    )
+    assert found == [
+        "synchronizer.sync_method nccl with explorer.rollout_model.engine_type vllm is not "
+        "supported yet: vLLM's CPU build has no weight-transfer backend that runs on CPU (its "
+        "nccl and ipc backends need CUDA), so its workers cannot join the trainer's "
+        "broadcast; use sync_method memory"
+    ]
+
+
 def test_an_architecture_vllm_does_not_run_is_named(tmp_path, micro_model, monkeypatch):
     import json
     import shutil

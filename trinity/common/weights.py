@@ -7,6 +7,10 @@ writes them, and the readers below it (engines, the synchronizer, bench mode, th
 - The weights file: safetensors, tied names stored once (``load_weights`` re-ties them).
 - ``memory`` sync: a state dict as numpy views for the Ray object store (``pack_state`` /
   ``unpack_state``).
+- ``nccl`` sync: what the trainer publishes (``TransferOffer``); the transfer itself is
+  ``weight_transfer.py``'s.
+- Checksums (``tensor_stats``) that prove an engine holds the weights the trainer sent, and
+  the errors of a sync that did not happen (``SyncTimeoutError``, ``WeightSyncError``).
 
 Nothing here imports torch at module level: the job-folder helpers serve processes that
 never load it (the synchronizer, the checks before start).
@@ -18,6 +22,7 @@ import json
 import os
 import re
 import warnings
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 if TYPE_CHECKING:
@@ -28,8 +33,46 @@ LATEST_FILE = "latest_checkpointed_iteration.txt"
 WEIGHTS_FILE = os.path.join("actor", "model.safetensors")
 
 
+# (sum of the values' bit patterns as integers, number of elements): see ``tensor_stats``
+Stats = Tuple[int, int]
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint could not be written or read; the message says why and what to do."""
+
+
+class SyncTimeoutError(TimeoutError):
+    """A side of a sync did not arrive within ``synchronizer.sync_timeout``."""
+
+
+class WeightSyncError(RuntimeError):
+    """The engine does not hold the weights it was sent."""
+
+
+@dataclass(frozen=True)
+class TransferOffer:
+    """Where the engines join the trainer's broadcast of its weights (``sync_method: nccl``):
+    the store the trainer serves (``host``:``port``), the group's ``backend`` (``nccl`` or
+    ``gloo``) and size (``world``: the trainer and every rollout engine), every wait's bound
+    (``timeout``: ``synchronizer.sync_timeout``), and the receiving engine's ``rank``, set
+    per engine by the explorer (``for_engine``)."""
+
+    host: str
+    port: int
+    backend: str
+    world: int
+    timeout: float
+    rank: int = 0
+
+    def for_engine(self, index: int) -> TransferOffer:
+        """The offer as rollout engine ``index`` takes it: rank ``index + 1``."""
+        return replace(self, rank=index + 1)
+
+
+def collective_backend(on_gpu: bool) -> str:
+    """The ``torch.distributed`` backend of the ``nccl`` sync: NCCL between GPUs, gloo on
+    CPU."""
+    return "nccl" if on_gpu else "gloo"
 
 
 def step_dir(job_dir: str, step: int) -> str:
@@ -78,6 +121,21 @@ def load_weights(path: str) -> Dict[str, torch.Tensor]:
     for name, target in aliases.items():
         tensors[name] = tensors[target]
     return tensors
+
+
+def tensor_stats(tensor: torch.Tensor) -> Stats:
+    """``Stats`` of a tensor's values as stored (no dtype conversion before the sums): exact,
+    so compared for equality, and blind to order, so a fused parameter holds its parts' sums
+    added up and a kernel's reordering changes nothing."""
+    import numpy as np
+    import torch
+
+    values = tensor.detach().contiguous().reshape(-1)
+    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    bits = values.view(as_int[values.element_size()])
+    if bits.device.type == "cpu":  # numpy's integer sum is about 10x faster than torch's here
+        return int(bits.numpy().sum(dtype=np.int64)), values.numel()
+    return int(bits.sum(dtype=torch.int64)), values.numel()
 
 
 def pack_state(state_dict: Dict[str, torch.Tensor]) -> Dict[str, Tuple[np.ndarray, str]]:

@@ -24,6 +24,8 @@ from transformers import AutoModelForCausalLM
 
 from trinity.common.adapter_weights import Adapter, peft_adapter
 from trinity.common.models.sampling import SamplingParams
+from trinity.common.weight_transfer import WeightReceiver, unheld
+from trinity.common.weights import WeightSyncError
 from trinity.engine.decoding import make_decoder, supports_shared_prefix
 from trinity.engine.prompts import PromptSide
 from trinity.engine.sampling import RowSampler
@@ -381,6 +383,19 @@ class TransformersEngine(PromptSide):
                 )
         for name, value in state_dict.items():
             current[name].copy_(value)
+
+    def receive_weights(self, receiver: WeightReceiver, version: int) -> None:
+        """Load model ``version`` bucket by bucket as the trainer broadcasts it
+        (``sync_method: nccl``), then compare every tensor with the trainer's checksums:
+        ``WeightSyncError`` names those the model does not hold."""
+        sums = receiver.receive(version, self.load_state_dict)
+        wrong = unheld(sums, self.model.state_dict())
+        if wrong:
+            raise WeightSyncError(
+                f"the transformers engine does not hold {len(wrong)} of the {len(sums)} tensors "
+                f"of model version {version} as the trainer sent them, e.g. {wrong[:3]}: its "
+                "samples would come from other weights than the trainer's"
+            )
 
 
 class _TopBuffer:

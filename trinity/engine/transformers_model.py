@@ -19,7 +19,7 @@ from trinity.common.adapter_weights import Adapter, read_sync_weights
 from trinity.common.experience import Experience
 from trinity.common.models.model import InferenceModel
 from trinity.common.models.sampling import SamplingParams
-from trinity.common.weights import unpack_state
+from trinity.common.weights import TransferOffer, unpack_state
 from trinity.engine.conversation import Conversation, engine_conversation, record_turn
 from trinity.engine.registry import ENGINES
 from trinity.utils.openmp import release_workers
@@ -67,6 +67,7 @@ class TransformersInferenceModel(InferenceModel):
         # One worker thread: generation and weight loading never overlap.
         self._executor = ThreadPoolExecutor(max_workers=1)
         self._conversations: OrderedDict = OrderedDict()  # session -> Conversation
+        self._receiver: Any = None  # sync_method nccl: this engine's end of the trainer's group
 
     @staticmethod
     def build_engine(**engine_kwargs: Any) -> Any:
@@ -184,6 +185,19 @@ class TransformersInferenceModel(InferenceModel):
         finally:
             release_workers()
 
+    def _receive(self, offer: TransferOffer, version: int) -> None:
+        """Take ``version`` from the trainer's broadcast (``weight_transfer.py``); this
+        engine joins the group at its first sync and stays in it."""
+        from trinity.common.weight_transfer import WeightReceiver
+
+        try:
+            if self._receiver is None:
+                self._receiver = WeightReceiver(offer)
+            self.engine.receive_weights(self._receiver, version)
+            self._version = version
+        finally:
+            release_workers()
+
     def _to_experiences(
         self, version: int, outputs: List[SampleOutput], params: SamplingParams
     ) -> List[Experience]:
@@ -252,13 +266,18 @@ class TransformersInferenceModel(InferenceModel):
     async def load_weights(self, weights: Any, version: int) -> None:
         self._loading = version
         try:
-            if isinstance(weights, str):  # a checkpoint's weights file: read here, off the trainer
+            load = self._load
+            if isinstance(weights, TransferOffer):  # nccl sync: join the trainer's broadcast
+                load = self._receive
+            elif isinstance(
+                weights, str
+            ):  # a checkpoint's weights file: read here, off the trainer
                 weights = read_sync_weights(weights)
             elif weights and isinstance(next(iter(weights.values())), tuple):  # memory sync
                 weights = unpack_state(weights)
             loop = asyncio.get_running_loop()
             # waits for the generation batch in hand: the executor runs one thing at a time
-            await loop.run_in_executor(self._executor, self._load, weights, version)
+            await loop.run_in_executor(self._executor, load, weights, version)
         finally:
             self._loading = None
         logger.info("rollout engine now at model version %d", version)

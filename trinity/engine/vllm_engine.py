@@ -38,9 +38,10 @@ from safetensors.torch import save_file
 
 from trinity.common.config.schema_buffer import MAX_TOP_LOGPROBS
 from trinity.common.models.sampling import SamplingParams
+from trinity.common.weights import WeightSyncError, tensor_stats
 from trinity.engine.hf_engine import SampleOutput
 from trinity.engine.prompts import PromptSide
-from trinity.engine.vllm_worker import TIED_OUTPUT, mismatches, tensor_stats
+from trinity.engine.vllm_worker import TIED_OUTPUT, mismatches
 from trinity.utils.output import log_folder, output_to
 
 logger = logging.getLogger(__name__)
@@ -52,10 +53,6 @@ CPU_KV_SHARE = 0.25
 # How often a call in flight checks that vLLM's engine core is still alive (seconds).
 LIVENESS_POLL_S = 0.5
 T = TypeVar("T")
-
-
-class WeightSyncError(RuntimeError):
-    """The engine does not hold the weights it was sent."""
 
 
 class EngineDied(RuntimeError):

@@ -20,24 +20,13 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterator, List, Tuple
 
-import numpy as np
 import torch
 
-# (sum of the values' bit patterns as integers, number of elements)
-Stats = Tuple[int, int]
+from trinity.common.weights import Stats, tensor_stats
+
 # transformers' name of the output embedding, tied to the input one in many small models
 # (vLLM then holds one tensor for both)
 TIED_OUTPUT = "lm_head."
-_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def tensor_stats(tensor: torch.Tensor) -> Stats:
-    """``Stats`` of a tensor's values as stored (no dtype conversion before the sums)."""
-    values = tensor.detach().contiguous().reshape(-1)
-    bits = values.view(_BITS[values.element_size()])
-    if bits.device.type == "cpu":  # numpy's integer sum is about 10x faster than torch's here
-        return int(bits.numpy().sum(dtype=np.int64)), values.numel()
-    return int(bits.sum(dtype=torch.int64)), values.numel()
 
 
 class TrinityWorkerExtension:

@@ -36,6 +36,7 @@ from trinity.common.config.verl_mapping import (
     carry_verl_names,
     carry_verl_settings,
 )
+from trinity.common.weights import collective_backend
 from trinity.engine import DEFAULT_ENGINE
 from trinity.explorer.bench import bench_steps
 from trinity.preflight.model_folders import chat_template_of
@@ -150,13 +151,16 @@ def _derive_from_machine(config: Config) -> None:
         set_default(section.fsdp_config.mixed_precision, "param_dtype", "bf16" if gpu else "fp32")
     sync_method = "memory" if config.mode in ("both", "colocate", "serve") else "checkpoint"
     set_default(config.synchronizer, "sync_method", sync_method)
+    method = config.synchronizer.sync_method
+    if method == "nccl":  # the value names the method; the devices pick the backend
+        method += f" (a {collective_backend(gpu)} broadcast{'' if gpu else ': no GPU'})"
     logger.info(
         "Resolved for this machine: cluster.gpu_per_node=%s explorer.rollout_model.engine_type=%s "
         "explorer.rollout_model.dtype=%s synchronizer.sync_method=%s",
         config.cluster.gpu_per_node,
         rollout.engine_type,
         rollout.dtype,
-        config.synchronizer.sync_method,
+        method,
     )
 
 

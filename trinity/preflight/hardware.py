@@ -5,14 +5,15 @@ as written (DESIGN decision 20): every value this machine cannot honour is one l
 command line gathers the overrides that make the config start here::
 
     - cluster.gpu_per_node = 2 but this machine has 0 GPU(s) visible to torch ...
-    - synchronizer.sync_method = nccl broadcasts weights between GPUs ...
-    to run it here: trinity run --config x.yaml cluster.gpu_per_node=0 synchronizer...
+    - explorer.rollout_model.engine_type = vllm: vLLM is not installed ...
+    to run it here: trinity run --config x.yaml cluster.gpu_per_node=0 explorer...
 
 ``hardware_fixes`` reads one stage as loaded (nothing derived yet: an unset key resolves to
 what the machine has, so only values a config sets ask for more) and returns a ``Fix`` per
 value: its line, and the override that replaces it. The checks run in order on a copy that
 holds the earlier fixes, as one fix changes what the next sees (no GPU left: neither NCCL nor
-vLLM's GPU build can run). ``check_before_start`` applies the fixes before its other checks,
+vLLM's GPU build can run). ``sync_method: nccl`` is no such value: on CPU it broadcasts
+over gloo (``common/weights.py``). ``check_before_start`` applies the fixes before its other checks,
 so the rest of the config is checked as it would run here; ``finalize`` reports the lines.
 What does not depend on this machine (a config's own GPU arithmetic, features not built) is
 reported where it is today: ``gpus.py``, ``support.py``.
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
 from trinity.common.config import gpus
-from trinity.common.config.config import SYNCED_MODES, Config
+from trinity.common.config.config import Config
 from trinity.preflight.hosting import ray_reasons
 from trinity.preflight.support import show
 from trinity.preflight.vllm_checks import INSTALL_CPU, INSTALL_GPU, vllm_build, vllm_models
@@ -74,7 +75,7 @@ def hardware_fixes(
     """
     machine = machine or Machine.here()
     fixed, fixes = config.model_copy(deep=True), []
-    checks = (_nodes, functools.partial(_gpus, limit=gpu_limit), _sync, _vllm)
+    checks = (_nodes, functools.partial(_gpus, limit=gpu_limit), _vllm)
     for check in checks:
         for fix in check(fixed, machine):
             _apply(fixed, fix.key, fix.value)
@@ -200,20 +201,6 @@ def _one_gpu_needs_ray(config: Config) -> bool:
         and bool(shares.problems())
         and bool(ray_reasons(config))
     )
-
-
-def _sync(config: Config, machine: Machine) -> List[Fix]:
-    """NCCL broadcasts between GPUs; without any, the default method of the mode."""
-    count = config.cluster.gpu_per_node
-    count = machine.gpus if count is None else count
-    if config.synchronizer.sync_method != "nccl" or count > 0:
-        return []  # with GPUs: support.py (not built yet)
-    method = "memory" if config.mode in SYNCED_MODES else "checkpoint"
-    line = (
-        "synchronizer.sync_method = nccl broadcasts weights between GPUs, and this run has "
-        f"none; {method} is this mode's method without them"
-    )
-    return [Fix(line, "synchronizer.sync_method", method)]
 
 
 def _vllm(config: Config, machine: Machine) -> List[Fix]:

@@ -154,7 +154,7 @@ SUPPORTED: Dict[str, Allowed] = {
     "buffer.trainer_input.auxiliary_buffers.*.storage_type": _data_storages,
     "explorer.rollout_model.engine_type": _registered_engines,
     "explorer.auxiliary_models.*.engine_type": _registered_engines,
-    "synchronizer.sync_method": (None, "memory", "checkpoint"),
+    "synchronizer.sync_method": (None, "memory", "checkpoint", "nccl"),
     "trainer.trainer_strategy": ("fsdp", "fsdp2"),
     "trainer.ulysses_sequence_parallel_size": (1,),
     "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size": (1,),

@@ -139,6 +139,12 @@ def _check_run(config: Config) -> List[str]:
             f"algorithm.algorithm_type = {algorithm.algorithm_type} distils from a teacher: set "
             "explorer.auxiliary_models[0].model_path to it"
         )
+    if config.synchronizer.sync_method == "nccl" and config.mode in ("colocate", "serve"):
+        problems.append(
+            "synchronizer.sync_method = nccl needs mode both (the trainer broadcasts to the "
+            f"rollout engines of its own run, each in a process of its own); with mode "
+            f"{config.mode} use memory"
+        )
     return problems
 
 

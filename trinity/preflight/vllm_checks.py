@@ -66,13 +66,29 @@ def _unsupported(config: Config, served: List[Tuple[str, Any, str]]) -> List[str
             "would have to free its memory while the trainer steps (vLLM's sleep mode, which its "
             "CPU build lacks); use mode both"
         )
-    if config.model.lora_configs and any(p == "explorer.rollout_model" for p, _, _ in served):
+    rollout = any(p == "explorer.rollout_model" for p, _, _ in served)
+    if rollout and config.synchronizer.sync_method == "nccl":
+        problems.append(_nccl_problem())
+    if config.model.lora_configs and rollout:
         problems.append(
             "model.lora_configs with explorer.rollout_model.engine_type vllm is not supported "
             "yet (the engine would take merged adapted layers only); use engine_type "
             "transformers"
         )
     return problems
+
+
+def _nccl_problem() -> str:
+    """Why the vllm engine cannot take the trainer's broadcast (``sync_method: nccl``)."""
+    key = "synchronizer.sync_method nccl with explorer.rollout_model.engine_type vllm"
+    if vllm_build() == "cpu":
+        why = (
+            "vLLM's CPU build has no weight-transfer backend that runs on CPU (its nccl and "
+            "ipc backends need CUDA), so its workers cannot join the trainer's broadcast"
+        )
+    else:
+        why = "joining vLLM's weight-transfer API (weight_transfer_config) is not built yet"
+    return f"{key} is not supported yet: {why}; use sync_method memory"
 
 
 def _section_problems(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from typing import Any, Callable, Dict, List, Optional
 
 from trinity.buffer.selector_state import SelectorStateFile, selector_state_path
@@ -21,18 +20,9 @@ from trinity.engine.local import LocalEngine
 from trinity.explorer.bench import run_bench
 from trinity.explorer.pool import LoopRunner, Runner, RunnerPool, ThreadRunner
 from trinity.explorer.pool_rules import DynamicTimeout
+from trinity.runtime.engine_weights import EngineWeights
 from trinity.runtime.placement import Placement
-from trinity.runtime.roles import (
-    PENDING,
-    WAIT_SLICE_S,
-    call,
-    call_all,
-    call_all_within,
-    log_to_file,
-    role_monitor,
-    setup_process,
-)
-from trinity.runtime.synchronizer import SyncTimeoutError
+from trinity.runtime.roles import call, call_all, log_to_file, role_monitor, setup_process
 from trinity.utils.access import read_secret
 from trinity.utils.loop_host import LoopHost
 from trinity.utils.status import Reporter
@@ -185,7 +175,7 @@ def resume_reader(reader: Any, states: SelectorStateFile, step: int, batch_size:
         )
 
 
-class ExplorerRole:
+class ExplorerRole(EngineWeights):
     # mode serve (serve_role.py): the hooks of the rollout engine's serve routes
     serve_hooks: Any = None
 
@@ -373,66 +363,13 @@ class ExplorerRole:
         stale = [e for e, v in zip(self.engines, versions, strict=True) if v < self.loaded_version]
         if found is not None and found[0] > self.loaded_version and found[1]:
             stale, self.loaded_version = self.engines, found[0]
+        elif stale and self._collective():
+            raise RuntimeError(self._lost(stale))
         if stale:
             found = found or call(self.sync_actor, "wait_for", self.loaded_version, 0.0)
             if found is not None and found[1]:
                 self._load_into(stale, found[1][0], found[0])
         return self.loaded_version
-
-    def _load_into(self, engines: List[Any], weights: Any, version: int) -> None:
-        """Every engine of ``engines`` loads ``weights`` of ``version``, within
-        ``synchronizer.sync_timeout``; an engine that did not is named with the phase it was
-        in: ``send`` (the weights had not reached it) or ``load`` (it was loading them)."""
-        timeout = self.config.synchronizer.sync_timeout
-        loaded = call_all_within(engines, "load_weights", (weights, version), timeout)
-        stuck = [
-            engine for engine, result in zip(engines, loaded, strict=True) if result is PENDING
-        ]
-        if not stuck:
-            return
-        phases = call_all_within(stuck, "sync_phase", (), 5.0)
-        named = [
-            f"rollout engine {self.engines.index(engine)} ({engine_phase(phase)})"
-            for engine, phase in zip(stuck, phases, strict=True)
-        ]
-        raise SyncTimeoutError(
-            f"model version {version} did not reach {', '.join(named)} within "
-            f"synchronizer.sync_timeout={timeout:g}s; see the engine's log"
-        )
-
-    def _releases(self, version: int) -> bool:
-        """Whether the engines give their weights up while waiting for ``version``: in a
-        colocated stage, when the trainer publishes every weight (a LoRA sync sends only
-        the adapted layers, so the engines keep theirs)."""
-        return (
-            self.config.mode == "colocate"
-            and version > self.loaded_version
-            and not self.config.model.lora_configs
-        )
-
-    def _wait_for_trainer(self, version: Optional[int]) -> Any:
-        """(version, weights) from the synchronizer once it has ``version`` (None: once the
-        trainer finished, with its last weights), waiting in slices and saying so."""
-        timeout = self.config.synchronizer.sync_timeout
-        start, since = time.monotonic(), time.time()
-        what = "finish" if version is None else f"publish model version {version}"
-        while (left := timeout - (time.monotonic() - start)) > 0:
-            wait = min(WAIT_SLICE_S, left)
-            if version is None:
-                found = call(self.sync_actor, "wait_finished", wait)
-            else:
-                found = call(self.sync_actor, "wait_for", version, wait)
-            if found is not None:
-                self.report.done()
-                return found
-            self.report.wait(
-                f"the trainer to {what} (synchronizer.sync_timeout={timeout:g}s)", since=since
-            )
-        latest = call(self.sync_actor, "published")
-        raise SyncTimeoutError(
-            f"the trainer did not {what} within synchronizer.sync_timeout={timeout:g}s "
-            f"(latest published: {latest}); it is slow or stuck: see its log"
-        )
 
     def close(self) -> None:
         """Stop the engines and runners this process hosts (their servers, their loops)."""
@@ -449,6 +386,8 @@ class ExplorerRole:
             if self.config.mode == "bench":
                 return run_bench(self.explorer, self.bench_steps, self._load_checkpoint)
             step = self.explorer.run()
+            if self._collective():  # nccl: the trainer waits in each broadcast until its end
+                self._sync(Wanted(None, final=True))
             if self.queue is not None and self.config.mode == "explore":
                 call(self.queue, "set_explorer_finished", True)  # every step written
             return step
@@ -461,12 +400,3 @@ class ExplorerRole:
             self.monitor.close()
             if self.explorer.pipeline is not None:
                 self.explorer.pipeline.close()  # e.g. stops an auto-started Data-Juicer service
-
-
-def engine_phase(answer: Any) -> str:
-    """How a stuck engine's ``sync_phase`` answer reads in an error."""
-    if answer == "load":
-        return "phase load: it was still loading them"
-    if answer == "idle":
-        return "phase send: the weights had not reached it"
-    return "phase unknown: it does not answer"

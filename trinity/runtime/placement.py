@@ -15,6 +15,7 @@ its actors are placed in their GPU bundles instead.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -115,6 +116,15 @@ def this_node_cpus() -> int:
     here = ray.get_runtime_context().get_node_id()
     node = next(n for n in alive_nodes() if n.node_id == here)
     return max(1, node.cpus)
+
+
+def node_address() -> str:
+    """This node's address as Ray gives it (127.0.0.1 on the local Ray ``trinity run``
+    starts: its loopback switch), or the loopback outside Ray."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return ray.util.get_node_ip_address()
+    return "127.0.0.1"
 
 
 def own_node_cpus(config: Any) -> Optional[int]:

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from rich.console import Console
 from rich.live import Live
 
+from trinity.common.weights import collective_backend
 from trinity.monitor import read_metrics
 from trinity.runtime.stage_progress import StageProgress
 from trinity.utils.console import output_console
@@ -89,6 +90,11 @@ class ProgressPrinter:
             f"algorithm={config.algorithm.algorithm_type} steps={steps}{resumed}\n"
             f"  outputs: {self.job_dir}"
         )
+        if config.mode == "both" and config.synchronizer.sync_method == "nccl":
+            backend = collective_backend(config.cluster.gpu_per_node > 0)
+            self.console.print(
+                f"  weight sync: nccl, a {backend} broadcast from the trainer to the engines"
+            )
         counts = _COUNTS.get(config.mode, "trainer")
         self.progress = StageProgress(config.name, steps, start, counts)
         self.last_line = (start, time.monotonic())

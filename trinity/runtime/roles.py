@@ -52,14 +52,22 @@ def call_all_within(handles: List[Any], method: str, args: tuple, timeout: float
     """Start ``method(*args)`` on every handle at once (an actor, or a ``LoopHost`` in this
     process) and wait up to ``timeout`` seconds: each result, ``PENDING`` for a call still
     running. A call that raised raises."""
+    return call_each_within(handles, method, [args] * len(handles), timeout)
+
+
+def call_each_within(
+    handles: List[Any], method: str, args: List[tuple], timeout: float
+) -> List[Any]:
+    """``call_all_within`` with arguments of each handle's own (``args[i]`` for
+    ``handles[i]``)."""
     if handles and all(is_actor(h) for h in handles):
         import ray
 
-        refs = [getattr(h, method).remote(*args) for h in handles]
+        refs = [getattr(h, method).remote(*a) for h, a in zip(handles, args, strict=True)]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
         results = dict(zip(ready, ray.get(ready), strict=True))
         return [results.get(ref, PENDING) for ref in refs]
-    futures = [h.submit(method, *args) for h in handles]
+    futures = [h.submit(method, *a) for h, a in zip(handles, args, strict=True)]
     done, _ = concurrent.futures.wait(futures, timeout=timeout)
     return [future.result() if future in done else PENDING for future in futures]
 

@@ -3,6 +3,9 @@
 ``memory``: the trainer puts its state dict in the Ray object store and publishes the ref.
 ``checkpoint``: the trainer publishes the path of a saved checkpoint; when no trainer runs
 in this job (``explore`` mode), the synchronizer reads the newest checkpoint on disk.
+``nccl``: the trainer publishes a ``TransferOffer`` and waits in its broadcast until the
+engines join (``common/weight_transfer.py``), so the explorer takes every version published
+(``have``), also while it waits for a later one.
 Every wait has a timeout and says which side did not arrive.
 """
 
@@ -14,10 +17,6 @@ import time
 from typing import Any, List, Optional, Tuple
 
 from trinity.common.weights import latest_step, weights_path
-
-
-class SyncTimeoutError(TimeoutError):
-    """A side of a sync did not arrive within ``synchronizer.sync_timeout``."""
 
 
 async def _wait(cond: asyncio.Condition, predicate: Any, timeout: float) -> bool:
@@ -70,8 +69,11 @@ class Synchronizer:
             return step, [weights_path(self.job_dir, step)]
         return None
 
-    async def wait_for(self, version: int, timeout: float) -> Optional[Tuple[int, List[Any]]]:
-        """Explorer side: (version, weights) of at least ``version``; None after ``timeout``.
+    async def wait_for(
+        self, version: int, timeout: float, have: Optional[int] = None
+    ) -> Optional[Tuple[int, List[Any]]]:
+        """Explorer side: (version, weights) of at least ``version``, or with ``have`` (the
+        version the engines hold) of any version newer than that; None after ``timeout``.
 
         The caller waits in short slices so it can say what it waits for, and builds the
         error when its whole ``sync_timeout`` has passed. Raises if the trainer failed.
@@ -79,7 +81,7 @@ class Synchronizer:
         if not self.has_trainer:
             return await self._poll_disk(version, timeout)
         async with self._cond():
-            ready = lambda: self.version >= version or self._trainer_state != "running"  # noqa: E731
+            ready = lambda: self.version >= version or self._ended() or self._newer(have)  # noqa: E731
             if not await _wait(self._cond(), ready, timeout):
                 return None
             if self._trainer_state.startswith("failed") and self.version < version:
@@ -88,16 +90,26 @@ class Synchronizer:
                 )
             return self.version, self._weights or []
 
-    async def wait_finished(self, timeout: float) -> Optional[Tuple[int, List[Any]]]:
-        """Explorer side: the trainer's last (version, weights) once it finished; None after
-        ``timeout``. Raises if the trainer failed."""
+    async def wait_finished(
+        self, timeout: float, have: Optional[int] = None
+    ) -> Optional[Tuple[int, List[Any]]]:
+        """Explorer side: the trainer's last (version, weights) once it finished, or with
+        ``have`` any version newer than that before; None after ``timeout``. Raises if the
+        trainer failed."""
         async with self._cond():
-            done = lambda: self._trainer_state != "running"  # noqa: E731
+            done = lambda: self._ended() or self._newer(have)  # noqa: E731
             if not await _wait(self._cond(), done, timeout):
                 return None
             if self._trainer_state.startswith("failed"):
                 raise RuntimeError(f"the trainer stopped before its end: {self._trainer_state}")
             return self.version, self._weights or []
+
+    def _ended(self) -> bool:
+        return self._trainer_state != "running"
+
+    def _newer(self, have: Optional[int]) -> bool:
+        """Whether a version newer than ``have`` (None: never) is published."""
+        return have is not None and self.version > have
 
     async def ask(self) -> None:
         """Explorer side (``explorer_driven``): publish fresh weights at your next step end."""

@@ -3,14 +3,15 @@
 Rank 0 is the ``TrainerActor`` (it reads the buffer, logs, publishes); ranks 1..N-1 are
 ``TrainerRankActor``s that run the same ``ShardedTrainer`` loop and join each collective:
 they receive every batch from rank 0, and take part in gathering the weights whenever rank 0
-publishes or saves. Rank 0 picks a free loopback port for the gloo group, so every rank
-runs on rank 0's node. The launcher watches every rank: one that dies fails the run.
+publishes or saves (rank 0 alone sends them to the engines). Rank 0 picks a free loopback
+port for the gloo group, so every rank runs on rank 0's node. The launcher watches every
+rank: one that dies fails the run.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, List, Tuple
+from typing import Any, List, Optional, Tuple
 
 import ray
 
@@ -76,6 +77,7 @@ class TrainerRankActor:
         job_dir, by_node = config.checkpoint_job_dir, config.log.group_by_node
         setup_process(plugin_dirs, job_dir, name, config.log.level, threads, by_node=by_node)
         self.config, self.planned_steps, self.rank, self.port = config, planned_steps, rank, port
+        self.followed: Optional[int] = None  # the last version rank 0 published (nccl)
 
     def prepare(self) -> int:
         """Join the group, load and shard the models, resume with the others."""
@@ -94,11 +96,15 @@ class TrainerRankActor:
         return step
 
     def _follow(self, version: int, model: Any) -> None:
-        """This rank's part of rank 0's publish: the collective gather (or save)."""
-        if self.config.synchronizer.sync_method == "memory":
-            self.trainer.full_state_dict()
-        else:
+        """This rank's part of rank 0's publish: the collective gather (or save). With nccl
+        rank 0 publishes a version once (``TrainerRole._publish_collective``): so do the
+        ranks."""
+        method = self.config.synchronizer.sync_method
+        if method == "checkpoint":
             self.trainer.save(final=False)
+        elif method == "memory" or version != self.followed:
+            self.followed = version
+            self.trainer.full_state_dict()
 
     def run(self) -> int:
         try:

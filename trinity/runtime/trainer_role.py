@@ -9,16 +9,39 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 import traceback
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from trinity.common.sync_schedule import readable_bound
-from trinity.common.weights import latest_step, pack_state, weights_path
-from trinity.runtime.placement import own_node_cpus
+from trinity.common.weights import (
+    collective_backend,
+    latest_step,
+    pack_state,
+    weights_path,
+)
+from trinity.runtime.placement import node_address, own_node_cpus
 from trinity.runtime.roles import call, compute_threads, is_actor, role_monitor, setup_process
 from trinity.utils.status import Reporter
 
 logger = logging.getLogger(__name__)
+
+
+def weight_sender(config: Any) -> Any:
+    """The trainer's end of the ``nccl`` sync (``common/weight_transfer.py``): its store on
+    this node's address, sending to the rollout engines in their dtype."""
+    import torch
+
+    from trinity.common.weight_transfer import WeightSender
+
+    rollout = config.explorer.rollout_model
+    return WeightSender(
+        node_address(),
+        rollout.engine_num,
+        collective_backend(config.cluster.gpu_per_node > 0),
+        config.synchronizer.sync_timeout,
+        dtype=getattr(torch, rollout.dtype),
+    )
 
 
 class TrainerRole:
@@ -42,6 +65,13 @@ class TrainerRole:
         self.config, self.queue, self.sync_actor = config, queue, sync
         self.planned_steps = planned_steps
         self.report = Reporter(status, "trainer")
+        # sync_method nccl: the trainer's end of the engines' group, the last version
+        # published, and one published but not sent yet (the resumed weights, sent once the
+        # explorer runs: see ``run``)
+        self.sender: Any = None
+        self.published: Optional[int] = None
+        self.unsent: Optional[Tuple[int, Dict[str, Any]]] = None
+        self.running = False
 
     def rendezvous(self) -> Any:
         """(node id, port) where this actor, rank 0 of several trainer ranks, will listen."""
@@ -78,6 +108,8 @@ class TrainerRole:
         else:
             self.trainer = Trainer(self.config, **kwargs)
         step = self.trainer.prepare_model()
+        if self.config.synchronizer.sync_method == "nccl":  # mode both (validate.py)
+            self.sender = weight_sender(self.config)
         if self.trainer.unlogged is not None and not self.monitor.has_logged(step):
             self.monitor.log(self.trainer.unlogged, step)  # killed after its checkpoint
         self.trainer.unlogged = None
@@ -160,11 +192,11 @@ class TrainerRole:
         }
 
     def _publish(self, version: int, model: Any) -> None:
+        if self.sender is not None:
+            self._publish_collective(version, model)
+            return
         if self.config.synchronizer.sync_method == "memory":
-            from trinity.trainer.lora import sync_state_dict  # LoRA: merged adapted layers
-
-            sharded = self.config.trainer.cpu_ranks > 1  # gathered from every rank
-            state = self.trainer.full_state_dict() if sharded else sync_state_dict(model)
+            state = self._sync_state(model)
             if is_actor(self.sync_actor):
                 import ray
 
@@ -176,8 +208,46 @@ class TrainerRole:
             weights = [weights_path(self.config.checkpoint_job_dir, version)]
         call(self.sync_actor, "publish", version, weights)
 
-    def run(self) -> int:
+    def _sync_state(self, model: Any) -> Dict[str, Any]:
+        """What a sync sends: the whole weights gathered from every rank, or this process's
+        (LoRA: the merged adapted layers)."""
+        from trinity.trainer.lora import sync_state_dict
+
+        if self.config.trainer.cpu_ranks > 1:
+            return self.trainer.full_state_dict()
+        return sync_state_dict(model)
+
+    def _publish_collective(self, version: int, model: Any) -> None:
+        """nccl: publish the offer, then broadcast ``version`` to the engines as they join
+        (once the explorer runs: a resumed run publishes its weights while preparing). The
+        end of a run publishes its last step again: sent once (ranks skip it alike)."""
+        if version == self.published:
+            return
+        self.published = version
+        self.unsent = (version, self._sync_state(model))
+        call(self.sync_actor, "publish", version, [self.sender.offer])
+        if self.running:
+            self._send()
+
+    def _send(self) -> None:
+        version, state = self.unsent
+        timeout = self.config.synchronizer.sync_timeout
+        self.report.wait(
+            f"the rollout engines to take model version {version} "
+            f"(sync_method nccl, synchronizer.sync_timeout={timeout:g}s)",
+            since=time.time(),
+        )
         try:
+            self.sender.send(version, state)
+        finally:
+            self.report.done()
+        self.unsent = None
+
+    def run(self) -> int:
+        self.running = True
+        try:
+            if self.unsent is not None:  # the resumed weights (see _publish_collective)
+                self._send()
             step = self.trainer.run()
             self._finished()
             return step

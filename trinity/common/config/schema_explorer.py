@@ -248,7 +248,13 @@ class SynchronizerConfig(ConfigModel):
 
     sync_method: Optional[Literal["nccl", "checkpoint", "memory"]] = Field(
         None,
-        description="Weight transport; unset: memory in mode both, checkpoint otherwise.",
+        description=(
+            "Weight transport. memory: through memory (Ray's object store); checkpoint: the "
+            "checkpoint the trainer saves, read by the engines; nccl (mode both): the trainer "
+            "broadcasts to the rollout engines over torch.distributed, NCCL between GPUs and "
+            "gloo on CPU, and waits in each broadcast until they join (not with engine_type "
+            "vllm). Unset: memory in modes both, colocate and serve, checkpoint otherwise."
+        ),
     )
     sync_interval: int = Field(1, ge=1, description="Steps between weight syncs.")
     sync_offset: int = Field(0, ge=0, description="Steps the explorer runs ahead of the trainer.")
