@@ -151,9 +151,7 @@ def test_tensor_parallel_engines_on_cpu_and_on_fewer_gpus(machine, monkeypatch):
 
 def test_engines_counted_for_missing_gpus_are_fewer(machine, monkeypatch):
     monkeypatch.setattr(gpus_module, "detect_gpu_count", lambda: 4)
-    config = load_config(
-        GSM8K, ["cluster.gpu_per_node=8", "explorer.rollout_model.engine_num=6"]
-    )
+    config = load_config(GSM8K, ["cluster.gpu_per_node=8", "explorer.rollout_model.engine_num=6"])
     _, fixes = hardware_fixes(config)
     assert [(fix.problem, fix.override()) for fix in fixes] == [
         (

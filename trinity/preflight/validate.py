@@ -28,6 +28,7 @@ from trinity.preflight.hardware import hardware_problems
 from trinity.preflight.ranks import rank_problems
 from trinity.preflight.serve_checks import serve_problems
 from trinity.preflight.support import (
+    COMPONENT_REGISTRIES,
     DOCUMENTED,
     SAMPLING,
     STORAGE_PATHS,
@@ -437,10 +438,27 @@ def _idle_pipelines(config: Config) -> List[Tuple[str, Any, str]]:
     return found
 
 
+def _inert_component_args(config: Config) -> List[Tuple[str, Any, str]]:
+    """Arguments of the algorithm's components that they accept unread (``inert_args``)."""
+    algorithm, found = config.algorithm, []
+    for key, registry in COMPONENT_REGISTRIES.items():
+        name = getattr(algorithm, key)
+        if name is None or name not in registry:
+            continue
+        inert = getattr(registry.get(name), "inert_args", {})
+        args = getattr(algorithm, f"{key}_args")
+        found += [
+            (f"algorithm.{key}_args.{arg}", value, inert[arg])
+            for arg, value in args.items()
+            if arg in inert
+        ]
+    return found
+
+
 def warn_inert(config: Config) -> None:
     """Warn about every user-set key that this build accepts but does not use."""
     found = explicit_inert_values(config) + _idle_replay(config) + _idle_pipelines(config)
-    found += _idle_engine_keys(config)
+    found += _idle_engine_keys(config) + _inert_component_args(config)
     if found:
         lines = "\n".join(f"  - {path} = {show(value)}: {reason}" for path, value, reason in found)
         logger.warning("These keys are accepted but have no effect here:\n%s", lines)

@@ -17,12 +17,12 @@ from trinity.algorithm import (
     ALGORITHM_TYPE,
     ENTROPY_LOSS_FN,
     KL_FN,
-    POLICY_LOSS_FN,
     SAMPLE_STRATEGY,
 )
 from trinity.algorithm.algorithm import PairExperienceModel, needs_reference
 from trinity.algorithm.kl_fn import build_kl_controller
 from trinity.algorithm.optimizer import build_lr_scheduler, build_optimizer
+from trinity.algorithm.policy_loss_fn import build_policy_loss
 from trinity.algorithm.rollout_correction import IS_WEIGHTS_KEY, correct_rollout, mismatch_metrics
 from trinity.common.config import effective_trainer_settings
 from trinity.common.config.config import rollout_temperature
@@ -121,7 +121,7 @@ class Trainer:
         self.optimizer = build_optimizer(lora.trainable_parameters(self.model), algo.optimizer)
         self.scheduler = build_lr_scheduler(self.optimizer, algo.optimizer, self.planned_steps)
         self.fns = LossFns(
-            policy_loss=POLICY_LOSS_FN.get(algo.policy_loss_fn)(**algo.policy_loss_fn_args),
+            policy_loss=build_policy_loss(algo.policy_loss_fn, algo.policy_loss_fn_args),
             kl_loss=KL_FN.get(algo.kl_loss_fn)(**algo.kl_loss_fn_args),
             entropy_loss=ENTROPY_LOSS_FN.get(algo.entropy_loss_fn)(**algo.entropy_loss_fn_args),
             temperature=rollout_temperature(cfg) if self.algorithm.use_advantage else 1.0,
