@@ -257,8 +257,9 @@ class Trainer:
             self._tokens("ref_max_token_len_per_device", "ref_use_dynamic_bsz"),
         )
 
-    def _prepare_batch(self, batch: ExperienceBatch) -> Dict[str, float]:
-        """Reference logprobs, values, KL-in-reward and advantages, in that order."""
+    def _prepare_batch(self, batch: ExperienceBatch) -> Tuple[ExperienceBatch, Dict[str, float]]:
+        """Reference logprobs, values, KL-in-reward and advantages, in that order; the batch
+        the advantage fn returns (it may leave rows out: GRPO's std_threshold)."""
         metrics: Dict[str, float] = {}
         if self.ref_model is not None:
             batch.ref_logprob = self._score(self.ref_model, batch)
@@ -278,7 +279,7 @@ class Trainer:
             metrics.update({**kl_metrics, **adv_metrics})
             if "sample_weight" in batch.extra:  # e.g. staleness_control down-weighting
                 batch.advantages = batch.advantages * batch.extra["sample_weight"].unsqueeze(-1)
-        return metrics
+        return batch, metrics
 
     def _rescore(self, batch: ExperienceBatch) -> None:
         """Rollout correction's old logprobs: the batch scored by the policy before this
@@ -353,7 +354,7 @@ class Trainer:
         batch = self._batch(experiences)
         if self.correction is not None:
             self._rescore(batch)
-        metrics = self._prepare_batch(batch)
+        batch, metrics = self._prepare_batch(batch)
         if self.critic is not None:
             metrics.update(self.critic.update(batch))
         # veRL's critic_warmup: the first steps train only the critic.
