@@ -269,7 +269,6 @@ def test_not_supported_values_are_reported_together(tmp_path):
         "monitor.monitor_type=neptune",
         "buffer.explorer_input.taskset.storage_type=queue",
         "model.lora_configs=[{lora_dtype: int8}]",
-        "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
     ]
     found = problems(tmp_path, overrides=overrides)
     expected_starts = [
@@ -281,8 +280,6 @@ def test_not_supported_values_are_reported_together(tmp_path):
         "explorer.rollout_model.engine_type = tinker is not supported yet (supported: "
         "transformers, external, vllm, unset)",
         "synchronizer.sync_method = nccl is not supported yet",
-        "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size = 2 is "
-        "not supported yet",
         "monitor.monitor_type: unknown monitor_type 'neptune' (known: mlflow, tensorboard, wandb)",
     ]
     assert len(found) == len(expected_starts)
@@ -584,3 +581,16 @@ def test_colocate_is_a_stage_of_both_roles(tmp_path):
     assert config.mode == "colocate"
     assert config.synchronizer.sync_method == "memory"  # as in mode both: one process
     assert config.buffer.trainer_input.experience_buffer.storage_type == "queue"
+
+
+def test_sequence_parallelism_runs_whole_sequences_and_says_so(tmp_path, caplog):
+    overrides = [
+        "trainer.ulysses_sequence_parallel_size=2",
+        "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+    ]
+    with caplog.at_level(logging.WARNING, logger="trinity.config"):
+        finalized(tmp_path, overrides=overrides)  # no problem: it runs
+    warned = caplog.text
+    assert "trainer.ulysses_sequence_parallel_size = 2: sequence parallelism" in warned
+    assert "actor.ulysses_sequence_parallel_size = 2" in warned
+    assert problems(tmp_path, overrides=["trainer.ulysses_sequence_parallel_size=0"])

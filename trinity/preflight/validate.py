@@ -25,7 +25,7 @@ from trinity.common.config.sync_checks import sync_problems
 from trinity.preflight.components import bind_problems, is_builtin
 from trinity.preflight.decoupled import decoupled_problems
 from trinity.preflight.hardware import hardware_problems
-from trinity.preflight.ranks import rank_problems
+from trinity.preflight.ranks import rank_problems, unsplit_sequences
 from trinity.preflight.serve_checks import serve_problems
 from trinity.preflight.support import (
     COMPONENT_REGISTRIES,
@@ -459,6 +459,7 @@ def warn_inert(config: Config) -> None:
     """Warn about every user-set key that this build accepts but does not use."""
     found = explicit_inert_values(config) + _idle_replay(config) + _idle_pipelines(config)
     found += _idle_engine_keys(config) + _inert_component_args(config)
+    found += unsplit_sequences(config)
     if found:
         lines = "\n".join(f"  - {path} = {show(value)}: {reason}" for path, value, reason in found)
         logger.warning("These keys are accepted but have no effect here:\n%s", lines)
