@@ -365,11 +365,15 @@ def test_unregistered_component_is_an_error(tmp_path):
     assert found[0].startswith("algorithm.advantage_fn = gae: advantage_fn has no module named")
 
 
-def test_storage_names_must_be_unique(tmp_path):
-    found = problems(tmp_path, overrides=["buffer.explorer_input.eval_tasksets.0.name=train"])
+def test_storage_names_are_unique_among_their_kind(tmp_path):
+    # a training and an eval taskset may share a name (nothing keys both by it)
+    finalized(tmp_path, overrides=["buffer.explorer_input.eval_tasksets.0.name=train"])
+    twice = "[{name: test, path: /data, split: test}, {name: test, path: /data, split: test}]"
+    found = problems(tmp_path, overrides=[f"buffer.explorer_input.eval_tasksets={twice}"])
     assert found == [
-        "buffer.explorer_input.eval_tasksets[0].name = train is also used by "
-        "buffer.explorer_input.tasksets[0]"
+        "buffer.explorer_input.eval_tasksets[1].name = test is also used by "
+        "buffer.explorer_input.eval_tasksets[0]: eval tasksets are told apart by name (their "
+        "eval/<name>/ metrics); rename one"
     ]
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 from trinity.algorithm import SAMPLE_STRATEGY, needs_groups
 from trinity.buffer.priority import build_priority_fn
@@ -27,6 +27,7 @@ from trinity.preflight.decoupled import decoupled_problems
 from trinity.preflight.hardware import hardware_problems
 from trinity.preflight.ranks import rank_problems, unsplit_sequences
 from trinity.preflight.serve_checks import serve_problems
+from trinity.preflight.storage_names import name_problem
 from trinity.preflight.support import (
     COMPONENT_REGISTRIES,
     DOCUMENTED,
@@ -364,16 +365,15 @@ def storages_of(config: Config) -> List[Tuple[str, StorageConfig]]:
 
 
 def _check_datasets(config: Config) -> List[str]:
-    problems, names = [], {}
+    problems: List[str] = []
+    names: Dict[Tuple[str, str], str] = {}
     if config.mode in ("both", "colocate", "explore") and not config.buffer.explorer_input.tasksets:
         problems.append(f"buffer.explorer_input.taskset is required in mode {config.mode}")
     for path, storage in storages_of(config):
         as_rows = read_as_rows(storage, path == "buffer.trainer_input.experience_buffer")
         if as_rows and path_missing(storage):
             problems.append(f"{path}.path is required for storage_type {storage.storage_type}")
-        if storage.name in names:
-            problems.append(f"{path}.name = {storage.name} is also used by {names[storage.name]}")
-        names.setdefault(storage.name, path)
+        problems += name_problem(path, storage.name, names)
         n, repeat_times = storage.rollout_args.n, storage.repeat_times
         if repeat_times is not None and is_set(storage.rollout_args, "n") and n != repeat_times:
             problems.append(
