@@ -92,5 +92,6 @@ def test_registry_and_base_class():
     assert ADVANTAGE_FN.get("grpo").default_args() == {
         "epsilon": 1e-6,
         "norm_adv_by_std_in_grpo": True,
+        "std_threshold": None,
     }
     assert issubclass(ADVANTAGE_FN.get("grpo"), AdvantageFn)

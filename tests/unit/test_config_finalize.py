@@ -284,7 +284,6 @@ def test_not_supported_values_are_reported_together(tmp_path):
         "monitor.monitor_type=neptune",
         "buffer.explorer_input.taskset.storage_type=queue",
         "model.lora_configs=[{lora_dtype: int8}]",
-        "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
     ]
     found = problems(tmp_path, overrides=overrides)
     expected_starts = [
@@ -295,8 +294,6 @@ def test_not_supported_values_are_reported_together(tmp_path):
         "(supported: file, sql)",
         "explorer.rollout_model.engine_type = tinker is not supported yet: the tinker engine "
         "(the Tinker API) is not built (supported: transformers, external, vllm, unset)",
-        "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size = 2 is "
-        "not supported yet",
         "monitor.monitor_type: unknown monitor_type 'neptune' (known: mlflow, tensorboard, wandb)",
     ]
     assert len(found) == len(expected_starts)
@@ -381,11 +378,15 @@ def test_unregistered_component_is_an_error(tmp_path):
     assert found[0].startswith("algorithm.advantage_fn = gae: advantage_fn has no module named")
 
 
-def test_storage_names_must_be_unique(tmp_path):
-    found = problems(tmp_path, overrides=["buffer.explorer_input.eval_tasksets.0.name=train"])
+def test_storage_names_are_unique_among_their_kind(tmp_path):
+    # a training and an eval taskset may share a name (nothing keys both by it)
+    finalized(tmp_path, overrides=["buffer.explorer_input.eval_tasksets.0.name=train"])
+    twice = "[{name: test, path: /data, split: test}, {name: test, path: /data, split: test}]"
+    found = problems(tmp_path, overrides=[f"buffer.explorer_input.eval_tasksets={twice}"])
     assert found == [
-        "buffer.explorer_input.eval_tasksets[0].name = train is also used by "
-        "buffer.explorer_input.tasksets[0]"
+        "buffer.explorer_input.eval_tasksets[1].name = test is also used by "
+        "buffer.explorer_input.eval_tasksets[0]: eval tasksets are told apart by name (their "
+        "eval/<name>/ metrics); rename one"
     ]
 
 
@@ -611,3 +612,16 @@ def test_colocate_is_a_stage_of_both_roles(tmp_path):
     assert config.mode == "colocate"
     assert config.synchronizer.sync_method == "memory"  # as in mode both: one process
     assert config.buffer.trainer_input.experience_buffer.storage_type == "queue"
+
+
+def test_sequence_parallelism_runs_whole_sequences_and_says_so(tmp_path, caplog):
+    overrides = [
+        "trainer.ulysses_sequence_parallel_size=2",
+        "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+    ]
+    with caplog.at_level(logging.WARNING, logger="trinity.config"):
+        finalized(tmp_path, overrides=overrides)  # no problem: it runs
+    warned = caplog.text
+    assert "trainer.ulysses_sequence_parallel_size = 2: sequence parallelism" in warned
+    assert "actor.ulysses_sequence_parallel_size = 2" in warned
+    assert problems(tmp_path, overrides=["trainer.ulysses_sequence_parallel_size=0"])

@@ -96,3 +96,29 @@ def test_mix_checks():
         "clip_ratio_c": None,
         "loss_agg_mode": "token-mean",
     }
+
+
+@pytest.mark.parametrize(
+    "kwargs, expected",
+    [
+        # SFT summed over its row's 2 tokens (1 + 2 = 3), PPO token-mean 0.32
+        ({"sft_loss_agg_mode": "seq-mean-token-sum"}, 0.5 * 0.32 + 0.5 * 3.0),
+        # PPO seq-mean-token-mean 0.65, SFT token-mean 1.5
+        ({"grpo_loss_agg_mode": "seq-mean-token-mean"}, 0.5 * 0.65 + 0.5 * 1.5),
+    ],
+)
+def test_each_term_may_aggregate_its_own_way(kwargs, expected):
+    loss, _ = call(mix(mu=0.5, loss_agg_mode="token-mean", **kwargs))
+    assert loss.item() == pytest.approx(expected)
+
+
+def test_the_originals_batch_sizes_are_accepted_and_not_read():
+    from trinity.algorithm.policy_loss_fn import build_policy_loss
+
+    sizes = {"ngpus_trainer": 4, "ppo_mini_batch_size": 320, "use_dynamic_bsz": True}
+    for name in ("mix", "mix_chord"):
+        fn = build_policy_loss(name, {"clip_range": 0.2, **sizes})
+        assert set(sizes) <= set(type(fn).inert_args)
+    with_sizes, _ = call(build_policy_loss("mix", {"mu": 0.5, **sizes}))
+    without, _ = call(mix(mu=0.5))
+    assert with_sizes.item() == pytest.approx(without.item())

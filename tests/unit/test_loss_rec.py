@@ -80,3 +80,44 @@ def test_rec_algorithm_defaults_to_one_side_no_is():
     assert (config["advantage_fn"], config["policy_loss_fn"]) == ("rec", "rec")
     args = POLICY_LOSS_FN.get("rec").default_args()
     assert (args["clip_mode"], args["weight"]) == ("one-side", "none")
+
+
+# One row, old_logprob 0: tokens with ratio 2 (logprob ln 2) and 1 (logprob 0), A = 2.
+ONE_LOGPROB = torch.tensor([[math.log(2.0), 0.0]])
+
+
+def rec_one(**kwargs) -> float:
+    fn = POLICY_LOSS_FN.get("rec")(clip_mode="none", **kwargs)
+    loss, _ = fn(
+        logprob=ONE_LOGPROB,
+        old_logprob=torch.zeros(1, 2),
+        action_mask=torch.ones(1, 2),
+        advantages=torch.full((1, 2), 2.0),
+    )
+    return loss.item()
+
+
+def test_advantage_weight_is_exp_of_advantage_over_temp():
+    # temp 2: w = exp(2 / 2) = e; token-mean of (-2 * e * ln 2, 0)
+    assert rec_one(weight="advantage", temp=2.0) == pytest.approx(-math.e * math.log(2.0))
+
+
+@pytest.mark.parametrize(
+    "regularizer, added",
+    [
+        ("none", 0.0),
+        # k2: 0.5 * (ln 2 - 0)^2 on the first token, 0 on the second; token-mean
+        ("k2", 0.5 * math.log(2.0) ** 2 / 2),
+        # forward-kl: -0.5 * logprob; token-mean of (-0.5 ln 2, 0)
+        ("forward-kl", -0.5 * math.log(2.0) / 2),
+    ],
+)
+def test_regularizer_adds_its_term_to_the_reinforce_loss(regularizer, added):
+    base = -2.0 * math.log(2.0) / 2  # token-mean of (-A ln 2, -A * 0)
+    got = rec_one(regularizer=regularizer, regularizer_coef=0.5)
+    assert got == pytest.approx(base + added)
+
+
+def test_unknown_regularizer_is_refused_by_name():
+    with pytest.raises(ValueError, match="regularizer must be one of none, k2, forward-kl"):
+        POLICY_LOSS_FN.get("rec")(regularizer="l2")

@@ -53,6 +53,7 @@ def test_randomization_adds_gaussian_noise_of_sigma():
 
 def test_bad_priority_arguments_are_config_errors():
     assert PRIORITY_FN.names() == [
+        "decay_limit_randomization",
         "linear_decay",
         "linear_decay_use_count_control_randomization",
     ]
@@ -259,3 +260,10 @@ def test_replay_config_scope_and_idle_warning(tmp_path, caplog):
         finalized(tmp_path, mode="explore", cooldown="30")
     with pytest.raises(ConfigError, match="reuse_cooldown_time = -1 must be >= 0"):
         finalized(tmp_path, cooldown="-1")
+
+
+def test_the_originals_later_name_is_the_same_function():
+    # decay 2, used once: 5 - 2 * 1 = 3; retired at its third use
+    fn = build_priority_fn("decay_limit_randomization", {"decay": 2.0, "use_count_limit": 3})
+    assert fn.priority(5, 1) == 3.0
+    assert fn.reusable(2) and not fn.reusable(3)

@@ -101,6 +101,12 @@ BUILTIN_ALGORITHMS: Dict[str, BuiltinAlgorithm] = {
         "GRPO: group-normalised outcome advantages, PPO clipped loss, k2 KL loss.",
         _rl(),
     ),
+    "grpo_verl": BuiltinAlgorithm(
+        "GRPOverlAlgorithm",
+        "GRPO under the original's other name (it computed the same advantages in the "
+        "trainer process; here every algorithm's advantages are computed there).",
+        _rl(),
+    ),
     "sft": BuiltinAlgorithm(
         "SFTAlgorithm",
         "Supervised fine-tuning on the response tokens; no advantages, no KL (it names no "

@@ -18,8 +18,9 @@ class PriorityFn:
     """``model_version - decay * use_count``, plus Gaussian noise of ``sigma`` when it is
     positive; an experience used ``use_count_limit`` times is retired (0: never retired).
 
-    The two registered functions are this one with different arguments: ``linear_decay``
-    fixes ``use_count_limit: 0`` and ``sigma: 0``.
+    The registered functions are this one with different arguments: ``linear_decay``
+    fixes ``use_count_limit: 0`` and ``sigma: 0``; ``decay_limit_randomization`` is the
+    original's later name of ``linear_decay_use_count_control_randomization``.
     """
 
     def __init__(
@@ -60,6 +61,7 @@ def linear_decay(decay: float = 2.0) -> PriorityFn:
 
 PRIORITY_FN.register_module("linear_decay", linear_decay)
 PRIORITY_FN.register_module("linear_decay_use_count_control_randomization", PriorityFn)
+PRIORITY_FN.register_module("decay_limit_randomization", PriorityFn)
 
 
 def build_priority_fn(name: str, args: dict) -> PriorityFn:

@@ -120,6 +120,14 @@ NOT_HERE: Dict[str, Dict[str, str]] = {
             "and gymnasium"
         ),
     },
+    "algorithm_type": {
+        "multi_step_grpo": (
+            "the original's step-wise GRPO trains on every turn of a multi-turn run as its "
+            "own experience, each turn given the advantage of the run's last-turn reward "
+            "(advantage_fn step_wise_grpo); this project trains a multi-turn run as one "
+            "experience: set algorithm_type: grpo (or gigpo for step-level credit)"
+        ),
+    },
     "reward_functions": {
         "rm_gallery_reward": (
             "the original's RM-Gallery reward needs the rm-gallery package (reward_fn_args."

@@ -265,6 +265,8 @@ def _algorithm_problems(config: Config, construct: bool) -> List[str]:
         except KeyError:
             continue  # reported by derive.py
         path, args = f"algorithm.{key}_args", dict(getattr(algorithm, f"{key}_args"))
+        inert = getattr(cls, "inert_args", {})  # accepted unread: validate.warn_inert says so
+        args = {k: v for k, v in args.items() if k not in inert}
         if key == "kl_penalty_fn":
             problems += _kl_ctrl_problems(args.pop("kl_ctrl", None), f"{path}.kl_ctrl")
         supplied = STRATEGY_CONTEXT if key == "sample_strategy" else ()

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import List
+from typing import Any, List, Tuple
 
 from trinity.algorithm.algorithm import PairExperienceModel
 from trinity.common.config.config import Config
-from trinity.preflight.support import algorithm_class
+from trinity.preflight.support import algorithm_class, values_at
 
 logger = logging.getLogger("trinity.config")
 
@@ -72,3 +72,29 @@ def warn_ranks(config: Config) -> None:
             ranks,
             cores,
         )
+
+
+# Where a config sets the sequence-parallel degree (its own key and veRL's sections).
+SEQUENCE_PARALLEL_KEYS = (
+    "trainer.ulysses_sequence_parallel_size",
+    "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+    "trainer.trainer_config.actor_rollout_ref.ref.ulysses_sequence_parallel_size",
+    "trainer.trainer_config.critic.ulysses_sequence_parallel_size",
+)
+
+
+def unsplit_sequences(config: Config) -> List[Tuple[str, Any, str]]:
+    """(path, value, why) for each sequence-parallel degree above 1: a hardware-shaped
+    setting (how a sequence's tokens are spread over GPUs, not what is computed), run as 1."""
+    if config.mode == "explore":
+        return []
+    why = (
+        "sequence parallelism spreads one sequence over several GPUs to save memory; this "
+        "trainer keeps whole sequences in each process (the same update, no split)"
+    )
+    return [
+        (path, value, why)
+        for key in SEQUENCE_PARALLEL_KEYS
+        for path, value in values_at(config, key)
+        if isinstance(value, int) and value > 1
+    ]

@@ -156,10 +156,6 @@ SUPPORTED: Dict[str, Allowed] = {
     "explorer.auxiliary_models.*.engine_type": _registered_engines,
     "synchronizer.sync_method": (None, "memory", "checkpoint", "nccl"),
     "trainer.trainer_strategy": ("fsdp", "fsdp2"),
-    "trainer.ulysses_sequence_parallel_size": (1,),
-    "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size": (1,),
-    "trainer.trainer_config.actor_rollout_ref.ref.ulysses_sequence_parallel_size": (None, 1),
-    "trainer.trainer_config.critic.ulysses_sequence_parallel_size": (1,),
     # gradients and buffers stay in the fp32 of the master weights
     **{
         f"trainer.trainer_config.{section}.fsdp_config.mixed_precision.{key}": ("fp32", "float32")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 from trinity.algorithm import SAMPLE_STRATEGY, needs_groups
 from trinity.buffer.priority import build_priority_fn
@@ -26,9 +26,11 @@ from trinity.common.config.sync_checks import sync_problems
 from trinity.preflight.components import bind_problems, is_builtin
 from trinity.preflight.decoupled import decoupled_problems
 from trinity.preflight.hardware import hardware_problems
-from trinity.preflight.ranks import rank_problems
+from trinity.preflight.ranks import rank_problems, unsplit_sequences
 from trinity.preflight.serve_checks import serve_problems
+from trinity.preflight.storage_names import name_problem
 from trinity.preflight.support import (
+    COMPONENT_REGISTRIES,
     SAMPLING,
     STORAGE_PATHS,
     show,
@@ -329,16 +331,15 @@ def storages_of(config: Config) -> List[Tuple[str, StorageConfig]]:
 
 
 def _check_datasets(config: Config) -> List[str]:
-    problems, names = [], {}
+    problems: List[str] = []
+    names: Dict[Tuple[str, str], str] = {}
     if config.mode in ("both", "colocate", "explore") and not config.buffer.explorer_input.tasksets:
         problems.append(f"buffer.explorer_input.taskset is required in mode {config.mode}")
     for path, storage in storages_of(config):
         as_rows = read_as_rows(storage, path == "buffer.trainer_input.experience_buffer")
         if as_rows and path_missing(storage):
             problems.append(f"{path}.path is required for storage_type {storage.storage_type}")
-        if storage.name in names:
-            problems.append(f"{path}.name = {storage.name} is also used by {names[storage.name]}")
-        names.setdefault(storage.name, path)
+        problems += name_problem(path, storage.name, names)
     return problems
 
 
@@ -397,10 +398,28 @@ def _idle_pipelines(config: Config) -> List[Tuple[str, Any, str]]:
     return found
 
 
+def _inert_component_args(config: Config) -> List[Tuple[str, Any, str]]:
+    """Arguments of the algorithm's components that they accept unread (``inert_args``)."""
+    algorithm, found = config.algorithm, []
+    for key, registry in COMPONENT_REGISTRIES.items():
+        name = getattr(algorithm, key)
+        if name is None or name not in registry:
+            continue
+        inert = getattr(registry.get(name), "inert_args", {})
+        args = getattr(algorithm, f"{key}_args")
+        found += [
+            (f"algorithm.{key}_args.{arg}", value, inert[arg])
+            for arg, value in args.items()
+            if arg in inert
+        ]
+    return found
+
+
 def warn_inert(config: Config) -> None:
     """Warn about every user-set key that this build accepts but does not use."""
     found = explicit_inert_values(config) + _idle_replay(config) + _idle_pipelines(config)
-    found += _idle_engine_keys(config)
+    found += _idle_engine_keys(config) + _inert_component_args(config)
+    found += unsplit_sequences(config)
     if found:
         lines = "\n".join(f"  - {path} = {show(value)}: {reason}" for path, value, reason in found)
         logger.warning("These keys are accepted but have no effect here:\n%s", lines)

@@ -17,12 +17,12 @@ from trinity.algorithm import (
     ALGORITHM_TYPE,
     ENTROPY_LOSS_FN,
     KL_FN,
-    POLICY_LOSS_FN,
     SAMPLE_STRATEGY,
 )
 from trinity.algorithm.algorithm import PairExperienceModel, needs_reference
 from trinity.algorithm.kl_fn import build_kl_controller
 from trinity.algorithm.optimizer import build_lr_scheduler, build_optimizer
+from trinity.algorithm.policy_loss_fn import build_policy_loss
 from trinity.algorithm.rollout_correction import IS_WEIGHTS_KEY, correct_rollout, mismatch_metrics
 from trinity.common.config import effective_trainer_settings
 from trinity.common.config.config import rollout_temperature
@@ -121,7 +121,7 @@ class Trainer:
         self.optimizer = build_optimizer(lora.trainable_parameters(self.model), algo.optimizer)
         self.scheduler = build_lr_scheduler(self.optimizer, algo.optimizer, self.planned_steps)
         self.fns = LossFns(
-            policy_loss=POLICY_LOSS_FN.get(algo.policy_loss_fn)(**algo.policy_loss_fn_args),
+            policy_loss=build_policy_loss(algo.policy_loss_fn, algo.policy_loss_fn_args),
             kl_loss=KL_FN.get(algo.kl_loss_fn)(**algo.kl_loss_fn_args),
             entropy_loss=ENTROPY_LOSS_FN.get(algo.entropy_loss_fn)(**algo.entropy_loss_fn_args),
             temperature=rollout_temperature(cfg) if self.algorithm.use_advantage else 1.0,
@@ -257,8 +257,9 @@ class Trainer:
             self._tokens("ref_max_token_len_per_device", "ref_use_dynamic_bsz"),
         )
 
-    def _prepare_batch(self, batch: ExperienceBatch) -> Dict[str, float]:
-        """Reference logprobs, values, KL-in-reward and advantages, in that order."""
+    def _prepare_batch(self, batch: ExperienceBatch) -> Tuple[ExperienceBatch, Dict[str, float]]:
+        """Reference logprobs, values, KL-in-reward and advantages, in that order; the batch
+        the advantage fn returns (it may leave rows out: GRPO's std_threshold)."""
         metrics: Dict[str, float] = {}
         if self.ref_model is not None:
             batch.ref_logprob = self._score(self.ref_model, batch)
@@ -278,7 +279,7 @@ class Trainer:
             metrics.update({**kl_metrics, **adv_metrics})
             if "sample_weight" in batch.extra:  # e.g. staleness_control down-weighting
                 batch.advantages = batch.advantages * batch.extra["sample_weight"].unsqueeze(-1)
-        return metrics
+        return batch, metrics
 
     def _rescore(self, batch: ExperienceBatch) -> None:
         """Rollout correction's old logprobs: the batch scored by the policy before this
@@ -353,7 +354,7 @@ class Trainer:
         batch = self._batch(experiences)
         if self.correction is not None:
             self._rescore(batch)
-        metrics = self._prepare_batch(batch)
+        batch, metrics = self._prepare_batch(batch)
         if self.critic is not None:
             metrics.update(self.critic.update(batch))
         # veRL's critic_warmup: the first steps train only the critic.

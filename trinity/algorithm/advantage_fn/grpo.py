@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 
@@ -14,6 +14,22 @@ from trinity.algorithm.advantage_fn.base import (
     score_of,
 )
 from trinity.common.experience import ExperienceBatch
+
+
+def group_stats(
+    scores: torch.Tensor, group_ids: Sequence[Hashable]
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per row: its group's mean, unbiased std (``torch.std``, as veRL; 0 for a group of one)
+    and size, each ``(B,)``."""
+    index_of: Dict[Hashable, int] = {}
+    ids = [index_of.setdefault(g, len(index_of)) for g in group_ids]
+    idx = torch.tensor(ids, device=scores.device)
+    scores = scores.float()
+    zeros = torch.zeros(len(index_of), device=scores.device)
+    count = zeros.index_add(0, idx, torch.ones_like(scores))
+    mean = zeros.index_add(0, idx, scores) / count
+    var = zeros.index_add(0, idx, (scores - mean[idx]) ** 2) / (count - 1).clamp(min=1)
+    return mean[idx], var.sqrt()[idx], count[idx]
 
 
 def group_normalized_scores(
@@ -37,18 +53,11 @@ def group_normalized_scores(
         to compare against and gets 0 (veRL instead uses mean 0, std 1 there, i.e. the
         raw score).
     """
-    index_of: Dict[Hashable, int] = {}
-    ids = [index_of.setdefault(g, len(index_of)) for g in group_ids]
-    idx = torch.tensor(ids, device=scores.device)
-    scores = scores.float()
-    zeros = torch.zeros(len(index_of), device=scores.device)
-    count = zeros.index_add(0, idx, torch.ones_like(scores))
-    mean = zeros.index_add(0, idx, scores) / count
-    deviation = scores - mean[idx]
+    mean, std, count = group_stats(scores, group_ids)
+    deviation = scores.float() - mean
     if norm_by_std:
-        var = zeros.index_add(0, idx, deviation**2) / (count - 1).clamp(min=1)
-        deviation = deviation / (var.sqrt()[idx] + epsilon)
-    return torch.where(count[idx] > 1, deviation, torch.zeros_like(deviation))
+        deviation = deviation / (std + epsilon)
+    return torch.where(count > 1, deviation, torch.zeros_like(deviation))
 
 
 @ADVANTAGE_FN.register_module("grpo")
@@ -56,13 +65,25 @@ class GRPOAdvantageFn(AdvantageFn):
     """Group-relative advantage, broadcast over the response's action tokens.
 
     Returns equal advantages, as in veRL (GRPO has no critic to regress on them).
+
+    ``std_threshold`` (POLARIS's filter, as the original's): the rows of a group whose
+    score std is at most it, or that is a group of one, leave the batch, since their
+    advantages carry (almost) no signal; ``critic/filtered_count`` counts them. When that
+    would leave nothing, the batch is trained as it is (its advantages are all about 0), so
+    the step completes, as DAPO's dynamic sampling does.
     """
 
     needs_groups: bool = True
 
-    def __init__(self, epsilon: float = 1e-6, norm_adv_by_std_in_grpo: bool = True) -> None:
+    def __init__(
+        self,
+        epsilon: float = 1e-6,
+        norm_adv_by_std_in_grpo: bool = True,
+        std_threshold: Optional[float] = None,
+    ) -> None:
         self.epsilon = epsilon
         self.norm_adv_by_std_in_grpo = norm_adv_by_std_in_grpo
+        self.std_threshold = std_threshold
 
     def __call__(self, exps: ExperienceBatch, **kwargs) -> Tuple[ExperienceBatch, Dict]:
         if any(not g for g in exps.group_ids):
@@ -75,8 +96,15 @@ class GRPOAdvantageFn(AdvantageFn):
         )
         exps.advantages = seq_adv.unsqueeze(-1) * exps.action_mask
         exps.returns = exps.advantages.clone()
-        return exps, advantage_metrics(exps)
+        if self.std_threshold is None:
+            return exps, advantage_metrics(exps)
+        _, std, count = group_stats(score_of(exps), exps.group_ids)
+        keep = ((count > 1) & (std > self.std_threshold)).nonzero().flatten().tolist()
+        filtered = len(exps) - len(keep) if keep else 0
+        if keep and filtered:
+            exps = exps.select(keep)
+        return exps, {**advantage_metrics(exps), "critic/filtered_count": float(filtered)}
 
     @classmethod
     def default_args(cls) -> Dict:
-        return {"epsilon": 1e-6, "norm_adv_by_std_in_grpo": True}
+        return {"epsilon": 1e-6, "norm_adv_by_std_in_grpo": True, "std_threshold": None}

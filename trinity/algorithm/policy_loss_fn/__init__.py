@@ -7,7 +7,7 @@ To add one: subclass ``PolicyLossFn`` in a new file of this package, write
 ``--plugin-dir`` file) registers the same way; see docs/extending.md.
 """
 
-from trinity.algorithm.policy_loss_fn.base import POLICY_LOSS_FN, PolicyLossFn
+from trinity.algorithm.policy_loss_fn.base import POLICY_LOSS_FN, PolicyLossFn, build_policy_loss
 from trinity.algorithm.policy_loss_fn.cispo import CISPOPolicyLossFn
 from trinity.algorithm.policy_loss_fn.dpo import DPOLossFn
 from trinity.algorithm.policy_loss_fn.gspo import GSPOPolicyLossFn
@@ -25,6 +25,7 @@ from trinity.algorithm.policy_loss_fn.topr import TOPRPolicyLossFn
 
 __all__ = [
     "POLICY_LOSS_FN",
+    "build_policy_loss",
     "PolicyLossFn",
     "CISPOPolicyLossFn",
     "DPOLossFn",

@@ -42,6 +42,10 @@ class PolicyLossFn(ABC):
     loss_agg_mode: str = "token-mean"
     select_keys: Tuple[str, ...] = ()
     batch_keys: Tuple[str, ...] = ()
+    # Arguments the original's loss of this name took and this one accepts without reading
+    # (name -> why): the config check lets them through, validate.warn_inert lists them, and
+    # ``build_policy_loss`` keeps them from the constructor.
+    inert_args: Dict[str, str] = {}
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -73,3 +77,10 @@ class PolicyLossFn(ABC):
     def default_args(cls) -> Dict:
         """Default constructor arguments, used where the config leaves them unset."""
         return {}
+
+
+def build_policy_loss(name: str, args: Dict) -> PolicyLossFn:
+    """The policy loss registered as ``name``, built from ``args`` less its ``inert_args``."""
+    cls = POLICY_LOSS_FN.get(name)
+    inert = getattr(cls, "inert_args", {})  # a plugin loss need not subclass PolicyLossFn
+    return cls(**{key: value for key, value in args.items() if key not in inert})

@@ -10,6 +10,21 @@ from trinity.algorithm.policy_loss_fn.base import POLICY_LOSS_FN, PolicyLossFn
 from trinity.algorithm.policy_loss_fn.ppo import PPOPolicyLossFn
 from trinity.algorithm.policy_loss_fn.sft import SFTLossFn
 
+# The original's mix losses took the run's batch sizes to weight each micro-batch's two terms;
+# this trainer weighs micro-batches from the batch it holds (trainer/policy_step.py).
+_BOOKKEEPING = "batch bookkeeping the trainer derives itself from the batch it trains"
+MIX_INERT_ARGS = {
+    key: _BOOKKEEPING
+    for key in (
+        "ngpus_trainer",
+        "ppo_mini_batch_size",
+        "ppo_micro_batch_size_per_gpu",
+        "train_batch_size_usual",
+        "train_batch_size_expert",
+        "use_dynamic_bsz",
+    )
+}
+
 
 def expert_rows(expert_mask: Optional[torch.Tensor], batch_size: int) -> torch.Tensor:
     """``(B,)`` bool: True on expert rows. Checks ``expert_mask`` is one flag per row."""
@@ -37,7 +52,11 @@ class MIXPolicyLossFn(PolicyLossFn):
         mu: weight of the SFT term, in [0, 1].
         clip_range, clip_range_low, clip_range_high, clip_ratio_c, loss_agg_mode: passed
             to ``PPOPolicyLossFn`` (``loss_agg_mode`` to the SFT term as well).
+        sft_loss_agg_mode / grpo_loss_agg_mode: the SFT / PPO term's own aggregation
+            instead of ``loss_agg_mode``.
     """
+
+    inert_args = MIX_INERT_ARGS
 
     def __init__(
         self,
@@ -47,15 +66,22 @@ class MIXPolicyLossFn(PolicyLossFn):
         clip_range_high: Optional[float] = None,
         clip_ratio_c: Optional[float] = None,
         loss_agg_mode: str = "token-mean",
+        sft_loss_agg_mode: Optional[str] = None,
+        grpo_loss_agg_mode: Optional[str] = None,
     ) -> None:
         super().__init__(loss_agg_mode)
         if not 0.0 <= mu <= 1.0:
             raise ValueError(f"mu (the SFT weight) must be in [0, 1], got {mu}")
         self.mu = mu
         self.ppo = PPOPolicyLossFn(
-            clip_range, clip_range_low, clip_range_high, clip_ratio_c, loss_agg_mode
+            clip_range,
+            clip_range_low,
+            clip_range_high,
+            clip_ratio_c,
+            grpo_loss_agg_mode or loss_agg_mode,
         )
-        self.sft = SFTLossFn(loss_agg_mode)
+        self.sft_loss_agg_mode = sft_loss_agg_mode or loss_agg_mode
+        self.sft = SFTLossFn(self.sft_loss_agg_mode)
 
     def sft_weight(self, step: Optional[torch.Tensor]) -> float:
         """``mu`` for this call: the constant ``mu`` (a subclass may schedule it by

@@ -61,8 +61,8 @@ class MIXCHORDPolicyLossFn(MIXPolicyLossFn):
         mu_decay_steps: steps over which it then falls (half cosine) to the valley.
         mu_peak / mu_valley: the schedule's highest and final weight, in [0, 1].
         enable_phi_function: weigh expert tokens by ``p (1 - p)`` (CHORD-phi); False: plain SFT.
-        clip_range, clip_range_low, clip_range_high, clip_ratio_c, loss_agg_mode: as for
-            ``mix``.
+        clip_range, clip_range_low, clip_range_high, clip_ratio_c, loss_agg_mode,
+            sft_loss_agg_mode, grpo_loss_agg_mode: as for ``mix``.
     """
 
     def __init__(
@@ -77,9 +77,18 @@ class MIXCHORDPolicyLossFn(MIXPolicyLossFn):
         clip_range_high: Optional[float] = None,
         clip_ratio_c: Optional[float] = None,
         loss_agg_mode: str = "token-mean",
+        sft_loss_agg_mode: Optional[str] = None,
+        grpo_loss_agg_mode: Optional[str] = None,
     ) -> None:
         super().__init__(
-            mu_peak, clip_range, clip_range_low, clip_range_high, clip_ratio_c, loss_agg_mode
+            mu_peak,
+            clip_range,
+            clip_range_low,
+            clip_range_high,
+            clip_ratio_c,
+            loss_agg_mode,
+            sft_loss_agg_mode,
+            grpo_loss_agg_mode,
         )
         if not 0.0 <= mu_valley <= 1.0:
             raise ValueError(f"mu_valley (the SFT weight) must be in [0, 1], got {mu_valley}")
@@ -90,7 +99,7 @@ class MIXCHORDPolicyLossFn(MIXPolicyLossFn):
             )
         self.schedule = (mu_warmup_steps, mu_decay_steps, mu_peak, mu_valley)
         if enable_phi_function:
-            self.sft = SFTPhiLossFn(loss_agg_mode)
+            self.sft = SFTPhiLossFn(self.sft_loss_agg_mode)
 
     def sft_weight(self, step: Optional[torch.Tensor]) -> float:
         """``mu`` after ``step - 1`` updates, ``step`` being the ``(B,)`` 1-based training

@@ -10,7 +10,8 @@ from trinity.algorithm.policy_loss_fn.base import POLICY_LOSS_FN, PolicyLossFn
 from trinity.algorithm.utils import aggregate_loss, masked_mean
 
 CLIP_MODES = ("none", "one-side", "two-side", "ring")
-WEIGHTS = ("none", "importance_sampling")
+WEIGHTS = ("none", "importance_sampling", "advantage")
+REGULARIZERS = ("none", "k2", "forward-kl")
 
 
 def rec_token_mask(
@@ -54,14 +55,21 @@ class RECPolicyLossFn(PolicyLossFn):
     and clipping does that job (by dropping tokens) while importance sampling is optional.
     The variants are named REC-<clip_mode>-<IS or NoIS>; the defaults are REC-OneSide-NoIS
     (``clip_mode: one-side``, ``weight: none``). ``weight: importance_sampling`` (IS)
-    multiplies each token by ``sg(r)``, so a kept token's gradient is PPO's unclipped one.
+    multiplies each token by ``sg(r)``, so a kept token's gradient is PPO's unclipped one;
+    ``weight: advantage`` by ``exp(A / temp)``, so larger advantages count more.
+    A regulariser adds, per token, ``coef * (logprob - old_logprob)^2`` (``k2``, Kimi's
+    squared log-ratio with its 1/2 absorbed in ``coef``) or ``-coef * logprob``
+    (``forward-kl``: the likelihood of the sampled tokens, i.e. KL(behaviour || policy)
+    up to a constant), before aggregation.
 
     Args:
         epsilon_low / epsilon_high: the clipping range ``[1 - low, 1 + high]`` of ``r``.
         epsilon_low_prime / epsilon_high_prime: ``ring``'s outer bounds (``1 - low'`` and
             ``1 + high'``, beyond ``[1 - low, 1 + high]``).
         clip_mode: ``none`` | ``one-side`` | ``two-side`` | ``ring`` (``rec_token_mask``).
-        weight: ``none`` (NoIS) | ``importance_sampling`` (IS).
+        weight: ``none`` (NoIS) | ``importance_sampling`` (IS) | ``advantage``.
+        temp: the temperature of ``weight: advantage`` (> 0).
+        regularizer: ``none`` | ``k2`` | ``forward-kl``; regularizer_coef: its weight (>= 0).
         loss_agg_mode: see ``trinity.algorithm.utils.aggregate_loss``.
     """
 
@@ -72,14 +80,25 @@ class RECPolicyLossFn(PolicyLossFn):
         epsilon_low_prime: float = 0.6,
         epsilon_high_prime: float = 2.0,
         clip_mode: Literal["none", "one-side", "two-side", "ring"] = "one-side",
-        weight: Literal["none", "importance_sampling"] = "none",
+        weight: Literal["none", "importance_sampling", "advantage"] = "none",
         loss_agg_mode: str = "token-mean",
+        temp: float = 1.0,
+        regularizer: Literal["none", "k2", "forward-kl"] = "none",
+        regularizer_coef: float = 0.0,
     ) -> None:
         super().__init__(loss_agg_mode)
         if clip_mode not in CLIP_MODES:
             raise ValueError(f"clip_mode must be one of {', '.join(CLIP_MODES)}, got {clip_mode}")
         if weight not in WEIGHTS:
             raise ValueError(f"weight must be one of {', '.join(WEIGHTS)}, got {weight}")
+        if regularizer not in REGULARIZERS:
+            raise ValueError(
+                f"regularizer must be one of {', '.join(REGULARIZERS)}, got {regularizer}"
+            )
+        if not (temp > 0.0 and regularizer_coef >= 0.0):
+            raise ValueError(
+                f"need temp > 0 and regularizer_coef >= 0, got {temp}, {regularizer_coef}"
+            )
         if not (0.0 < epsilon_low <= 1.0 and epsilon_high > 0.0):
             raise ValueError(
                 f"need 0 < epsilon_low <= 1 and epsilon_high > 0, got {epsilon_low}, {epsilon_high}"
@@ -90,7 +109,8 @@ class RECPolicyLossFn(PolicyLossFn):
                 "epsilon_low_prime <= 1 and epsilon_high_prime >= epsilon_high, got "
                 f"{epsilon_low_prime}, {epsilon_high_prime}"
             )
-        self.clip_mode, self.weight = clip_mode, weight
+        self.clip_mode, self.weight, self.temp = clip_mode, weight, temp
+        self.regularizer, self.regularizer_coef = regularizer, regularizer_coef
         self.bounds = (epsilon_low, epsilon_high, (epsilon_low_prime, epsilon_high_prime))
 
     def __call__(  # type: ignore[override]
@@ -108,9 +128,9 @@ class RECPolicyLossFn(PolicyLossFn):
         # exp(+-20) stays finite, so a far off-policy token never makes inf * 0 = NaN
         ratio = torch.exp(log_ratio.clamp(-20.0, 20.0))
         keep = rec_token_mask(ratio, advantages, self.clip_mode, *self.bounds)
-        weight = ratio if self.weight == "importance_sampling" else torch.ones_like(ratio)
+        per_token = -keep.to(logprob.dtype) * self._weight(ratio, advantages) * advantages * logprob
         pg_loss = aggregate_loss(
-            -keep.to(logprob.dtype) * weight * advantages * logprob,
+            per_token + self._regularizer(logprob, old_logprob),
             action_mask,
             self.loss_agg_mode,
             weights=rollout_is_weights,
@@ -122,6 +142,20 @@ class RECPolicyLossFn(PolicyLossFn):
         }
         return pg_loss, metrics
 
+    def _weight(self, ratio: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+        if self.weight == "importance_sampling":
+            return ratio
+        if self.weight == "advantage":
+            return torch.exp(advantages / self.temp)
+        return torch.ones_like(ratio)
+
+    def _regularizer(self, logprob: torch.Tensor, old_logprob: torch.Tensor) -> torch.Tensor:
+        if self.regularizer == "k2":
+            return self.regularizer_coef * (logprob - old_logprob).square()
+        if self.regularizer == "forward-kl":
+            return -self.regularizer_coef * logprob
+        return torch.zeros_like(logprob)
+
     @classmethod
     def default_args(cls) -> Dict:
         return {
@@ -132,4 +166,7 @@ class RECPolicyLossFn(PolicyLossFn):
             "clip_mode": "one-side",
             "weight": "none",
             "loss_agg_mode": "token-mean",
+            "temp": 1.0,
+            "regularizer": "none",
+            "regularizer_coef": 0.0,
         }

@@ -57,7 +57,9 @@ class TrainerConfig(ConfigModel):
         ge=1,
         description="Token budget of a packed micro batch; unset: max(16384, model.max_model_len).",
     )
-    ulysses_sequence_parallel_size: int = Field(1, description="Sequence parallel degree.")
+    ulysses_sequence_parallel_size: int = Field(
+        1, ge=1, description="Sequence parallel degree (run as 1 here: whole sequences)."
+    )
     max_checkpoints_to_keep: Optional[int] = Field(
         None, ge=1, description="Older checkpoints are deleted; null keeps all."
     )

@@ -154,7 +154,9 @@ class VerlActorConfig(ConfigModel):
     shuffle: bool = inert(
         False, description="Shuffle the batch between passes.", reason=_ONE_UPDATE
     )
-    ulysses_sequence_parallel_size: int = Field(1, description="Sequence parallel degree.")
+    ulysses_sequence_parallel_size: int = Field(
+        1, ge=1, description="Sequence parallel degree (run as 1 here: whole sequences)."
+    )
     entropy_from_logits_with_chunking: bool = inert(
         False, description="Chunked entropy.", reason=_KERNELS
     )
@@ -238,7 +240,7 @@ class VerlRefConfig(ConfigModel):
         None, description="Token budget; unset: trainer.max_token_len_per_gpu."
     )
     ulysses_sequence_parallel_size: Optional[int] = Field(
-        None, description="Sequence parallel degree; unset: the actor's."
+        None, ge=1, description="Sequence parallel degree; unset: the actor's."
     )
     entropy_from_logits_with_chunking: Optional[bool] = inert(
         None, description="Chunked entropy.", reason=_KERNELS
@@ -353,7 +355,9 @@ class VerlCriticConfig(ConfigModel):
     forward_max_token_len_per_gpu: Optional[int] = Field(
         None, description="Token budget per value pass; unset: ppo_max_token_len_per_gpu."
     )
-    ulysses_sequence_parallel_size: int = Field(1, description="Sequence parallel degree.")
+    ulysses_sequence_parallel_size: int = Field(
+        1, ge=1, description="Sequence parallel degree (run as 1 here: whole sequences)."
+    )
     ppo_epochs: Optional[int] = Field(None, description="Passes per batch; unset: the actor's.")
     shuffle: Optional[bool] = inert(
         None, description="Shuffle between passes; unset: the actor's.", reason=_ONE_UPDATE
