@@ -26,7 +26,12 @@ def test_registry_names():
     assert ALGORITHM_TYPE.names() == sorted(
         ["asymre", "cispo", "dapo", "dpo", "drgrpo", "gigpo", "grpo", "gspo", "jsd", "m2po", "mix"]
         + ["mix_chord", "on_policy_distill", "opmd", "ppo", "rec", "reinforceplusplus"]
-        + ["remax", "rloo", "sapo", "sft", "sppo", "topr"]
+        + ["remax", "rloo", "sapo", "sft", "sppo", "topr", "grpo_verl"]
+    )
+    # the original's other name for GRPO: the same components
+    assert (
+        ALGORITHM_TYPE.get("grpo_verl").default_config()
+        == ALGORITHM_TYPE.get("grpo").default_config()
     )
     assert ADVANTAGE_FN.names() == sorted(
         ["asymre", "gigpo", "grpo", "jsd", "on_policy_distill", "opmd", "ppo", "rec"]

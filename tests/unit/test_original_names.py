@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_preflight import BASE
+from trinity.algorithm import ALGORITHM_TYPE
 from trinity.common.config import load_config
 from trinity.common.original_names import NOT_HERE, not_here
 from trinity.common.registry import Registry
@@ -40,7 +41,13 @@ ORIGINAL_REWARDS = """
 rm_gallery_reward math_reward math_boxed_reward format_reward countdown_reward accuracy_reward
 math_dapo_reward
 """.split()
-REGISTRIES = [(WORKFLOWS, ORIGINAL_WORKFLOWS), (REWARD_FUNCTIONS, ORIGINAL_REWARDS)]
+# The original's algorithm types whose names this project did not have (the others are its own).
+ORIGINAL_ALGORITHMS = ["grpo_verl", "multi_step_grpo"]
+REGISTRIES = [
+    (WORKFLOWS, ORIGINAL_WORKFLOWS),
+    (REWARD_FUNCTIONS, ORIGINAL_REWARDS),
+    (ALGORITHM_TYPE, ORIGINAL_ALGORITHMS),
+]
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "original-names.md"
 
 
@@ -61,9 +68,9 @@ def test_each_original_name_runs_or_is_refused_with_what_it_needs(registry, name
 
 
 def test_the_table_holds_only_the_originals_names():
-    assert set(NOT_HERE) == {"workflows", "reward_functions"}
-    assert set(NOT_HERE["workflows"]) <= set(ORIGINAL_WORKFLOWS)
-    assert set(NOT_HERE["reward_functions"]) <= set(ORIGINAL_REWARDS)
+    assert set(NOT_HERE) == {registry.name for registry, _ in REGISTRIES}
+    for registry, names in REGISTRIES:
+        assert set(NOT_HERE[registry.name]) <= set(names)
 
 
 def test_a_plugin_registering_an_originals_name_is_used():
