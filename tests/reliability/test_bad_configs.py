@@ -286,11 +286,6 @@ CASES: List[Bad] = [
         set={"explorer.max_failed_ratio": 1.5},
     ),
     Bad("no-runners", ["explorer.runner_per_model = 0"], set={"explorer.runner_per_model": 0}),
-    Bad(
-        "rollout-n-differs",
-        ["buffer.explorer_input.tasksets[0].rollout_args.n = 3"],
-        set={f"{TASKSET}.rollout_args": {"n": 3}},
-    ),
     # ---- batch arithmetic --------------------------------------------------------------
     Bad(
         "grpo-one-rollout",
@@ -422,7 +417,7 @@ CASES: List[Bad] = [
         "workflow-unknown",  # nothing close: the known names and how a plugin's gets here
         [
             "buffer.explorer_input.default_workflow_type = openai_mat",
-            "(known: guess_number_workflow, ",
+            "(known: async_math_boxed_workflow, ",
             "loaded with --plugin-dir, or it is named by its dotted path (module.Class)",
         ],
         absent=["did you mean"],

@@ -126,7 +126,7 @@ def test_other_auxiliary_engines_are_not_built(tmp_path):
     _, problems = derived(tmp_path, [f"{AUX}=[{{engine_type: tinker, model_path: j}}]"])
     # the rest is checked with a supported engine in its place: lines about it are left out
     assert [p.split(" (")[0] for p in problems] == [
-        f"{AUX}[0].engine_type = tinker is not supported yet"
+        f"{AUX}[0].engine_type = tinker is not supported yet: the tinker engine"
     ]
 
 
