@@ -118,6 +118,9 @@ def _tiny(tmp_path, micro_model, data, tasksets: int) -> list:
         "buffer.total_steps=2",
         "synchronizer.sync_interval=1",
         "cluster.gpu_per_node=0",
+        # rollout.name=vllm converts to the vllm engine (unit-tested); the micro model's two
+        # steps run on the built-in one
+        "explorer.rollout_model.engine_type=transformers",
     ]
 
 
