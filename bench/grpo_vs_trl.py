@@ -231,7 +231,7 @@ def make_sft_checkpoint(args: argparse.Namespace, paths: Dict[str, str]) -> str:
     # stage runs in its launcher's process) must not count in this process's measurements.
     command = trinity_run(config, overrides)
     subprocess.run(command, check=True, capture_output=True, cwd=ROOT)
-    from trinity.runtime.launcher import final_export
+    from trinity.runtime.stage_outputs import final_export
 
     job_dir = os.path.join(args.workdir, "checkpoints", "quickstart", f"{name}_sft")
     hf = final_export(job_dir)

@@ -9,15 +9,12 @@ run again; past them, the run stops with a line saying what to do.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import sys
-import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from trinity.common.weights import latest_step, step_dir
+from trinity.common.weights import latest_step
 from trinity.runtime.failures import RunFailed, failure_message
 from trinity.runtime.gpu_bundles import check_gpu_count, release_gpus, reserve_gpus
 from trinity.runtime.interrupt import RunInterrupted, stopped_message
@@ -29,6 +26,7 @@ from trinity.runtime.placement import (
 )
 from trinity.runtime.progress import ProgressPrinter, eval_summary
 from trinity.runtime.stage_folder import finished_weights, prepare_folder, weights_origin
+from trinity.runtime.stage_outputs import export_timeline, final_export, plot_stage
 
 if TYPE_CHECKING:
     from trinity.common.config.loader import ConfigSource
@@ -156,33 +154,6 @@ def _run_on_ray(
             export_timeline(os.path.join(job_dir, "monitor", "timeline.json"), len(stage.roles))
         stage.stop()
     return final_hf, stage.outputs
-
-
-def export_timeline(path: str, runs: int, timeout: float = 5.0) -> None:
-    """Ray's timeline as ``path``, once it holds the ``runs`` finished ``run`` calls of the
-    stage's roles (or after ``timeout`` s). Actors report their calls to Ray about once a
-    second, and what a killed actor had not reported is lost: so before the actors stop."""
-    import ray
-
-    deadline = time.monotonic() + timeout
-    events = ray.timeline()
-    while sum(e["ph"] == "X" and e["name"] == "run" for e in events) < runs:
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-        events = ray.timeline()
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(events, f)
-
-
-def final_export(job_dir: str) -> Optional[str]:
-    """The HF export of the newest checkpoint in ``job_dir``, if it has one."""
-    step = latest_step(job_dir)
-    if step is None:
-        return None
-    hf = os.path.join(step_dir(job_dir, step), "hf")
-    return hf if os.path.isdir(hf) else None
 
 
 class _Stage:
@@ -499,13 +470,3 @@ def _already_finished(stage: Any, steps: int, printer: ProgressPrinter) -> Optio
     )
     job_dir = stage.checkpoint_job_dir
     return StageResult(stage.name, job_dir, final, eval_summary(job_dir), already_finished=True)
-
-
-def plot_stage(job_dir: str) -> None:
-    """``monitor/plots.png`` of a finished stage; a plot that fails costs a warning, not the run."""
-    from trinity.monitor.plot import plot_run
-
-    try:
-        plot_run(job_dir)
-    except Exception as exc:  # matplotlib, a half-written metrics file: the run itself is done
-        print(f"warning: no plot for {job_dir}: {type(exc).__name__}: {exc}", file=sys.stderr)
