@@ -7,6 +7,7 @@ hub id builds the cache it reads (``tests/hub_cache.py``). Set before anything i
 """
 
 import os
+import sys
 import tempfile
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -65,6 +66,15 @@ def ray_cluster():
         ray.init(include_dashboard=False, log_to_driver=False, namespace="trinity-tests")
     yield
     ray.shutdown()
+
+
+@pytest.fixture
+def no_ray_yet(monkeypatch) -> None:
+    """This process as a fresh `trinity` command finds it: no Ray connected. ``ray_cluster``
+    keeps one Ray for the session, which the hardware checks would take for a cluster."""
+    ray = sys.modules.get("ray")
+    if ray is not None:
+        monkeypatch.setattr(ray, "is_initialized", lambda: False)
 
 
 @pytest.fixture(scope="session")

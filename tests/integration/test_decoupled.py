@@ -13,6 +13,8 @@ import sys
 import time
 from collections import Counter
 
+import psutil
+
 from tests.integration.conftest import HERE, base_overrides
 
 TRINITY = [sys.executable, "-m", "trinity.cli.main"]
@@ -69,8 +71,19 @@ class Side:
         return self.output()
 
     def kill(self) -> None:
-        """kill -9 the run and every process of its Ray, as a crashed machine would."""
+        """kill -9 the run and every process of its Ray, as a crashed machine would: its
+        process group and every descendant (Ray starts its workers in sessions of their own,
+        which would outlive the group and go on training for a while)."""
+        try:
+            family = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            family = []
         os.killpg(self.proc.pid, signal.SIGKILL)
+        for process in family:
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
         self.proc.wait()
 
 
@@ -155,8 +168,8 @@ def test_a_killed_trainer_restarts_and_still_reads_each_experience_once(
     trainer_out = again.finish()
     explorer.finish()
 
-    # from its last checkpoint: step 2, or 4 when the killed actor (Ray runs it in a process
-    # group of its own) saved step 4 before it died
+    # from its last checkpoint: step 2, or 4 when the killed actor saved step 4 between the
+    # step the test saw and the kill
     assert re.search(r"resuming at step [24]\b", trainer_out), trainer_out
     found = counts(job_dir, steps=6)
     assert (found["written"], found["read"], found["lost"], found["twice"]) == (48, 48, 0, 0)

@@ -36,7 +36,7 @@ class CliRun:
 
 
 @pytest.fixture
-def ray_guard(monkeypatch) -> List[str]:
+def ray_guard(monkeypatch, no_ray_yet) -> List[str]:
     """Namespaces ``init_ray`` was called with (empty while nothing tried to start Ray)."""
     import trinity.runtime.launcher as launcher
 

@@ -31,18 +31,15 @@ def test_the_pattern_finds_what_it_is_for():
         assert not PROCESS_WORDS.search(text), text
 
 
-def test_the_mkdocs_banners_are_explained_with_the_variables_their_packages_read():
-    """mkdocs prints two third-party notices; the tests-and-benchmarks page explains them and
-    names the variables that silence them, which must be the ones the installed packages read
-    (a renamed variable would leave the page wrong), and CI sets both."""
+def test_the_mkdocs_banner_is_explained_with_the_variable_its_package_reads():
+    """mkdocs prints a third-party notice; the tests-and-benchmarks page explains it and
+    names the variable that silences it, which must be the one the installed package reads
+    (a renamed variable would leave the page wrong), and CI sets it."""
     from importlib.util import find_spec
 
     page = (DOCS / "getting-started" / "tests-and-benchmarks.md").read_text()
     ci = (DOCS.parent / ".ci" / "run").read_text()
-    for module, variable in (
-        ("material.templates", "NO_MKDOCS_2_WARNING"),
-        ("properdocs.replacement_warning", "DISABLE_MKDOCS_2_WARNING"),
-    ):
+    for module, variable in (("material.templates", "NO_MKDOCS_2_WARNING"),):
         source = Path(find_spec(module).origin).read_text()
         assert f'"{variable}"' in source or f"'{variable}'" in source, (module, variable)
         assert variable in page and variable in ci, variable

@@ -25,7 +25,7 @@ ALFWORLD = os.path.join(CORPUS, "0.5.0", "examples", "grpo_alfworld", "alfworld.
 
 
 @pytest.fixture
-def machine(monkeypatch):
+def machine(monkeypatch, no_ray_yet):
     """A machine without GPUs or a Ray cluster, with vLLM's CPU build (``build`` to change)."""
     monkeypatch.setattr(gpus_module, "detect_gpu_count", lambda: 0)
     monkeypatch.setattr(hardware, "vllm_build", lambda: "cpu")
