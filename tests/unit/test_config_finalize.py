@@ -264,7 +264,6 @@ def test_sync_method_follows_mode(tmp_path):
 def test_not_supported_values_are_reported_together(tmp_path):
     overrides = [
         "algorithm.algorithm_type=dpo",
-        "explorer.rollout_model.engine_type=tinker",
         "synchronizer.sync_method=nccl",
         "monitor.monitor_type=neptune",
         "buffer.explorer_input.taskset.storage_type=queue",
@@ -278,8 +277,6 @@ def test_not_supported_values_are_reported_together(tmp_path):
         "float32, bfloat16, float16)",
         "buffer.explorer_input.tasksets[0].storage_type = queue is not supported yet "
         "(supported: file, sql)",
-        "explorer.rollout_model.engine_type = tinker is not supported yet (supported: "
-        "transformers, external, vllm, unset)",
         "synchronizer.sync_method = nccl is not supported yet",
         "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size = 2 is "
         "not supported yet",
@@ -308,7 +305,7 @@ def test_a_name_registered_nowhere_is_unknown_with_the_closest_not_a_planned_fea
         "buffer.trainer_input.experience_buffer.storage_type: unknown storage_type 'sqll'; did "
         "you mean 'sql'? (known: queue, sql)",
         "explorer.rollout_model.engine_type: unknown engine_type 'transformer'; did you mean "
-        "'transformers'? (known: transformers, external, vllm, unset)",
+        "'transformers'? (known: transformers, external, tinker, vllm, unset)",
         "monitor.monitor_type: unknown monitor_type 'wandbb'; did you mean 'wandb'? (known: "
         "mlflow, tensorboard, wandb)",
     ]

@@ -38,7 +38,12 @@ and a value of ``tool_call_parser``'s ``Literal``; another reasoning format a ro
 ``reasoning.REASONING_PARSERS``.
 """
 
-from trinity.engine import external, transformers_model, vllm_model  # noqa: F401  (built-ins)
+from trinity.engine import (  # noqa: F401  (built-ins)
+    external,
+    tinker_engine,
+    transformers_model,
+    vllm_model,
+)
 from trinity.engine.registry import DEFAULT_ENGINE, ENGINES
 
 __all__ = ["DEFAULT_ENGINE", "ENGINES"]

@@ -29,6 +29,7 @@ from trinity.engine import DEFAULT_ENGINE
 from trinity.explorer.bench import bench_steps
 from trinity.preflight.model_folders import chat_template_of
 from trinity.preflight.support import COMPONENT_REGISTRIES
+from trinity.preflight.tinker_checks import derive_tinker
 from trinity.preflight.validate import (
     check_consistency,
     check_supported,
@@ -68,6 +69,7 @@ def derive(config: Config) -> Tuple[Config, List[str]]:
     problems: List[str] = []
     _derive_run(config)
     _derive_external(config)
+    derive_tinker(config)
     _derive_from_machine(config)
     problems += _derive_algorithm(config)
     problems += carry_verl_settings(config)

@@ -41,6 +41,16 @@ def _registered_engines(config: Config) -> Tuple[Any, ...]:
     return (None, *names)
 
 
+def _auxiliary_engines(config: Config) -> Tuple[Any, ...]:
+    # The tinker engine samples the adapter a Tinker run trains: the rollout model only.
+    return tuple(name for name in _registered_engines(config) if name != "tinker")
+
+
+def _tinker_modes(config: Config) -> Tuple[Any, ...]:
+    # A Tinker run trains in the service: mode both (with engine_type tinker) or train.
+    return (False, True) if config.mode in ("both", "train") else (False,)
+
+
 def _registered_monitors(config: Config) -> Tuple[Any, ...]:
     # A plugin's sink is registered by the time configs are checked (plugins load first).
     return tuple(MONITORS.names())
@@ -105,14 +115,14 @@ SUPPORTED: Dict[str, Allowed] = {
     "model.lora_configs.*.lora_dtype": ("auto", "float32", "bfloat16", "float16"),
     "model.rope_scaling": (None,),
     "model.rope_theta": (None,),
-    "model.tinker.enable": (False,),
+    "model.tinker.enable": _tinker_modes,
     "buffer.explorer_input.tasksets.*.storage_type": _row_storages,
     "buffer.explorer_input.eval_tasksets.*.storage_type": _row_storages,
     "buffer.trainer_input.experience_buffer.storage_type": _experience_buffer_storage,
     "buffer.trainer_input.experience_buffer.replay_buffer.enable": _replay_modes,
     "buffer.trainer_input.auxiliary_buffers.*.storage_type": _data_storages,
     "explorer.rollout_model.engine_type": _registered_engines,
-    "explorer.auxiliary_models.*.engine_type": _registered_engines,
+    "explorer.auxiliary_models.*.engine_type": _auxiliary_engines,
     "synchronizer.sync_method": (None, "memory", "checkpoint"),
     "trainer.trainer_strategy": ("fsdp", "fsdp2"),
     "trainer.ulysses_sequence_parallel_size": (1,),
@@ -126,6 +136,14 @@ SUPPORTED: Dict[str, Allowed] = {
         for key in ("reduce_dtype", "buffer_dtype")
     },
     "monitor.monitor_type": _registered_monitors,
+}
+
+
+# Rows whose allowed values depend on the config -> what they depend on, said in the line.
+CONTEXT: Dict[str, Callable[[Config], str]] = {
+    "model.tinker.enable": lambda config: (
+        f"in mode {config.mode}; a Tinker run is mode both (with engine_type tinker) or train"
+    ),
 }
 
 

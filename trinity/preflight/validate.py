@@ -27,6 +27,7 @@ from trinity.preflight.decoupled import decoupled_problems
 from trinity.preflight.ranks import rank_problems
 from trinity.preflight.serve_checks import serve_problems
 from trinity.preflight.support import (
+    CONTEXT,
     DOCUMENTED,
     SAMPLING,
     STORAGE_PATHS,
@@ -35,6 +36,7 @@ from trinity.preflight.support import (
     uses_teacher,
     values_at,
 )
+from trinity.preflight.tinker_checks import idle_keys, tinker_problems
 from trinity.utils.database import database_url
 
 logger = logging.getLogger("trinity.config")
@@ -57,7 +59,9 @@ def check_supported(config: Config) -> List[str]:
         values = allowed(config) if callable(allowed) else allowed
         for path, value in values_at(config, pattern):
             if value not in values:
-                problems.append(_outside(pattern, path, value, values))
+                line = _outside(pattern, path, value, values)
+                why = CONTEXT.get(pattern)
+                problems.append(f"{line}, {why(config)}" if why else line)
     return problems
 
 
@@ -91,6 +95,7 @@ def check_consistency(config: Config) -> List[str]:
     problems += gpu_problems(config)
     problems += sync_problems(config)
     problems += serve_problems(config)
+    problems += tinker_problems(config)
     return problems
 
 
@@ -429,7 +434,7 @@ def _idle_pipelines(config: Config) -> List[Tuple[str, Any, str]]:
 def warn_inert(config: Config) -> None:
     """Warn about every user-set key that this build accepts but does not use."""
     found = explicit_inert_values(config) + _idle_replay(config) + _idle_pipelines(config)
-    found += _idle_engine_keys(config)
+    found += _idle_engine_keys(config) + idle_keys(config)
     if found:
         lines = "\n".join(f"  - {path} = {show(value)}: {reason}" for path, value, reason in found)
         logger.warning("These keys are accepted but have no effect here:\n%s", lines)

@@ -75,6 +75,10 @@ class TrainerRole:
             from trinity.runtime.trainer_ranks import sharded_trainer
 
             self.trainer = sharded_trainer(self.config, 0, self.group_port, **kwargs)
+        elif self.config.model.tinker.enable:  # the policy lives in a Tinker service
+            from trinity.trainer.tinker_client import TinkerTrainer
+
+            self.trainer = TinkerTrainer(self.config, **kwargs)
         else:
             self.trainer = Trainer(self.config, **kwargs)
         step = self.trainer.prepare_model()
@@ -159,7 +163,9 @@ class TrainerRole:
         }
 
     def _publish(self, version: int, model: Any) -> None:
-        if self.config.synchronizer.sync_method == "memory":
+        if self.config.model.tinker.enable:  # weights move through the service: its path
+            weights = [self.trainer.sampler_path(version)]
+        elif self.config.synchronizer.sync_method == "memory":
             from trinity.trainer.lora import sync_state_dict  # LoRA: merged adapted layers
 
             sharded = self.config.trainer.cpu_ranks > 1  # gathered from every rank
