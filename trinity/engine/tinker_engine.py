@@ -51,19 +51,20 @@ class TinkerSampler(PromptSide):
             prompt_side.pop(unused, None)
         super().__init__(model_path, **prompt_side)
         self.base_model = base_model
-        self.service = service_client()
+        self.service = service_client()  # the service answered: its URL is right
+        # Sampling clients are made on the generation thread (``use``, ``generate``): the SDK
+        # refuses to block an event loop, and the engine is built on its host's loop.
+        self.sampler: Any = None
         self.where = f"the base model {base_model}"
-        self.sampler = wait_result(
-            self.service.create_sampling_client(base_model=base_model),
-            f"creating a sampling client of {self.where}",
-        )
 
-    def use(self, path: str) -> None:
-        """Sample from now on with the weights the trainer saved at ``path``."""
-        self.sampler = wait_result(
-            self.service.create_sampling_client(model_path=path), f"loading sampler {path}"
-        )
-        self.where = path
+    def use(self, path: Optional[str]) -> None:
+        """Sample from now on with the weights the trainer saved at ``path`` (None: the base
+        model)."""
+        make = self.service.create_sampling_client
+        future = make(model_path=path) if path else make(base_model=self.base_model)
+        where = path or f"the base model {self.base_model}"
+        self.sampler = wait_result(future, f"creating a sampling client of {where}")
+        self.where = where
 
     def release(self) -> int:
         """Nothing to free here: the service holds the weights."""
@@ -75,6 +76,8 @@ class TinkerSampler(PromptSide):
         from tinker import types
 
         fitted = [self.fit(list(x), p) for x, p in zip(prompts, params, strict=True)]
+        if self.sampler is None:
+            self.use(None)
         futures = [
             self.sampler.sample(
                 prompt=types.ModelInput.from_ints(prompt),

@@ -132,4 +132,7 @@ def _still_there(what: str) -> None:
     try:
         probe()
     except TinkerUnavailable as exc:
-        raise TinkerUnavailable(f"{what}: {exc}") from None
+        raise TinkerUnavailable(
+            f"{what}: {exc}; the run stops here and keeps its checkpoints: run it again once "
+            "the service answers, and it resumes from the last one"
+        ) from None

@@ -58,7 +58,9 @@ class TinkerTrainer(Trainer):
         self.lora, self.ref_is_base, self.teacher = None, False, None
         self.tinker = cfg.model.tinker
         self.service = service_client()
-        self.model = self._create_client()
+        # A run that resumes loads its adapter from the checkpoint's state instead.
+        resumes = cfg.continue_from_checkpoint and ckpt.latest_step(self.job_dir) is not None
+        self.model = None if resumes else self._create_client()
         self.ref_model = None
         if needs_reference(
             self.algorithm, algo.kl_loss_fn, algo.kl_penalty_fn, algo.policy_loss_fn
@@ -171,16 +173,24 @@ class TinkerTrainer(Trainer):
         params = mapping.adam_params(
             self.config.algorithm.optimizer, self.settings["grad_clip"], lr
         )
+        seconds = {"forward_backward": 0.0, "optim_step": 0.0}
         for epoch in range(self.settings["ppo_epochs"]):
             if loss.batch_keys:  # whole-batch inputs (M2PO's mask) at this epoch's weights
                 scores = self._score(self.model, batch)
                 batch.extra.update(loss.batch_inputs(**loss_inputs(loss.batch_keys, batch, scores)))
+            start = time.monotonic()
             totals, logprob = self._forward_backward(batch)
+            seconds["forward_backward"] += time.monotonic() - start
+            start = time.monotonic()
             step = wait_result(self.model.optim_step(params), "optim_step")
+            seconds["optim_step"] += time.monotonic() - start
             if epoch == 0:
                 scored = logprob
         metrics = {f"actor/{k}": v for k, v in totals.items()}
-        metrics.update({f"actor/{k}": v for k, v in (step.metrics or {}).items()})
+        metrics.update({f"time/tinker_{k}": v for k, v in seconds.items()})
+        # the gradient norm the service reports for the update
+        if step.metrics and "grad_norm" in step.metrics:
+            metrics["actor/grad_norm"] = step.metrics["grad_norm"]
         metrics["actor/lr"] = lr
         self.lr_steps += 1
         if self.correction is None and scored is not None:  # as in-process: first pass
@@ -191,12 +201,10 @@ class TinkerTrainer(Trainer):
         """One forward_backward of the whole batch: (loss metrics, (B, R) logprobs)."""
         if self.plan.loss_fn is None:
             data = mapping.datums(batch, {})
-            started = time.monotonic()
             output = wait_result(
                 self.model.forward_backward_custom(data, self._custom_loss(batch)),
                 "forward_backward_custom",
             )
-            logger.debug("forward_backward_custom: %.2fs", time.monotonic() - started)
             logprob = mapping.response_columns(mapping.output_logprobs(output), batch)
             return {k: v for k, v in output.metrics.items() if ":" not in k}, logprob
         scale = mapping.token_scale(
