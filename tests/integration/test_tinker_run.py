@@ -1,0 +1,82 @@
+"""``trinity run`` with ``model.tinker.enable: true``: GRPO trains a LoRA adapter in the
+project's own Tinker service (started here on 127.0.0.1, reached through TINKER_BASE_URL as
+any service would be) and samples it there; a rerun resumes the adapter from the state the
+checkpoint names."""
+
+import json
+import os
+
+import pytest
+
+pytest.importorskip("tinker")
+
+from tests.integration.conftest import HERE, base_overrides  # noqa: E402
+from tests.integration.test_external_model import records, stored  # noqa: E402
+from trinity.runtime.launcher import run  # noqa: E402
+from trinity.tinker import ServeOptions, TinkerServer  # noqa: E402
+
+CONFIG = os.path.join(HERE, "configs", "grpo_small.yaml")
+
+
+@pytest.fixture(scope="module")
+def service_url(micro_model, tmp_path_factory):
+    state = str(tmp_path_factory.mktemp("tinker-state"))
+    server = TinkerServer(ServeOptions(base_model=micro_model, port=0, state_dir=state))
+    yield server.url
+    server.close()
+
+
+@pytest.fixture
+def tinker_env(service_url, monkeypatch):
+    # set after Ray started: the launcher hands them to the roles itself
+    monkeypatch.setenv("TINKER_BASE_URL", service_url)
+    monkeypatch.setenv("TINKER_API_KEY", "tml-test")
+
+
+def overrides(tmp_path, micro_model, arithmetic_data, steps, *extra):
+    return base_overrides(tmp_path, micro_model, arithmetic_data) + [
+        "model.tinker.enable=true",
+        "model.tinker.rank=4",
+        "buffer.explorer_input.eval_tasksets=[]",
+        f"buffer.total_steps={steps}",
+        *extra,
+    ]
+
+
+def extra_json(job_dir, step):
+    with open(os.path.join(job_dir, f"global_step_{step}", "extra.json")) as f:
+        return json.load(f)
+
+
+def test_grpo_trains_two_steps_through_tinker(
+    tmp_path, micro_model, arithmetic_data, ray_cluster, tinker_env
+):
+    (result,) = run(CONFIG, overrides(tmp_path, micro_model, arithmetic_data, 2), [])
+    trainer = records(result.job_dir, "trainer")
+    assert [r["step"] for r in trainer] == [1, 2]
+    # the experiences' logprobs are the service sampler's: the trainer's forward agrees
+    assert all(abs(r["actor/ppo_kl"]) < 1e-3 for r in trainer)
+    assert all(r["actor/kl_loss"] == pytest.approx(0.0, abs=1e-3) for r in trainer)
+    rows = stored(result.job_dir)
+    assert len(rows) == 2 * 4 * 4 and all(e.logprobs is not None for e in rows)
+    assert sorted({e.model_version for e in rows}) == [0, 1]  # step 2 sampled version 1
+    saved = extra_json(result.job_dir, 2)["tinker"]
+    assert saved["state_path"].startswith("tinker://") and saved["base_model"] == micro_model
+    with open(os.path.join(result.job_dir, "log", "trainer.log")) as f:
+        log = f.read()
+    # GRPO's k2 KL loss is no built-in loss: this project's losses on the service's logprobs
+    assert "Tinker: forward_backward_custom, because of the KL loss" in log
+
+
+def test_a_rerun_resumes_the_adapter_and_its_optimizer(
+    tmp_path, micro_model, arithmetic_data, ray_cluster, tinker_env
+):
+    fast = "algorithm.kl_loss_fn=none"  # the built-in ppo loss
+    (first,) = run(CONFIG, overrides(tmp_path, micro_model, arithmetic_data, 1, fast), [])
+    state = extra_json(first.job_dir, 1)["tinker"]["state_path"]
+    (second,) = run(CONFIG, overrides(tmp_path, micro_model, arithmetic_data, 2, fast), [])
+    assert [r["step"] for r in records(second.job_dir, "trainer")] == [1, 2]
+    with open(os.path.join(second.job_dir, "log", "trainer.log")) as f:
+        log = f.read()
+    assert "Tinker: built-in loss ppo" in log
+    assert f"Tinker: resumed the adapter and optimizer of {state}" in log
