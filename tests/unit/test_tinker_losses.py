@@ -37,9 +37,9 @@ def test_cross_entropy_is_the_weighted_negative_log_likelihood():
 def test_importance_sampling_weights_advantages_by_the_ratio():
     loss, grad = _call("importance_sampling", logprobs=Q, advantages=ADV)
     ratios = [math.exp(0.5), math.exp(-0.5), math.exp(-0.05), 1.0]
-    assert loss == pytest.approx(-sum(r * a for r, a in zip(ratios, ADV)))
+    assert loss == pytest.approx(-sum(r * a for r, a in zip(ratios, ADV, strict=False)))
     # d/dlp of -r*A is -r*A: the ratio carries the gradient
-    assert grad == pytest.approx([-r * a for r, a in zip(ratios, ADV)])
+    assert grad == pytest.approx([-r * a for r, a in zip(ratios, ADV, strict=False)])
 
 
 def test_ppo_takes_the_pessimistic_of_clipped_and_unclipped_terms():
@@ -73,15 +73,17 @@ def test_ppo_takes_the_pessimistic_of_clipped_and_unclipped_terms():
 def test_cispo_clips_the_weight_and_keeps_every_tokens_gradient():
     loss, grad = _call("cispo", logprobs=Q, advantages=ADV)
     w = [1.2, 0.8, math.exp(-0.05), 1.0]  # the clipped ratios
-    assert loss == pytest.approx(-sum(wi * lp * a for wi, lp, a in zip(w, LP, ADV)))
-    assert grad == pytest.approx([-wi * a for wi, a in zip(w, ADV)])
+    assert loss == pytest.approx(-sum(wi * lp * a for wi, lp, a in zip(w, LP, ADV, strict=False)))
+    assert grad == pytest.approx([-wi * a for wi, a in zip(w, ADV, strict=False)])
 
 
 def test_dro_penalises_the_squared_log_ratio():
     loss, grad = _call("dro", config={"beta": 0.5}, logprobs=Q, advantages=ADV)
-    d = [lp - q for lp, q in zip(LP, Q)]
-    assert loss == pytest.approx(-sum(lp * a - 0.25 * x * x for lp, a, x in zip(LP, ADV, d)))
-    assert grad == pytest.approx([-a + 0.5 * x for a, x in zip(ADV, d)])
+    d = [lp - q for lp, q in zip(LP, Q, strict=False)]
+    assert loss == pytest.approx(
+        -sum(lp * a - 0.25 * x * x for lp, a, x in zip(LP, ADV, d, strict=False))
+    )
+    assert grad == pytest.approx([-a + 0.5 * x for a, x in zip(ADV, d, strict=False)])
     assert LOSSES["dro"].config == {"beta": None}  # no default: the caller must say
 
 
