@@ -16,6 +16,7 @@ renamed when complete:
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
@@ -155,17 +156,18 @@ class CheckpointStore:
                 path = CheckpointPath(run, kind, name)
                 if self.exists(path):
                     found.append(self._record(path))
-        return sorted(found, key=lambda c: c["time"])
+        return [record for _, record in sorted(found, key=lambda pair: pair[0])]
 
-    def _record(self, path: CheckpointPath) -> Dict[str, Any]:
+    def _record(self, path: CheckpointPath) -> Tuple[float, Dict[str, Any]]:
+        """(when it was written, the SDK's ``Checkpoint`` record)."""
         folder = self.folder(path)
         with open(os.path.join(folder, META_FILE), encoding="utf-8") as f:
             meta = json.load(f)
         size = sum(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder))
-        return {
+        return meta["time"], {
             "checkpoint_id": f"{path.kind}/{path.name}",
             "checkpoint_type": "training" if path.kind == "weights" else "sampler",
-            "time": _iso(meta["time"]),
+            "time": iso_time(meta["time"]),
             "tinker_path": str(path),
             "size_bytes": size,
             "public": False,
@@ -174,5 +176,6 @@ class CheckpointStore:
         }
 
 
-def _iso(timestamp: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(timestamp))
+def iso_time(timestamp: float) -> str:
+    """A Unix time as the ISO 8601 text the SDK's datetimes read."""
+    return datetime.datetime.fromtimestamp(timestamp, datetime.timezone.utc).isoformat()

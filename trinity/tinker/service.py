@@ -203,7 +203,7 @@ class TinkerService:
             "model_owner": "trinity",
             "is_lora": True,
             "lora_rank": model.spec.rank if model else None,
-            "last_request_time": ckpt._iso(model.last_request) if model else found[-1]["time"],
+            "last_request_time": ckpt.iso_time(model.last_request) if model else found[-1]["time"],
             "last_checkpoint": training[-1] if training else None,
             "last_sampler_checkpoint": sampler[-1] if sampler else None,
             "user_metadata": model.user_metadata if model else None,
