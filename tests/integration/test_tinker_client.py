@@ -10,10 +10,10 @@ import torch
 
 pytest.importorskip("tinker")
 
+from tests.unit.tinker_server import KEY, tinker_server  # noqa: E402
 from trinity.common.config import load_config  # noqa: E402
 from trinity.common.models.sampling import SamplingParams  # noqa: E402
 from trinity.preflight.derive import finalize  # noqa: E402
-from trinity.tinker import ServeOptions, TinkerServer  # noqa: E402
 from trinity.trainer import tinker_mapping as mapping  # noqa: E402
 from trinity.trainer.tinker_client import TinkerTrainer  # noqa: E402
 
@@ -39,19 +39,14 @@ buffer:
 
 @pytest.fixture(scope="module")
 def service_url(micro_model, tmp_path_factory):
-    server = TinkerServer(
-        ServeOptions(
-            base_model=micro_model, port=0, state_dir=str(tmp_path_factory.mktemp("state"))
-        )
-    )
-    yield server.url
-    server.close()
+    with tinker_server(micro_model, str(tmp_path_factory.mktemp("state"))) as server:
+        yield server.url
 
 
 @pytest.fixture(autouse=True)
 def service_env(service_url, monkeypatch):
     monkeypatch.setenv("TINKER_BASE_URL", service_url)
-    monkeypatch.setenv("TINKER_API_KEY", "tml-test")
+    monkeypatch.setenv("TINKER_API_KEY", KEY)
 
 
 def trainer(tmp_path, model, kl="none"):

@@ -12,25 +12,23 @@ pytest.importorskip("tinker")
 
 from tests.integration.conftest import HERE, base_overrides  # noqa: E402
 from tests.integration.test_external_model import records, stored  # noqa: E402
+from tests.unit.tinker_server import KEY, tinker_server  # noqa: E402
 from trinity.runtime.launcher import run  # noqa: E402
-from trinity.tinker import ServeOptions, TinkerServer  # noqa: E402
 
 CONFIG = os.path.join(HERE, "configs", "grpo_small.yaml")
 
 
 @pytest.fixture(scope="module")
 def service_url(micro_model, tmp_path_factory):
-    state = str(tmp_path_factory.mktemp("tinker-state"))
-    server = TinkerServer(ServeOptions(base_model=micro_model, port=0, state_dir=state))
-    yield server.url
-    server.close()
+    with tinker_server(micro_model, str(tmp_path_factory.mktemp("tinker-state"))) as server:
+        yield server.url
 
 
 @pytest.fixture
 def tinker_env(service_url, monkeypatch):
     # set after Ray started: the launcher hands them to the roles itself
     monkeypatch.setenv("TINKER_BASE_URL", service_url)
-    monkeypatch.setenv("TINKER_API_KEY", "tml-test")
+    monkeypatch.setenv("TINKER_API_KEY", KEY)
 
 
 def overrides(tmp_path, micro_model, arithmetic_data, steps, *extra):
@@ -80,3 +78,21 @@ def test_a_rerun_resumes_the_adapter_and_its_optimizer(
         log = f.read()
     assert "Tinker: built-in loss ppo" in log
     assert f"Tinker: resumed the adapter and optimizer of {state}" in log
+
+
+def test_sft_trains_through_the_builtin_cross_entropy(
+    tmp_path, micro_model, arithmetic_data, ray_cluster, tinker_env
+):
+    data = f"{{name: sft, storage_type: file, path: {arithmetic_data['sft']}, format: {{prompt_key: prompt, response_key: response}}}}"
+    sft = [
+        "mode=train",
+        "algorithm.algorithm_type=sft",
+        "algorithm.optimizer.lr=0.01",
+        "buffer.train_batch_size=16",
+        f"buffer.trainer_input.experience_buffer={data}",
+    ]
+    (result,) = run(CONFIG, overrides(tmp_path, micro_model, arithmetic_data, 3, *sft), [])
+    losses = [r["actor/sft_loss"] for r in records(result.job_dir, "trainer")]
+    assert len(losses) == 3 and losses[2] < losses[0]
+    with open(os.path.join(result.job_dir, "log", "trainer.log")) as f:
+        assert "Tinker: built-in loss cross_entropy" in f.read()

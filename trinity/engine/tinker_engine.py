@@ -51,6 +51,8 @@ class TinkerSampler(PromptSide):
             prompt_side.pop(unused, None)
         super().__init__(model_path, **prompt_side)
         self.base_model = base_model
+        # token ids a request may name (the OpenAI server checks them): the tokenizer's
+        self.vocab_size = len(self.tokenizer)
         self.service = service_client()  # the service answered: its URL is right
         # Sampling clients are made on the generation thread (``use``, ``generate``): the SDK
         # refuses to block an event loop, and the engine is built on its host's loop.
