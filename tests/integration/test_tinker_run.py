@@ -96,3 +96,25 @@ def test_sft_trains_through_the_builtin_cross_entropy(
     assert len(losses) == 3 and losses[2] < losses[0]
     with open(os.path.join(result.job_dir, "log", "trainer.log")) as f:
         assert "Tinker: built-in loss cross_entropy" in f.read()
+
+
+def test_dpo_trains_through_the_custom_loss_against_the_base_model(
+    tmp_path, micro_model, arithmetic_data, ray_cluster, tinker_env
+):
+    from tests.integration.test_algorithms import dpo_data
+
+    pairs = (
+        f"{{name: pairs, storage_type: file, path: {dpo_data(tmp_path)}, format: "
+        "{prompt_key: prompt, chosen_key: chosen, rejected_key: rejected}}"
+    )
+    dpo = [
+        "mode=train",
+        "algorithm.algorithm_type=dpo",
+        "buffer.train_batch_size=8",
+        f"buffer.trainer_input.experience_buffer={pairs}",
+    ]
+    (result,) = run(CONFIG, overrides(tmp_path, micro_model, arithmetic_data, 2, *dpo), [])
+    trainer = records(result.job_dir, "trainer")
+    assert [r["step"] for r in trainer] == [1, 2]
+    # step 1: the adapter has not trained yet, so the policy is its reference, the base
+    assert trainer[0]["actor/dpo_loss"] == pytest.approx(0.6931, abs=1e-3)  # -log sigmoid(0)

@@ -12,8 +12,8 @@ tokenizer (``model.model_path``), the loop, the buffer and the algorithm's batch
 - refused before start (``tinker_problems``): what the service cannot compute (a critic, a
   teacher, an entropy term, logprobs at a temperature other than 1, a repetition penalty, a
   minimum length), trainer ranks here, a Hugging Face export, a handover to a next stage;
-- asked of the service before start (``service_problems``): that it answers (bounded
-  attempts, the URL named) and that it holds the base model.
+- asked of this environment and the service before start (``service_problems``): the key
+  is set, the service answers (bounded attempts, the URL named) and holds the base model.
 """
 
 from __future__ import annotations
@@ -87,11 +87,6 @@ def tinker_problems(config: Config) -> List[str]:
     problems = _algorithm_problems(config) + _trainer_problems(config)
     if config.mode != "train":
         problems += _explorer_problems(config)
-    if not os.environ.get(KEY_ENV):
-        problems.append(
-            f"model.tinker.enable: the environment variable {KEY_ENV} is not set; the Tinker "
-            "SDK sends it to the service (a service that checks no key takes any tml- value)"
-        )
     return problems
 
 
@@ -174,9 +169,15 @@ def handover_problems(config: Config) -> List[str]:
 
 
 def service_problems(config: Config) -> List[str]:
-    """The service answers (bounded attempts) and holds ``model.tinker.base_model``."""
-    if not config.model.tinker.enable or not os.environ.get(KEY_ENV):
+    """The key is set, the service answers (bounded attempts) and holds
+    ``model.tinker.base_model``."""
+    if not config.model.tinker.enable:
         return []
+    if not os.environ.get(KEY_ENV):
+        return [
+            f"model.tinker.enable: the environment variable {KEY_ENV} is not set; the Tinker "
+            "SDK sends it to the service (a service that checks no key takes any tml- value)"
+        ]
     try:
         capabilities = probe()
     except (TinkerUnavailable, PermissionError) as exc:
