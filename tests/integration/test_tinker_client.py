@@ -112,3 +112,22 @@ def test_builtin_ppo_and_the_custom_loss_make_the_same_update(tmp_path, micro_mo
     assert (builtin[mask] - batch.old_logprob[mask]).abs().max() > 1e-3  # the policy moved
     assert torch.allclose(builtin[mask], custom[mask], atol=1e-4)
     assert metrics["actor/lr"] == pytest.approx(0.01) and metrics["actor/grad_norm"] > 0
+
+
+def test_the_openai_compatible_server_serves_the_tinker_engine(micro_model):
+    from tests.unit.test_openai_server import LocalServer
+
+    host = LocalServer(engine(micro_model), micro_model)
+    try:
+        client = host.client()
+        reply = client.chat.completions.create(
+            model=client.model_path,
+            messages=[{"role": "user", "content": "1+1="}],
+            max_tokens=4,
+            n=2,
+            logprobs=True,
+        )
+    finally:
+        host.close()
+    assert len(reply.choices) == 2
+    assert all(len(c.logprobs.content) >= 1 for c in reply.choices)
