@@ -3,8 +3,9 @@
 Workload: one fixed GRPO batch of ``--groups`` x ``--repeat`` rows, ``--prompt-tokens`` +
 ``--response-tokens`` random token ids each, with rewards 0/1 alternating in each group (so
 every group has an advantage signal) and rollout logprobs of about -10 (random tokens are
-unlikely under any policy); the same experiences on every side. A step is ``Trainer.train_step``: advantages, the reference's
-logprobs where the KL loss reads them, the update.
+unlikely under any policy); the same experiences on every side. A step is
+``Trainer.train_step``: advantages, the reference's logprobs where the KL loss reads them,
+the update.
 
 Sides (alternating, ``--repeats`` rounds, each timing ``--steps`` steps after a warm-up):
 

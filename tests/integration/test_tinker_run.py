@@ -83,7 +83,10 @@ def test_a_rerun_resumes_the_adapter_and_its_optimizer(
 def test_sft_trains_through_the_builtin_cross_entropy(
     tmp_path, micro_model, arithmetic_data, ray_cluster, tinker_env
 ):
-    data = f"{{name: sft, storage_type: file, path: {arithmetic_data['sft']}, format: {{prompt_key: prompt, response_key: response}}}}"
+    data = (
+        f"{{name: sft, storage_type: file, path: {arithmetic_data['sft']}, "
+        "format: {prompt_key: prompt, response_key: response}}"
+    )
     sft = [
         "mode=train",
         "algorithm.algorithm_type=sft",
