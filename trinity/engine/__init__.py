@@ -29,19 +29,18 @@ InferenceModel`` (``chat``, ``generate``, ``generate_ids``, ``load_weights``,
 ``model_version``; ``release`` too for ``mode: colocate``) decorated with
 ``@ENGINES.register_module("name")``, in a ``--plugin-dir`` folder for a plugin or here (then
 imported below) for a built-in; ``engine_type: name`` selects it. Both hosts build it as
-``cls(**kwargs)`` with the keys of ``runtime/explorer_role.py: engine_kwargs`` (``model_path``,
-``dtype``, ``seed``, ``device``, the length limits...) plus ``num_threads``, the fields of
-the served model's section named in its ``config_keys`` (vllm's memory keys), and the values
-its ``config_paths`` name elsewhere in the config (tinker's ``model.tinker.base_model``). A
-client of a model served elsewhere sets ``hosted = False`` and is built like ``external``.
-Worked example: docs/extending.md. An engine the OpenAI-compatible server can serve (``enable_openai_api``,
-auxiliary models, mode serve) has ``served_model(name)`` returning a ``server.ServedModel``
-(its ``generate_ids``, tokenizer functions and ``max_model_len``), as the transformers and
-vllm engines do through ``ServedModel.from_transformers``. Another
-tool-call format is a function with the parsers' contract in ``tool_calls.TOOL_CALL_PARSERS``
-and a value of ``tool_call_parser``'s ``Literal``; another reasoning format a row of
-``reasoning.REASONING_PARSERS``.
-"""
+``cls(**kwargs)`` with the keys of ``runtime/explorer_role.py: engine_kwargs``
+(``model_path``, ``dtype``, ``seed``, ``device``, the length limits...) plus ``num_threads``,
+the fields of the served model's section named in its ``config_keys`` (vllm's memory keys),
+and the values its ``config_paths`` name elsewhere in the config (tinker's
+``model.tinker.base_model``). A client of a model served elsewhere sets ``hosted = False`` and
+is built like ``external``. Worked example: docs/extending.md. An engine the OpenAI-compatible
+server can serve (``enable_openai_api``, auxiliary models, mode serve) has
+``served_model(name)`` returning a ``server.ServedModel`` (its ``generate_ids``, tokenizer
+functions and ``max_model_len``), as the transformers and vllm engines do through
+``ServedModel.from_transformers``. Another tool-call format is a function with the parsers'
+contract in ``tool_calls.TOOL_CALL_PARSERS`` and a value of ``tool_call_parser``'s
+``Literal``; another reasoning format a row of ``reasoning.REASONING_PARSERS``."""
 
 from trinity.engine import (  # noqa: F401  (built-ins)
     external,
