@@ -99,8 +99,7 @@ class Trainer:
         return self.step
 
     def _load_models(self) -> None:
-        """The policy (with LoRA: adapter on the base), the frozen reference and teacher
-        where the algorithm reads them, the optimizer and its lr schedule."""
+        """Policy (LoRA: adapter on the base), reference, teacher, optimizer, lr schedule."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         cfg, algo = self.config, self.config.algorithm
@@ -226,11 +225,10 @@ class Trainer:
     def _load_weights(self, weights: Dict[str, torch.Tensor], step: int) -> None:
         """Checkpointed weights back onto the model (with LoRA: the adapter onto the base)."""
         source = weights_path(self.job_dir, step)
-        if not weights:
+        if not weights:  # a Tinker run's: its weights stay in the service
             raise ckpt.CheckpointError(
-                f"{source} holds no weights: it was written by a run with model.tinker.enable, "
-                "whose weights stay in the Tinker service; resume with Tinker enabled, or set "
-                "continue_from_checkpoint: false to start over"
+                f"{source} holds no weights (model.tinker.enable wrote it): resume with Tinker, "
+                "or set continue_from_checkpoint: false to start over"
             )
         if self.lora is not None:
             try:
@@ -461,8 +459,7 @@ class Trainer:
             self.export_hf(hf_dir)
 
     def _policy_state(self) -> Tuple[Any, Dict[str, Any], Dict[str, Any]]:
-        """What a checkpoint keeps of the policy: its weights (a module or the LoRA adapter's
-        tensors), the optimizer's state, and entries of ``extra.json``."""
+        """A checkpoint's policy: weights (module or LoRA tensors), optimizer, extra.json."""
         weights = lora.adapter_state_dict(self.model) if self.lora is not None else self.model
         optim = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
         return weights, optim, {}
