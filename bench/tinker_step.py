@@ -171,6 +171,7 @@ def main() -> None:
             loads.append(os.getloadavg()[0])
             for side in sides:
                 seconds[side] += timed_steps(trainers[side], rows, args.steps)
+                print(f"{side:15s} {seconds[side]}", flush=True)
     finally:
         server.close()
     record = {
