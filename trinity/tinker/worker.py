@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Deque, List, Optional
 
@@ -81,9 +82,14 @@ class Worker:
             if samples is None:
                 return
             if samples:
+                start = time.perf_counter()
                 self._guarded(lambda s=samples: self.run_samples(s), [j.future for j in samples])
+                logger.info("%d Sample requests: %.2f s", len(samples), time.perf_counter() - start)
             if job is not None:
+                start = time.perf_counter()
                 self._guarded(lambda j=job: self._run(j), [job.future] if job.future else [])
+                kind = job.future.kind if job.future else "Unload"
+                logger.info("%s: %.2f s", kind, time.perf_counter() - start)
 
     def _run(self, job: Job) -> None:
         result = job.run()
