@@ -25,6 +25,9 @@ from trinity.tinker.futures import Future, FutureStore
 
 logger = logging.getLogger(__name__)
 
+# How long the worker waits for more sampling requests once one arrives (none queued else).
+GATHER_S = 0.05
+
 
 @dataclass
 class Job:
@@ -72,6 +75,12 @@ class Worker:
                 self._cond.wait()
             if self._closed:
                 return None, None
+            if self._samples and not self._jobs:
+                # a client sends a batch of samples as separate requests, a few ms apart:
+                # wait for the rest, so they are sampled together, not the first one alone
+                deadline = time.monotonic() + GATHER_S
+                while not self._closed and (left := deadline - time.monotonic()) > 0:
+                    self._cond.wait(left)
             samples, self._samples = self._samples, []
             job: Optional[Job] = self._jobs.popleft() if self._jobs else None
             return samples, job
