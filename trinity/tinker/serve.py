@@ -160,7 +160,10 @@ def build_service(options: ServeOptions, path: str) -> TinkerService:
     futures = FutureStore()
     name = options.model_name or options.base_model
     aliases = tuple({options.base_model, path, os.path.basename(os.path.normpath(path))} - {name})
-    served = Served(name, path, aliases, max_len)
+    # a hub id (without its @revision) loads on any machine; a folder only on this one
+    local = os.path.isdir(os.path.expanduser(options.base_model))
+    hub_id = None if local else options.base_model.partition("@")[0]
+    served = Served(name, path, aliases, max_len, hub_id or path)
     store = CheckpointStore(options.state_dir)
     return TinkerService(
         served, trainer, Sampler(engine, futures), store, futures, options.max_samples

@@ -40,6 +40,7 @@ class Served:
     path: str  # its local folder
     aliases: tuple  # other names accepted for it
     max_model_len: int
+    tokenizer_id: str  # what the SDK's get_tokenizer loads: the hub id, else the folder
 
     def check(self, requested: Optional[str], field: str) -> None:
         if requested is not None and requested != self.name and requested not in self.aliases:
@@ -157,7 +158,7 @@ class TinkerService:
             "model_data": {
                 "arch": self.trainer.arch,
                 "model_name": self.served.name,
-                "tokenizer_id": self.served.path,
+                "tokenizer_id": self.served.tokenizer_id,
             },
             "is_lora": True,
             "lora_rank": model.spec.rank,
