@@ -14,9 +14,9 @@ dependencies serves the recipes below). Recipes:
 
     python bench/tinker_cookbook.py rl --python /path/cookbook-venv/bin/python \\
         --model HuggingFaceTB/SmolLM2-135M-Instruct --out docs/results/tinker_cookbook_rl.json \\
-        -- renderer_name=qwen3_instruct loss_fn=importance_sampling groups_per_batch=8 ...
+        renderer_name=qwen3_instruct loss_fn=importance_sampling groups_per_batch=8 ...
 
-Extra arguments after ``--`` go to the recipe (chz's ``key=value``). It measures, never
+Extra ``key=value`` arguments go to the recipe (chz reads them). It measures, never
 asserts.
 """
 
@@ -146,7 +146,7 @@ def main() -> None:
     parser.add_argument("--model", required=True, help="the base model (a hub id or a folder)")
     parser.add_argument("--out", required=True, help="the JSON file to write")
     parser.add_argument("recipe_args", nargs="*", help="key=value arguments of the recipe")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()
     result = run(args)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
