@@ -166,3 +166,19 @@ def test_an_api_key_is_required_beyond_loopback_and_checked(micro_model, tmp_pat
         client = tinker.ServiceClient(base_url=srv.url, api_key=KEY)
         client.create_lora_training_client(base_model=micro_model, rank=2).result()
         client.close("success").result()
+
+
+def test_the_command_says_what_is_wrong_before_serving(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from trinity.cli.main import app
+
+    missing = str(tmp_path / "no-model")
+    result = CliRunner().invoke(app, ["tinker-serve", "--base-model", missing])
+    assert result.exit_code == 2
+    assert f"--base-model {missing}: no such folder" in result.output
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    result = CliRunner().invoke(
+        app, ["tinker-serve", "--base-model", str(tmp_path), "--host", "0.0.0.0"]
+    )
+    assert result.exit_code == 2 and "TINKER_API_KEY (--api-key-env)" in result.output

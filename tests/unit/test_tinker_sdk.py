@@ -177,6 +177,13 @@ def test_sampled_logprobs_equal_the_trainers_forward(server, client, micro_model
         trained = _logprobs(training.forward([_datum(TOKENS)], "cross_entropy").result())
         assert prompt_lp[0] is None
         assert np.allclose(prompt_lp[1:], trained, atol=1e-3)
+    # the engine is back on the base model's weights for a base-model sampler
+    base = client.create_sampling_client(base_model=micro_model).result()
+    fresh = client.create_lora_training_client(base_model=micro_model, rank=2).result()
+    untrained = _logprobs(fresh.forward([_datum(TOKENS)], "cross_entropy").result())
+    base_lp = base.compute_logprobs(types.ModelInput.from_ints(TOKENS)).result()
+    assert np.allclose(base_lp[1:], untrained, atol=1e-4)
+    assert not np.allclose(untrained, trained, atol=1e-3)
 
 
 def test_several_training_clients_keep_separate_adapters(server, client, micro_model):

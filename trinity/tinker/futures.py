@@ -3,9 +3,9 @@
 A ``Future`` is created on the event loop when its request arrives, completed on the worker
 thread when its work is done (``complete``/``fail``), and read by ``retrieve_future``, which
 waits up to ``LONG_POLL_S`` for it before answering ``try_again`` (the SDK then asks again
-at once; its own timeout per poll is 45 s). A result stays readable for ``KEEP_S`` after it
-was first read (the SDK may read it twice: after a lost reply, or a metadata-only peek),
-then it is dropped.
+at once, logging a warning; its own timeout per poll is 45 s). A result stays readable for
+``KEEP_S`` after it was first read (the SDK may read it twice: after a lost reply, or a
+metadata-only peek), then it is dropped.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, Dict, Optional
 
 from trinity.tinker.errors import TinkerError, not_found
 
-LONG_POLL_S = 20.0
+LONG_POLL_S = 30.0
 KEEP_S = 600.0
 
 

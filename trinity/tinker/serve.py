@@ -30,6 +30,7 @@ from trinity.tinker.lora_models import LoraTrainer
 from trinity.tinker.routes import build_app
 from trinity.tinker.sampler import Sampler
 from trinity.tinker.service import Served, TinkerService
+from trinity.utils import openmp
 from trinity.utils.access import Secret, is_loopback, read_secret
 from trinity.utils.loop_host import LoopHost
 
@@ -98,6 +99,10 @@ class TinkerServer:
         key = api_key(options)
         path = resolve_base_model(options.base_model)
         self.service = build_service(options, path)
+        # Loading ran torch on this thread, whose OpenMP pool would now idle beside the
+        # worker's and slow every barrier of its ops (utils/openmp.py): free it.
+        openmp.share_cores(True)
+        openmp.release_workers()
         limits = APIServerConfig(
             api_key_env=options.api_key_env,
             max_body_bytes=options.max_body_bytes,
@@ -155,7 +160,10 @@ def build_service(options: ServeOptions, path: str) -> TinkerService:
     futures = FutureStore()
     name = options.model_name or options.base_model
     aliases = tuple({options.base_model, path, os.path.basename(os.path.normpath(path))} - {name})
-    served = Served(name, path, aliases, max_len)
+    # a hub id (without its @revision) loads on any machine; a folder only on this one
+    local = os.path.isdir(os.path.expanduser(options.base_model))
+    hub_id = None if local else options.base_model.partition("@")[0]
+    served = Served(name, path, aliases, max_len, hub_id or path)
     store = CheckpointStore(options.state_dir)
     return TinkerService(
         served, trainer, Sampler(engine, futures), store, futures, options.max_samples

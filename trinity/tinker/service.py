@@ -40,6 +40,7 @@ class Served:
     path: str  # its local folder
     aliases: tuple  # other names accepted for it
     max_model_len: int
+    tokenizer_id: str  # what the SDK's get_tokenizer loads: the hub id, else the folder
 
     def check(self, requested: Optional[str], field: str) -> None:
         if requested is not None and requested != self.name and requested not in self.aliases:
@@ -128,15 +129,16 @@ class TinkerService:
         self.served.check(body.base_model, "base_model")
         if body.lora_config is None:
             raise bad_field("lora_config", "required: this server trains LoRA adapters only")
-        _check_optimizer(body.optimizer_config.type, "optimizer_config.type")
+        check_optimizer(body.optimizer_config.type, "optimizer_config.type")
         spec = LoraSpec(**body.lora_config.model_dump())
         target_modules(self.trainer.groups, spec)
-        model = self._register(session, body.model_seq_id, spec, body.user_metadata)
+        model = self.register(session, body.model_seq_id, spec, body.user_metadata)
         future = self.futures.create("CreateModel")
         self.worker.submit(future, lambda: self._add(model.model_id, spec))
         return _future(future, model.model_id)
 
-    def _register(self, session: Session, seq: int, spec: LoraSpec, meta: Any) -> TrainingModel:
+    def register(self, session: Session, seq: int, spec: LoraSpec, meta: Any) -> TrainingModel:
+        """A new training model of ``session`` (its id the one the SDK derives too)."""
         model_id = f"{session.session_id}:train:{seq}"
         if model_id in self.registry.models:
             raise bad_field("model_seq_id", f"{seq} already names a model of this session")
@@ -157,7 +159,7 @@ class TinkerService:
             "model_data": {
                 "arch": self.trainer.arch,
                 "model_name": self.served.name,
-                "tokenizer_id": self.served.path,
+                "tokenizer_id": self.served.tokenizer_id,
             },
             "is_lora": True,
             "lora_rank": model.spec.rank,
@@ -236,12 +238,23 @@ class TinkerService:
     def weights_at(self, path: str, field: str) -> AdapterWeights:
         """The adapter at a tinker path, read once while it stays among the latest few."""
         if path not in self._loaded:
-            state, meta = self.store.load(ckpt.parse(path, field), field)
+            where = ckpt.parse(path, field)
+            self.check_base(self.store.meta(where, field), field)
+            state, meta = self.store.load(where, field)
             peft = meta["peft"]
             self._loaded[path] = AdapterWeights.from_state(state, peft["lora_alpha"], peft["r"])
             while len(self._loaded) > EPHEMERAL_SAMPLERS:
                 self._loaded.pop(next(iter(self._loaded)))
         return self._loaded[path]
+
+    def check_base(self, meta: Dict[str, Any], field: str) -> None:
+        """A checkpoint of another base model (a state dir shared across servers) is refused."""
+        if meta.get("base_model") not in (self.served.name, *self.served.aliases):
+            raise bad_field(
+                field,
+                f"{meta.get('tinker_path')} was trained on '{meta.get('base_model')}'; this "
+                f"server serves '{self.served.name}'",
+            )
 
     def ephemeral_sampler(self, model: TrainingModel, seq: Optional[int]) -> SamplerRecord:
         """The sampling session an unnamed save_weights_for_sampler opens."""
@@ -285,7 +298,7 @@ class TinkerService:
         }
 
 
-def _check_optimizer(kind: Optional[str], field: str) -> None:
+def check_optimizer(kind: Optional[str], field: str) -> None:
     if kind not in (None, "adamw", "adam"):
         raise bad_field(field, f"'{kind}' is not supported by this server (AdamW only)")
 

@@ -19,7 +19,7 @@ from trinity.tinker.lora_models import LORA_ALPHA, LoraSpec
 from trinity.tinker.losses import LOSSES, LossSpec
 from trinity.tinker.proto_codec import Datum, decode_forward_backward
 from trinity.tinker.sampler import AdapterWeights
-from trinity.tinker.service import TinkerService, _check_optimizer
+from trinity.tinker.service import TinkerService, check_optimizer
 from trinity.tinker.sessions import TrainingModel
 
 # Loss names the SDK lists that this server does not compute, and why.
@@ -156,11 +156,11 @@ def optim_step(service: TinkerService, body: wire.OptimStep) -> Dict[str, Any]:
     model = service.registry.model(body.model_id)
     if body.optimizer_params is not None:
         kind = body.optimizer_params.get("type")
-        _check_optimizer(kind, "optimizer_params.type")
+        check_optimizer(kind, "optimizer_params.type")
     hyper = body.adam_params or body.optim_params
     if hyper is None:
         raise bad_field("adam_params", "required")
-    _check_optimizer(hyper.type, "adam_params.type")
+    check_optimizer(hyper.type, "adam_params.type")
 
     def run() -> Dict[str, Any]:
         return {"metrics": service.trainer.optim_step(model.model_id, hyper)}
@@ -239,6 +239,7 @@ def load_weights(service: TinkerService, body: wire.LoadWeights) -> Dict[str, An
     session (``session_id`` and ``model_seq_id``: create_training_client_from_state)."""
     path = ckpt.parse(body.path, "path")
     meta = service.store.meta(path, "path")
+    service.check_base(meta, "path")
     if body.optimizer and path.kind != "weights":
         raise bad_field("optimizer", f"{path} is a sampler checkpoint: it holds no optimizer state")
     spec = LoraSpec(**meta["lora"])
@@ -261,7 +262,7 @@ def load_weights(service: TinkerService, body: wire.LoadWeights) -> Dict[str, An
         raise bad_field("model_id", "required (or session_id and model_seq_id for a new model)")
     session = service.registry.session(body.session_id)
     service.served.check(body.base_model, "base_model")
-    model = service._register(session, body.model_seq_id, spec, body.user_metadata)
+    model = service.register(session, body.model_seq_id, spec, body.user_metadata)
 
     def create_and_load() -> Dict[str, Any]:
         service.trainer.add(model.model_id, spec)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Deque, List, Optional
 
@@ -23,6 +24,9 @@ from trinity.tinker.errors import TinkerError
 from trinity.tinker.futures import Future, FutureStore
 
 logger = logging.getLogger(__name__)
+
+# How long the worker waits for more sampling requests once one arrives (none queued else).
+GATHER_S = 0.05
 
 
 @dataclass
@@ -71,6 +75,12 @@ class Worker:
                 self._cond.wait()
             if self._closed:
                 return None, None
+            if self._samples and not self._jobs:
+                # a client sends a batch of samples as separate requests, a few ms apart:
+                # wait for the rest, so they are sampled together, not the first one alone
+                deadline = time.monotonic() + GATHER_S
+                while not self._closed and (left := deadline - time.monotonic()) > 0:
+                    self._cond.wait(left)
             samples, self._samples = self._samples, []
             job: Optional[Job] = self._jobs.popleft() if self._jobs else None
             return samples, job
@@ -81,9 +91,14 @@ class Worker:
             if samples is None:
                 return
             if samples:
+                start = time.perf_counter()
                 self._guarded(lambda s=samples: self.run_samples(s), [j.future for j in samples])
+                logger.info("%d Sample requests: %.2f s", len(samples), time.perf_counter() - start)
             if job is not None:
+                start = time.perf_counter()
                 self._guarded(lambda j=job: self._run(j), [job.future] if job.future else [])
+                kind = job.future.kind if job.future else "Unload"
+                logger.info("%s: %.2f s", kind, time.perf_counter() - start)
 
     def _run(self, job: Job) -> None:
         result = job.run()
