@@ -280,7 +280,7 @@ def test_nccl_sync_needs_mode_both(tmp_path, mode):
 def test_not_supported_values_are_reported_together(tmp_path):
     overrides = [
         "algorithm.algorithm_type=dpo",
-        "explorer.rollout_model.engine_type=tinker",
+        "trainer.trainer_strategy=megatron",
         "monitor.monitor_type=neptune",
         "buffer.explorer_input.taskset.storage_type=queue",
         "model.lora_configs=[{lora_dtype: int8}]",
@@ -292,8 +292,8 @@ def test_not_supported_values_are_reported_together(tmp_path):
         "float32, bfloat16, float16)",
         "buffer.explorer_input.tasksets[0].storage_type = queue is not supported yet "
         "(supported: file, sql)",
-        "explorer.rollout_model.engine_type = tinker is not supported yet: the tinker engine "
-        "(the Tinker API) is not built (supported: transformers, external, vllm, unset)",
+        "trainer.trainer_strategy = megatron is not supported yet: the Megatron backend is not "
+        "built; the trainer shards with FSDP2 (supported: fsdp, fsdp2)",
         "monitor.monitor_type: unknown monitor_type 'neptune' (known: mlflow, tensorboard, wandb)",
     ]
     assert len(found) == len(expected_starts)
@@ -320,7 +320,7 @@ def test_a_name_registered_nowhere_is_unknown_with_the_closest_not_a_planned_fea
         "buffer.trainer_input.experience_buffer.storage_type: unknown storage_type 'sqll'; did "
         "you mean 'sql'? (known: queue, sql)" + plugin,
         "explorer.rollout_model.engine_type: unknown engine_type 'transformer'; did you mean "
-        "'transformers'? (known: transformers, external, vllm, unset)" + plugin,
+        "'transformers'? (known: transformers, external, tinker, vllm, unset)" + plugin,
         "monitor.monitor_type: unknown monitor_type 'wandbb'; did you mean 'wandb'? (known: "
         "mlflow, tensorboard, wandb)" + plugin,
     ]
@@ -328,7 +328,8 @@ def test_a_name_registered_nowhere_is_unknown_with_the_closest_not_a_planned_fea
         finalized(tmp_path, overrides=["explorer.auxiliary_models=[{engine_type: tinker}]"])
     assert info.value.problems == [
         "explorer.auxiliary_models[0].engine_type = tinker is not supported yet: the tinker "
-        "engine (the Tinker API) is not built (supported: transformers, external, vllm, unset)"
+        "engine serves only the rollout model (the adapter a Tinker run trains) (supported: "
+        "transformers, external, vllm, unset)"
     ]
     assert "not built yet" in str(info.value)
 

@@ -49,6 +49,7 @@ def stage(
         stage(mode="both", storage_type="queue"),
         stage(mode="explore", storage_type="queue", engine_type="external"),
         stage(mode="bench"),
+        stage(mode="both", storage_type="queue", engine_type="tinker"),  # a client of a service
         stage(mode="both", storage_type="queue", sync_method="checkpoint", auxiliary=["external"]),
         stage(mode="both", storage_type="queue", gpus=1),  # trainer and engine share it
         stage(mode="colocate", storage_type="queue", gpus=1),
@@ -68,8 +69,11 @@ def test_one_node_stages_with_what_this_process_can_host_run_here(monkeypatch, c
         ("monitor.enable_ray_timeline", stage(timeline=True)),
         ("cluster.in_process is false", stage(mode="both", in_process=False)),
         ("log.group_by_node", stage(by_node=True)),
-        ("engine_type tinker", stage(mode="both", engine_type="tinker")),
-        ("engine_type tinker", stage(mode="both", auxiliary=["transformers", "tinker"])),
+        ("engine_type plugin_engine", stage(mode="both", engine_type="plugin_engine")),
+        (
+            "engine_type plugin_engine",
+            stage(mode="both", auxiliary=["transformers", "plugin_engine"]),
+        ),
         ("explorer.env_vars (set per runner process)", stage(mode="both", env_vars={"A": "1"})),
         ("synchronizer.sync_method nccl", stage(mode="both", sync_method="nccl")),
         (

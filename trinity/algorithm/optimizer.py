@@ -13,6 +13,10 @@ from typing import Any, Callable, Iterable
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
+# Adam's epsilon (torch's AdamW default), named so a Tinker run sends the same
+# (trinity/trainer/tinker_mapping.py): the config has no key for it.
+ADAM_EPS = 1e-8
+
 
 def build_optimizer(params: Iterable, cfg: Any) -> torch.optim.Optimizer:
     """AdamW over ``params`` with ``cfg.lr``, ``cfg.betas`` and ``cfg.weight_decay``."""
@@ -24,7 +28,7 @@ def build_optimizer(params: Iterable, cfg: Any) -> torch.optim.Optimizer:
     # Not fused: fused AdamW is ~5x faster on CPU (~1% of a tiny-model GRPO step) but rounds
     # differently, which moved the quickstart's SFT result (held-out 0.40 -> 0.28).
     return torch.optim.AdamW(
-        params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay
+        params, lr=cfg.lr, betas=tuple(cfg.betas), eps=ADAM_EPS, weight_decay=cfg.weight_decay
     )
 
 

@@ -364,6 +364,78 @@ def studio(
     serve(host, port, config, announce=typer.echo)
 
 
+@app.command("tinker-serve")
+def tinker_serve(
+    base_model: str = typer.Option(
+        ..., "--base-model", help="The model to train LoRA adapters on: a folder or a hub id."
+    ),
+    model_name: Optional[str] = typer.Option(
+        None,
+        "--model-name",
+        help="The name clients use for it (base_model in the SDK's calls); unset: "
+        "--base-model as given.",
+    ),
+    host: str = typer.Option(
+        "127.0.0.1",
+        "--host",
+        help="Address to listen on; beyond 127.0.0.1 an API key is required (--api-key-env).",
+    ),
+    port: int = typer.Option(8000, "--port", help="Port to listen on (0: any free one)."),
+    state_dir: str = typer.Option(
+        "./tinker-state", "--state-dir", help="Where checkpoints (tinker:// paths) are kept."
+    ),
+    device: Optional[str] = typer.Option(
+        None, "--device", help="cpu or cuda; unset: cuda when there is one."
+    ),
+    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
+    max_model_len: Optional[int] = typer.Option(
+        None, "--max-model-len", help="Longest sequence; unset: the model's."
+    ),
+    max_samples: int = typer.Option(
+        64, "--max-samples", help="Most samples one sampling request may ask for."
+    ),
+    api_key_env: str = typer.Option(
+        "TINKER_API_KEY",
+        "--api-key-env",
+        help="Env var holding the API key (a tml- key) clients must send as X-API-Key; unset "
+        "variable: no key, loopback only.",
+    ),
+) -> None:
+    """Serve the Tinker API (what the official tinker SDK and tinker-cookbook call) over this
+    project's trainer and engine: LoRA training clients on one base model, sampling,
+    checkpoints. Needs pip install -e ".[tinker]"."""
+    import logging
+
+    try:
+        from trinity.tinker import ServeOptions, TinkerServer
+    except ImportError as exc:
+        _fail(f'tinker-serve needs the tinker extra (pip install -e ".[tinker]"): {exc}')
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    options = ServeOptions(
+        base_model=base_model,
+        model_name=model_name,
+        host=host,
+        port=port,
+        state_dir=state_dir,
+        device=device,
+        dtype=dtype,
+        max_model_len=max_model_len,
+        max_samples=max_samples,
+        api_key_env=api_key_env,
+    )
+    try:
+        server = TinkerServer(options)
+    except (ValueError, OSError) as exc:
+        _fail(str(exc))
+    typer.echo(f"Tinker API at {server.url} (base_model: {server.service.served.name})")
+    try:
+        server.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+
+
 def main() -> None:
     sys.exit(app())
 

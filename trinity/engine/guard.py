@@ -1,10 +1,11 @@
-"""What stands between the network and the OpenAI-compatible app (``server.build_app``): the
-API key, the size of a request, the time a client may take, and how many requests run at
-once (``explorer.api_server``).
+"""What stands between the network and an HTTP app (``server.build_app``, and the Tinker
+service of ``trinity/tinker``): the API key, the size of a request, the time a client may
+take, and how many requests run at once (``explorer.api_server``).
 
 ``Guard`` is a pure ASGI middleware. For each HTTP request, in this order:
 
-1. the API key, when one is set: ``Authorization: Bearer <key>``, compared in constant time
+1. the API key, when one is set: ``Authorization: Bearer <key>`` (or the header its
+   ``Dialect`` names: the Tinker service reads ``X-API-Key``), compared in constant time
    (``hmac.compare_digest``); anything else is a 401, on every route;
 2. the body: a ``Content-Length`` over ``max_body_bytes`` is a 413 (so is a chunked body once
    it grows past it); the body must arrive within ``read_timeout`` seconds, else a 408;
@@ -28,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -44,7 +46,24 @@ Headers = List[Tuple[bytes, bytes]]
 # What a 503 asks a client to wait before retrying (the openai package honours it): a batch
 # of the engine takes about this long, after which slots are free again.
 RETRY_AFTER_S = 1
-_KEYS = "explorer.api_server"
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How a server's clients send the key and read a refusal, and where its limits are set
+    (named in every refusal). The default is the OpenAI API's."""
+
+    key_header: bytes = b"authorization"
+    bearer: bool = True  # the header's value is ``Bearer <key>``, not the key alone
+    send_key: str = "`Authorization: Bearer <key>`"  # how a client sends it, for messages
+    render: Callable[[APIError], Dict[str, Any]] = APIError.body  # an error's JSON body
+    settings: str = "explorer.api_server.{}"  # a limit's name -> where it is set
+
+    def setting(self, name: str) -> str:
+        return self.settings.format(name)
+
+
+OPENAI = Dialect()
 
 
 class _Disconnected(Exception):
@@ -68,10 +87,17 @@ def _header(scope: Dict[str, Any], name: bytes) -> bytes:
 
 
 class Guard:
-    """See the module docstring; ``app`` is the OpenAI-compatible app it guards."""
+    """See the module docstring; ``app`` is the app it guards (an OpenAI-compatible one,
+    or the Tinker service with its own ``Dialect``)."""
 
-    def __init__(self, app: Any, limits: APIServerConfig, api_key: Optional[Secret]) -> None:
-        self.app, self.limits = app, limits
+    def __init__(
+        self,
+        app: Any,
+        limits: APIServerConfig,
+        api_key: Optional[Secret],
+        dialect: Dialect = OPENAI,
+    ) -> None:
+        self.app, self.limits, self.dialect = app, limits, dialect
         self.key = api_key.reveal().encode() if api_key is not None else None
         self.in_flight = 0  # one event loop: no lock needed
 
@@ -84,11 +110,11 @@ class Guard:
         except _Disconnected:
             return
         except _Refused as refused:
-            await respond(send, refused.error, refused.headers, refused.close)
+            await respond(send, refused.error, refused.headers, refused.close, self.dialect)
             return
         if self.in_flight >= self.limits.max_in_flight:
             retry = [(b"retry-after", str(RETRY_AFTER_S).encode())]
-            await respond(send, self._overloaded(), retry)
+            await respond(send, self._overloaded(), retry, dialect=self.dialect)
             return
         self.in_flight += 1
         try:
@@ -102,7 +128,8 @@ class Guard:
         authorized = self._authorized(scope)
         body, size, complete = await self._receive_body(scope, receive, keep=authorized)
         if not authorized:
-            raise _Refused(self._unauthorized(), not complete, [(b"www-authenticate", b"Bearer")])
+            challenge = [(b"www-authenticate", b"Bearer")] if self.dialect.bearer else []
+            raise _Refused(self._unauthorized(), not complete, challenge)
         if size > self.limits.max_body_bytes:
             raise _Refused(self._too_large(size), not complete)
         if not complete:
@@ -112,16 +139,20 @@ class Guard:
     def _authorized(self, scope: Dict[str, Any]) -> bool:
         if self.key is None:
             return True
-        scheme, _, token = _header(scope, b"authorization").partition(b" ")
+        value = _header(scope, self.dialect.key_header)
+        if self.dialect.bearer:
+            scheme, _, value = value.partition(b" ")
+            if scheme.lower() != b"bearer":
+                return False
         # compare_digest: the time taken does not tell how much of a guess was right
-        return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.key)
+        return hmac.compare_digest(value.strip(), self.key)
 
     def _unauthorized(self) -> APIError:
         return APIError(
             401,
-            "missing or incorrect API key: send the header `Authorization: Bearer <key>` with "
+            f"missing or incorrect API key: send the header {self.dialect.send_key} with "
             f"the key this server reads from {self.limits.api_key_env} "
-            f"({_KEYS}.api_key_env)",
+            f"({self.dialect.setting('api_key_env')})",
             code="invalid_api_key",
         )
 
@@ -129,7 +160,7 @@ class Guard:
         return APIError(
             503,
             f"the server is handling {self.in_flight} requests, its limit "
-            f"({_KEYS}.max_in_flight); retry after {RETRY_AFTER_S} s",
+            f"({self.dialect.setting('max_in_flight')}); retry after {RETRY_AFTER_S} s",
             code="server_overloaded",
             kind="server_error",
         )
@@ -163,7 +194,7 @@ class Guard:
         return APIError(
             413,
             f"the request body has {size} bytes; this server takes at most "
-            f"{self.limits.max_body_bytes} ({_KEYS}.max_body_bytes)",
+            f"{self.limits.max_body_bytes} ({self.dialect.setting('max_body_bytes')})",
             code="request_too_large",
         )
 
@@ -171,7 +202,7 @@ class Guard:
         return APIError(
             408,
             f"the request body did not arrive within {self.limits.read_timeout:g} s "
-            f"({_KEYS}.read_timeout)",
+            f"({self.dialect.setting('read_timeout')})",
             code="request_timeout",
         )
 
@@ -191,10 +222,16 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-async def respond(send: Send, error: APIError, headers: Headers = (), close: bool = False) -> None:
-    """Send ``error`` as OpenAI's error body with its status (and ``headers``); ``close``:
-    the connection ends with it."""
-    body = json.dumps(error.body()).encode()
+async def respond(
+    send: Send,
+    error: APIError,
+    headers: Headers = (),
+    close: bool = False,
+    dialect: Dialect = OPENAI,
+) -> None:
+    """Send ``error`` as the dialect's error body (OpenAI's by default) with its status (and
+    ``headers``); ``close``: the connection ends with it."""
+    body = json.dumps(dialect.render(error)).encode()
     head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     head += list(headers) + ([(b"connection", b"close")] if close else [])
     await send({"type": "http.response.start", "status": error.status, "headers": head})

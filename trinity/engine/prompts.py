@@ -28,7 +28,10 @@ def eos_ids(model_path: str, tokenizer: Any) -> List[int]:
     try:
         generation = GenerationConfig.from_pretrained(model_path)
     except OSError:  # no generation_config.json in the folder
-        generation = GenerationConfig.from_model_config(AutoConfig.from_pretrained(model_path))
+        try:
+            generation = GenerationConfig.from_model_config(AutoConfig.from_pretrained(model_path))
+        except OSError:  # a tokenizer folder only (a Tinker run's): the tokenizer's eos
+            generation = GenerationConfig()
     ids = generation.eos_token_id
     ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
     if tokenizer.eos_token_id is not None:

@@ -4,8 +4,7 @@
 Both hosts build an engine from here: the Ray ``EngineActor`` (``runtime/actors.py``) and the
 in-process ``LocalEngine`` (``engine/local.py``), so an engine registered by a plugin runs
 under either. ``explorer.rollout_model.engine_type`` and ``explorer.auxiliary_models[i].
-engine_type`` are checked against these names before start; ``tinker`` is not registered, so
-it is reported as not supported yet.
+engine_type`` are checked against these names before start.
 """
 
 from __future__ import annotations

@@ -53,6 +53,7 @@ from trinity.preflight.ranks import warn_ranks
 from trinity.preflight.serve_checks import port_problems
 from trinity.preflight.served_engines import served_engine_problems
 from trinity.preflight.support import algorithm_class
+from trinity.preflight.tinker_checks import handover_problems, service_problems
 from trinity.preflight.unsupported import not_naming, set_aside_keys
 from trinity.preflight.validate import read_storages, warn_inert
 from trinity.preflight.vllm_checks import vllm_problems
@@ -186,8 +187,9 @@ def _merge_stage_labels(found: List[Tuple[str, str]], several: bool) -> List[str
 
 
 def _handover_problems(stage: Config) -> List[str]:
-    problems = lora_handover_problems(stage)
-    if stage.trainer.save_hf_checkpoint != "never":
+    problems = lora_handover_problems(stage) + handover_problems(stage)
+    # a Tinker stage's line above says why; the HF export is not its problem
+    if stage.model.tinker.enable or stage.trainer.save_hf_checkpoint != "never":
         return problems
     return problems + [
         "trainer.save_hf_checkpoint = never, but the next stage starts from this stage's "
@@ -214,6 +216,7 @@ def stage_problems(config: Config, model_from_previous: bool, construct: bool) -
     problems += api_key_problems(config)
     problems += vllm_problems(config)
     problems += served_engine_problems(config)
+    problems += service_problems(config)
     return problems
 
 
@@ -245,9 +248,11 @@ def _model_problems(config: Config, model_from_previous: bool) -> List[str]:
     paths: List[Tuple[str, str]] = []
     rollout = explorer.rollout_model
     # An external rollout model (explore mode only) needs just a tokenizer to make
-    # experiences with; its own model_path, if set, is a name sent to the API.
+    # experiences with; its own model_path, if set, is a name sent to the API. A Tinker run
+    # reads just the tokenizer too: the service holds the model (model.tinker.base_model).
     external = rollout.engine_type == "external"
-    if not model_from_previous and not external:
+    tokenizer_only = external or model.tinker.enable
+    if not model_from_previous and not tokenizer_only:
         paths.append(("model.model_path", model.model_path))
     explores = config.mode in ("both", "colocate", "explore", "bench")
     if explores and is_set(rollout, "model_path") and not external:
@@ -260,7 +265,7 @@ def _model_problems(config: Config, model_from_previous: bool) -> List[str]:
         if aux.engine_type != "external":  # an external model's model_path is its API name
             paths.append((f"explorer.auxiliary_models[{index}].model_path", aux.model_path))
     problems, seen = _external_problems(config), set()
-    if external and not model_from_previous and model.model_path:
+    if tokenizer_only and not model_from_previous and model.model_path:
         problems += tokenizer_folder_problems("model.model_path", model.model_path)
     for key, path in paths:
         if path and path not in seen:

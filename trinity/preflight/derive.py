@@ -41,6 +41,7 @@ from trinity.engine import DEFAULT_ENGINE
 from trinity.explorer.bench import bench_steps
 from trinity.preflight.model_folders import chat_template_of
 from trinity.preflight.support import COMPONENT_REGISTRIES, algorithm_class
+from trinity.preflight.tinker_checks import derive_tinker
 from trinity.preflight.unsupported import check_supported, not_naming, set_aside
 from trinity.preflight.validate import check_consistency, storages_of, warn_inert
 
@@ -79,6 +80,7 @@ def derive(config: Config) -> Tuple[Config, List[str]]:
     problems: List[str] = []
     _derive_run(config)
     _derive_external(config)
+    derive_tinker(config)
     _derive_from_machine(config)
     problems += _derive_algorithm(config)
     problems += carry_verl_settings(config)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Tuple, Union
 
 from trinity.buffer.storages import STORAGES, storage_kind
-from trinity.common.config.base import assign
+from trinity.common.config.base import assign, set_default
 from trinity.common.config.config import Config, external_models
 from trinity.preflight.support import algorithm_class
 from trinity.preflight.validate import read_storages
@@ -113,6 +113,19 @@ def _setter(section: Any, name: str) -> Callable[[str], None]:
     return lambda folder: assign(section, name, folder)
 
 
+def _model_setter(config: Config) -> Callable[[str], None]:
+    """``model.model_path``'s folder in place of its id; a Tinker run's id also names the
+    service's base model (``model.tinker.base_model``, unless set)."""
+    model = config.model
+
+    def put(folder: str) -> None:
+        if model.tinker.enable:
+            set_default(model.tinker, "base_model", model.model_path)
+        assign(model, "model_path", folder)
+
+    return put
+
+
 def _model_values(config: Config, model_from_previous: bool) -> List[_Named]:
     model, explorer = config.model, config.explorer
     external = {
@@ -123,11 +136,9 @@ def _model_values(config: Config, model_from_previous: bool) -> List[_Named]:
     rollout = explorer.rollout_model
     found: List[_Named] = []
     if not model_from_previous and model.model_path:
-        # with an external rollout model (explore mode) only its tokenizer is read
-        kind = TOKENIZER if id(rollout) in external else MODEL
-        found.append(
-            _Named("model.model_path", model.model_path, kind, _setter(model, "model_path"))
-        )
+        # with an external rollout model (explore mode) or Tinker only its tokenizer is read
+        kind = TOKENIZER if id(rollout) in external or model.tinker.enable else MODEL
+        found.append(_Named("model.model_path", model.model_path, kind, _model_setter(config)))
     algorithm_cls = algorithm_class(config)
     if model.critic_model_path and getattr(algorithm_cls, "use_critic", False):
         if config.mode != "explore":
@@ -140,7 +151,8 @@ def _model_values(config: Config, model_from_previous: bool) -> List[_Named]:
         if aux.model_path and id(aux) not in external:
             key = f"explorer.auxiliary_models[{index}].model_path"
             found.append(_Named(key, aux.model_path, MODEL, _setter(aux, "model_path")))
-    for index, entry in enumerate(model.lora_configs or []):
+    # A Tinker run ignores model.lora_configs (derive.py drops them): nothing to fetch.
+    for index, entry in enumerate([] if model.tinker.enable else model.lora_configs or []):
         if entry.path:
             key = f"model.lora_configs[{index}].path"
             found.append(_Named(key, entry.path, ADAPTER, _setter(entry, "path")))

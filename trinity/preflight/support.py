@@ -42,6 +42,16 @@ def _registered_engines(config: Config) -> Tuple[Any, ...]:
     return (None, *names)
 
 
+def _auxiliary_engines(config: Config) -> Tuple[Any, ...]:
+    # The tinker engine samples the adapter a Tinker run trains: the rollout model only.
+    return tuple(name for name in _registered_engines(config) if name != "tinker")
+
+
+def _tinker_modes(config: Config) -> Tuple[Any, ...]:
+    # A Tinker run trains in the service: mode both (with engine_type tinker) or train.
+    return (False, True) if config.mode in ("both", "train") else (False,)
+
+
 def _registered_monitors(config: Config) -> Tuple[Any, ...]:
     # A plugin's sink is registered by the time configs are checked (plugins load first).
     return tuple(MONITORS.names())
@@ -99,12 +109,12 @@ _STORAGES = (
 )
 _VERL_PARTS = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")
 _VERL_MODELS = ("actor_rollout_ref.actor", "critic")
-_ENGINE_KEYS = ("explorer.rollout_model.engine_type", "explorer.auxiliary_models.*.engine_type")
 _MULTIMODAL = "multimodal tasks (images and videos in the prompt) are not built"
 _MEGATRON = "the Megatron backend is not built; the trainer shards with FSDP2"
 
-# SUPPORTED row -> why its other values do not run yet (said after "not supported yet").
-NOT_BUILT: Dict[str, str] = {
+# SUPPORTED row -> why its other values do not run (said after "not supported yet"), or a
+# function of the config saying it, for a row whose allowed values depend on the config.
+NOT_BUILT: Dict[str, Union[str, Callable[[Config], str]]] = {
     **{
         f"{path}.format.{key}": _MULTIMODAL
         for path in _STORAGES
@@ -114,8 +124,12 @@ NOT_BUILT: Dict[str, str] = {
     **{f"trainer.trainer_config.{part}.megatron": _MEGATRON for part in _VERL_PARTS},
     **{f"trainer.trainer_config.{part}.strategy": _MEGATRON for part in _VERL_MODELS},
     "trainer.trainer_strategy": _MEGATRON,
-    "model.tinker.enable": "training through the Tinker API is not built",
-    **{key: "the tinker engine (the Tinker API) is not built" for key in _ENGINE_KEYS},
+    "model.tinker.enable": lambda config: (
+        f"in mode {config.mode}; a Tinker run is mode both (with engine_type tinker) or train"
+    ),
+    "explorer.auxiliary_models.*.engine_type": (
+        "the tinker engine serves only the rollout model (the adapter a Tinker run trains)"
+    ),
 }
 
 
@@ -140,7 +154,7 @@ SUPPORTED: Dict[str, Allowed] = {
     "model.lora_configs.*.lora_dtype": ("auto", "float32", "bfloat16", "float16"),
     "model.rope_scaling": (None,),
     "model.rope_theta": (None,),
-    "model.tinker.enable": (False,),
+    "model.tinker.enable": _tinker_modes,
     # multimodal tasks (Trinity-RFT 0.3+): images and videos in the prompt
     **{f"{path}.format.{key}": (None,) for path in _STORAGES for key in ("image_key", "video_key")},
     **{f"{path}.mm_data_kwargs": (None, {}) for path in _STORAGES},
@@ -153,7 +167,7 @@ SUPPORTED: Dict[str, Allowed] = {
     "buffer.trainer_input.experience_buffer.replay_buffer.enable": _replay_modes,
     "buffer.trainer_input.auxiliary_buffers.*.storage_type": _data_storages,
     "explorer.rollout_model.engine_type": _registered_engines,
-    "explorer.auxiliary_models.*.engine_type": _registered_engines,
+    "explorer.auxiliary_models.*.engine_type": _auxiliary_engines,
     "synchronizer.sync_method": (None, "memory", "checkpoint", "nccl"),
     "trainer.trainer_strategy": ("fsdp", "fsdp2"),
     # gradients and buffers stay in the fp32 of the master weights

@@ -32,6 +32,7 @@ class _Outside:
     owner: Any  # the section holding it
     name: str  # its field in that section
     allowed: Tuple[Any, ...]
+    why: str  # why the others do not run (``NOT_BUILT``), or ""
 
     @property
     def value(self) -> Any:
@@ -47,7 +48,9 @@ def _outside_values(config: Config) -> List[_Outside]:
         for owner_path, owner in owners:
             if owner is not None and getattr(owner, name) not in values:
                 path = join_path(owner_path, name)
-                found.append(_Outside(pattern, path, owner, name, values))
+                why = NOT_BUILT.get(pattern, "")
+                why = why(config) if callable(why) else why
+                found.append(_Outside(pattern, path, owner, name, values, why))
     return found
 
 
@@ -109,6 +112,6 @@ def _line(outside: _Outside) -> str:
         known = f"(known: {', '.join(choices)}); {plugin_hint(dotted=False)}"
         return f"{outside.path}: unknown {key} '{show(value)}'{hint} {known}"
     supported = ", ".join(choices)
-    why = f": {NOT_BUILT[pattern]}" if pattern in NOT_BUILT else ""
+    why = f": {outside.why}" if outside.why else ""
     shown = "{...}" if isinstance(value, dict) and value else show(value)
     return f"{outside.path} = {shown} is not supported yet{why} (supported: {supported})"

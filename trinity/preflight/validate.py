@@ -37,6 +37,7 @@ from trinity.preflight.support import (
     uses_teacher,
     values_at,
 )
+from trinity.preflight.tinker_checks import idle_keys, tinker_problems
 from trinity.utils.database import database_url
 
 logger = logging.getLogger("trinity.config")
@@ -70,6 +71,7 @@ def check_consistency(config: Config) -> List[str]:
     problems += gpu_problems(config)
     problems += sync_problems(config)
     problems += serve_problems(config)
+    problems += tinker_problems(config)
     return problems
 
 
@@ -418,7 +420,7 @@ def _inert_component_args(config: Config) -> List[Tuple[str, Any, str]]:
 def warn_inert(config: Config) -> None:
     """Warn about every user-set key that this build accepts but does not use."""
     found = explicit_inert_values(config) + _idle_replay(config) + _idle_pipelines(config)
-    found += _idle_engine_keys(config) + _inert_component_args(config)
+    found += _idle_engine_keys(config) + _inert_component_args(config) + idle_keys(config)
     found += unsplit_sequences(config)
     if found:
         lines = "\n".join(f"  - {path} = {show(value)}: {reason}" for path, value, reason in found)

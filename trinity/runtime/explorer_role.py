@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+from operator import attrgetter
 from typing import Any, Callable, Dict, List, Optional
 
 from trinity.buffer.selector_state import SelectorStateFile, selector_state_path
@@ -36,9 +37,13 @@ def engine_kwargs(config: Any, auxiliary: Any = None) -> Dict[str, Any]:
     m, rollout = config.model, config.explorer.rollout_model
     own, served = auxiliary or m, auxiliary or rollout
     # keys of the served model's section that only some engines read (vllm's memory keys...)
-    engine_keys = getattr(ENGINES.get(engine_type_of(served)), "config_keys", ())
+    # and values elsewhere in the config (the tinker engine's base model)
+    engine_cls = ENGINES.get(engine_type_of(served))
+    engine_keys = getattr(engine_cls, "config_keys", ())
+    paths = getattr(engine_cls, "config_paths", {})
     return dict(
         {key: getattr(served, key) for key in engine_keys},
+        **{key: attrgetter(path)(config) for key, path in paths.items()},
         dtype=(auxiliary or rollout).dtype,
         seed=(auxiliary or rollout).seed,
         enable_thinking=(auxiliary or rollout).enable_thinking,

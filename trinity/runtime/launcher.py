@@ -197,12 +197,16 @@ class _Stage:
         import ray
 
         from trinity.engine.external import external_env
+        from trinity.engine.tinker_service import service_env
         from trinity.monitor import monitor_env
         from trinity.runtime.actors import ExplorerActor, ServeActor, TrainerActor
         from trinity.utils.access import passed_on
 
         cfg, start = self.config, 0
-        tracker = monitor_env(cfg.monitor.monitor_type)  # WANDB_MODE, MLFLOW_... of this shell
+        # WANDB_MODE, MLFLOW_... of this shell, and the Tinker service's URL and key
+        # (TINKER_*) for a Tinker run's trainer and engines, wherever they run
+        tracker = monitor_env(cfg.monitor.monitor_type)
+        tracker.update(service_env() if cfg.model.tinker.enable else {})
         if cfg.mode in ("both", "colocate", "explore", "bench", "serve"):
             # An external model's URL and key, and the key of the servers the explorer binds
             # (explorer.api_server.api_key_env), from this environment wherever it runs.

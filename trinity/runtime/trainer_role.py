@@ -105,6 +105,10 @@ class TrainerRole:
             from trinity.runtime.trainer_ranks import sharded_trainer
 
             self.trainer = sharded_trainer(self.config, 0, self.group_port, **kwargs)
+        elif self.config.model.tinker.enable:  # the policy lives in a Tinker service
+            from trinity.trainer.tinker_client import TinkerTrainer
+
+            self.trainer = TinkerTrainer(self.config, **kwargs)
         else:
             self.trainer = Trainer(self.config, **kwargs)
         step = self.trainer.prepare_model()
@@ -195,7 +199,9 @@ class TrainerRole:
         if self.sender is not None:
             self._publish_collective(version, model)
             return
-        if self.config.synchronizer.sync_method == "memory":
+        if self.config.model.tinker.enable:  # weights move through the service: its path
+            weights = [self.trainer.sampler_path(version)]
+        elif self.config.synchronizer.sync_method == "memory":
             state = self._sync_state(model)
             if is_actor(self.sync_actor):
                 import ray

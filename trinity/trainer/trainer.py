@@ -8,7 +8,7 @@ import math
 import os
 import shutil
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -59,6 +59,15 @@ def sampled_tokens(batch: ExperienceBatch) -> torch.Tensor:
 UNLOGGED_KEY = "unlogged_metrics"  # in a checkpoint's extra.json: its step's metrics
 
 
+class PolicyState(NamedTuple):
+    """What a checkpoint saves of the policy."""
+
+    weights: Any  # the module, or LoRA tensors; empty when the weights live elsewhere
+    metadata: Optional[Dict[str, str]]  # the safetensors header's (LoRA: the layout)
+    optimizer: Dict[str, Any]  # optimizer.pt
+    extra: Dict[str, Any]  # into extra.json
+
+
 class Trainer:
     def __init__(
         self,
@@ -88,12 +97,23 @@ class Trainer:
     # ---- setup ---------------------------------------------------------------------------
     def prepare_model(self) -> int:
         """Load model, optimizer, algorithm; resume from the last checkpoint if asked."""
+        cfg, algo = self.config, self.config.algorithm
+        self.settings = effective_trainer_settings(cfg)
+        self.algorithm = ALGORITHM_TYPE.get(algo.algorithm_type)
+        self._load_models()
+        self._build_components()
+        self._sampler_state: Dict[str, Any] = {}
+        if cfg.continue_from_checkpoint and ckpt.latest_step(self.job_dir) is not None:
+            self._resume(ckpt.latest_step(self.job_dir))
+        return self.step
+
+    def _load_models(self) -> None:
+        """Policy (LoRA: adapter on the base), reference, teacher, optimizer, lr schedule."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         cfg, algo = self.config, self.config.algorithm
         path = cfg.model.model_path
         self.device = role_device(cfg.cluster.gpu_per_node > 0)
-        self.settings = effective_trainer_settings(cfg)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model = AutoModelForCausalLM.from_pretrained(
             path, dtype=torch.float32, **attention_kwargs(self.device)
@@ -105,7 +125,6 @@ class Trainer:
         if self.settings["enable_gradient_checkpointing"]:
             self.model.gradient_checkpointing_enable()
         self.model.train()
-        self.algorithm = ALGORITHM_TYPE.get(algo.algorithm_type)
         self.ref_model = None
         # With LoRA the reference is the policy with its adapter off: the base, no copy.
         self.ref_is_base = False
@@ -120,6 +139,10 @@ class Trainer:
         self.model = compute_in(self._distribute(self.model), DTYPES[self.settings["param_dtype"]])
         self.optimizer = build_optimizer(lora.trainable_parameters(self.model), algo.optimizer)
         self.scheduler = build_lr_scheduler(self.optimizer, algo.optimizer, self.planned_steps)
+
+    def _build_components(self) -> None:
+        """The algorithm's components: losses, rollout correction, KL, advantage, critic."""
+        cfg, algo = self.config, self.config.algorithm
         self.fns = LossFns(
             policy_loss=build_policy_loss(algo.policy_loss_fn, algo.policy_loss_fn_args),
             kl_loss=KL_FN.get(algo.kl_loss_fn)(**algo.kl_loss_fn_args),
@@ -144,10 +167,6 @@ class Trainer:
             self.critic = Critic(
                 self.settings["critic"], self.planned_steps, self.fns.loss_agg_mode, self.device
             )
-        self._sampler_state: Dict[str, Any] = {}
-        if cfg.continue_from_checkpoint and ckpt.latest_step(self.job_dir) is not None:
-            self._resume(ckpt.latest_step(self.job_dir))
-        return self.step
 
     def _frozen(self, path: str) -> torch.nn.Module:
         """A model that only scores (reference or teacher); it must share the vocabulary."""
@@ -192,9 +211,7 @@ class Trainer:
 
     def _resume(self, step: int) -> None:
         state = ckpt.load_checkpoint(self.job_dir, step)
-        self._load_weights(state["model"], step)
-        self.optimizer.load_state_dict(state["optim"]["optimizer"])
-        self.scheduler.load_state_dict(state["optim"]["scheduler"])
+        self._restore_policy(state, step)
         self._sampler_state = state["extra"].get("sample_strategy", {})
         self.kl_ctrl.load_state_dict(state["extra"].get("kl_ctrl", self.kl_ctrl.state_dict()))
         self.unlogged = state["extra"].get(UNLOGGED_KEY)
@@ -208,9 +225,20 @@ class Trainer:
         self.step = step
         logger.info("resumed the trainer from %s", ckpt.step_dir(self.job_dir, step))
 
+    def _restore_policy(self, state: Dict[str, Any], step: int) -> None:
+        """The checkpoint's weights and optimizer state back where they train."""
+        self._load_weights(state["model"], step)
+        self.optimizer.load_state_dict(state["optim"]["optimizer"])
+        self.scheduler.load_state_dict(state["optim"]["scheduler"])
+
     def _load_weights(self, weights: Dict[str, torch.Tensor], step: int) -> None:
         """Checkpointed weights back onto the model (with LoRA: the adapter onto the base)."""
         source = weights_path(self.job_dir, step)
+        if not weights:  # a Tinker run's: its weights stay in the service
+            raise ckpt.CheckpointError(
+                f"{source} holds no weights (model.tinker.enable wrote it): resume with Tinker, "
+                "or set continue_from_checkpoint: false to start over"
+            )
         if self.lora is not None:
             try:
                 lora.load_adapter_state(self.model, weights, source)
@@ -420,31 +448,35 @@ class Trainer:
         if self.step == 0:
             return
         if ckpt.latest_step(self.job_dir) != self.step:
-            # LoRA: the adapter, and the layout an engine merges it by (checkpoint sync)
-            weights, metadata = self.model, None
-            if self.lora is not None:
-                weights, metadata = lora.checkpoint_weights(self.model)
+            policy = self._policy_state()
             ckpt.save_checkpoint(
                 self.job_dir,
                 self.step,
-                weights,
-                {
-                    "optimizer": self.optimizer.state_dict(),
-                    "scheduler": self.scheduler.state_dict(),
-                },
+                policy.weights,
+                policy.optimizer,
                 {
                     "sample_strategy": self.sampler.state_dict(),
                     "kl_ctrl": self.kl_ctrl.state_dict(),
+                    **policy.extra,
                     **self._unlogged_extra(),
                 },
                 max_to_keep=self.config.trainer.max_checkpoints_to_keep,
                 states={"critic": self.critic.state_dict()} if self.critic is not None else None,
-                weights_metadata=metadata,
+                weights_metadata=policy.metadata,
             )
         mode = self.config.trainer.save_hf_checkpoint
         hf_dir = os.path.join(ckpt.step_dir(self.job_dir, self.step), "hf")
         if (mode == "always" or (final and mode == "last")) and not os.path.isdir(hf_dir):
             self.export_hf(hf_dir)
+
+    def _policy_state(self) -> PolicyState:
+        """A checkpoint's policy. LoRA: the adapter, and the layout an engine merges it by
+        (checkpoint sync)."""
+        weights, metadata = self.model, None
+        if self.lora is not None:
+            weights, metadata = lora.checkpoint_weights(self.model)
+        optim = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        return PolicyState(weights, metadata, optim, {})
 
     def export_hf(self, out_dir: str) -> None:
         """Write a folder ``AutoModelForCausalLM.from_pretrained`` loads (with LoRA: the

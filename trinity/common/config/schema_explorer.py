@@ -33,7 +33,9 @@ class InferenceModelConfig(ConfigModel):
         None,
         description="Inference engine, by its name in trinity.engine.ENGINES: transformers "
         "(unset: transformers), vllm (vLLM's library, an optional install: docs/guides/vllm.md), "
-        "external (an OpenAI-compatible API, no engine started), or one a plugin registers.",
+        "external (an OpenAI-compatible API, no engine started), tinker (a Tinker service's "
+        "sampler of the adapter model.tinker trains; unset with model.tinker.enable: tinker), "
+        "or one a plugin registers.",
     )
     external_model: ExternalModelConfig = Field(
         default_factory=ExternalModelConfig,

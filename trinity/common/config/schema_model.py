@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional
 
 from pydantic import Field
 
-from trinity.common.config.base import ConfigModel, inert
+from trinity.common.config.base import ConfigModel
 
 
 class LoRAConfig(ConfigModel):
@@ -43,19 +43,24 @@ class LoRAConfig(ConfigModel):
     )
 
 
-# model.tinker.enable: true is refused ("not supported yet"); its other keys do nothing.
-_NO_TINKER = "training through Tinker is not supported yet (model.tinker.enable)"
-
-
 class TinkerConfig(ConfigModel):
-    """``model.tinker``: train through the Tinker service."""
+    """``model.tinker``: train a LoRA adapter in a Tinker service (``TINKER_BASE_URL``,
+    ``TINKER_API_KEY``) and sample it there (``engine_type: tinker``); ``model.model_path`` is
+    then the local tokenizer, and ``model.lora_configs`` is ignored."""
 
-    enable: bool = Field(False, description="Use Tinker.")
-    rank: int = inert(32, description="LoRA rank.", reason=_NO_TINKER)
-    seed: Optional[int] = inert(None, description="Random seed.", reason=_NO_TINKER)
-    train_mlp: bool = inert(True, description="Train the MLP layers.", reason=_NO_TINKER)
-    train_attn: bool = inert(True, description="Train the attention layers.", reason=_NO_TINKER)
-    train_unembed: bool = inert(True, description="Train the unembedding layer.", reason=_NO_TINKER)
+    enable: bool = Field(False, description="Train and sample through a Tinker service.")
+    rank: int = Field(32, ge=1, description="LoRA rank of the adapter the service trains.")
+    seed: Optional[int] = Field(
+        None, description="Seed of the adapter's initialisation; unset: the service's choice."
+    )
+    train_mlp: bool = Field(True, description="Put LoRA on the MLP layers.")
+    train_attn: bool = Field(True, description="Put LoRA on the attention layers.")
+    train_unembed: bool = Field(True, description="Put LoRA on the unembedding layer.")
+    base_model: Optional[str] = Field(
+        None,
+        description="The base model's name on the service (its capabilities list it); unset: "
+        "model.model_path as written (a hub id names both it and the local tokenizer).",
+    )
 
 
 class ExternalModelConfig(ConfigModel):

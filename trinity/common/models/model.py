@@ -49,6 +49,9 @@ class InferenceModel(ABC):
     # model's) that the host passes to this engine as keyword arguments of the same name,
     # besides the ones every hosted engine takes (``runtime/explorer_role.py: engine_kwargs``).
     config_keys: ClassVar[Tuple[str, ...]] = ()
+    # Values elsewhere in the run's config the host passes too: keyword -> dotted path
+    # (the tinker engine's base model, ``model.tinker.base_model``).
+    config_paths: ClassVar[Dict[str, str]] = {}
 
     @abstractmethod
     async def chat(

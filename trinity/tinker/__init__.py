@@ -1,0 +1,23 @@
+"""A Tinker-compatible service over this project's trainer and engines (``trinity
+tinker-serve``): the HTTP API the official ``tinker`` SDK calls, so its scripts and
+tinker-cookbook's recipes train LoRA adapters on this machine.
+
+Public entry points:
+
+- ``TinkerServer(ServeOptions(base_model=...))``: the whole service, listening (``.url``,
+  ``.close()``); what the CLI and the tests start.
+- ``build_app(service, limits, api_key)``: the ASGI app over a ``TinkerService``.
+- ``client_config(limits)``: the feature flags it answers the SDK with.
+
+Layout: ``routes.py`` (HTTP), ``wire.py`` (JSON bodies), ``proto_codec.py`` (protobuf),
+``service.py``, ``training.py`` and ``sampling.py`` (what each call does), ``worker.py``
+(the model thread), ``futures.py``, ``sessions.py``, ``lora_models.py`` (adapters over one
+base model), ``sampler.py`` (the engine), ``checkpoints.py`` (tinker:// paths), ``losses/``.
+Needs the ``tinker`` extra (the SDK's protobuf definitions).
+"""
+
+from trinity.tinker.routes import build_app, client_config
+from trinity.tinker.serve import ServeOptions, TinkerServer
+from trinity.tinker.service import TinkerService
+
+__all__ = ["ServeOptions", "TinkerServer", "TinkerService", "build_app", "client_config"]
