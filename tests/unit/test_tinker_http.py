@@ -80,6 +80,13 @@ def test_malformed_bodies_and_unknown_ids_get_a_4xx_naming_the_field(server, mic
         "not implemented",
     )
     _refused(request(url, "GET", "/api/v1/no/such/call"), 404, "GET /api/v1/no/such/call")
+    # a model made and unloaded over plain HTTP: its id is gone after
+    reply = request(url, "POST", "/api/v1/create_model", {**model, "lora_config": {"rank": 2}})
+    model_id = reply[1]["model_id"]
+    assert request(url, "POST", "/api/v1/retrieve_future", reply[1])[1]["model_id"] == model_id
+    reply = request(url, "POST", "/api/v1/unload_model", {"model_id": model_id})
+    assert request(url, "POST", "/api/v1/retrieve_future", reply[1])[1]["type"] == "unload_model"
+    _refused(request(url, "POST", "/api/v1/get_info", {"model_id": model_id}), 404, "model_id")
     assert request(url, "GET", "/api/v1/healthz") == (200, {"status": "ok"})  # still serving
 
 

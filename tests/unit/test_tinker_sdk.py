@@ -217,6 +217,31 @@ def test_a_saved_state_resumes_with_its_optimizer(server, client, micro_model):
     one = checkpoint_tensors(server, training.save_state("a").result().path)
     two = checkpoint_tensors(server, resumed.save_state("b").result().path)
     assert all(torch.allclose(one[k], two[k], atol=1e-6) for k in one)
-    run = tinker.RestClient(base_url=server.url, api_key=KEY).get_training_run(training.model_id)
-    assert run.result().last_checkpoint.tinker_path.endswith("/weights/a")
+    rest = tinker.RestClient(base_url=server.url, api_key=KEY)
+    run = rest.get_training_run(training.model_id).result()
+    assert run.last_checkpoint.tinker_path.endswith("/weights/a")
+    listed = rest.list_checkpoints(training.model_id).result().checkpoints
+    assert [c.checkpoint_id for c in listed] == ["weights/resume", "weights/a"]
     assert not math.isnan(float(one[next(iter(one))].sum()))
+
+
+def test_forward_backward_custom_runs_the_loss_client_side(server, client, micro_model):
+    """The SDK's custom losses run client-side: a forward, then a weighted cross_entropy with
+    the loss's gradient as weights; a custom weighted NLL then steps as the built-in does."""
+    custom = client.create_lora_training_client(base_model=micro_model, rank=4, seed=4).result()
+    builtin = client.create_lora_training_client(base_model=micro_model, rank=4, seed=4).result()
+    weights = torch.tensor([1.0, 0.5, 2.0, 0.0, 1.0, 1.0])
+
+    def weighted_nll(data, logprobs):
+        loss = -(logprobs[0] * weights).sum()
+        return loss, {"custom/nll:sum": float(loss)}
+
+    lp = _logprobs(custom.forward([_datum(TOKENS)], "cross_entropy").result())
+    out = custom.forward_backward_custom([_datum(TOKENS)], weighted_nll).result()
+    assert out.metrics["loss:sum"] == pytest.approx(-(lp * weights.numpy()).sum(), rel=1e-4)
+    builtin.forward_backward([_datum(TOKENS, weights=weights.numpy())], "cross_entropy").result()
+    for model in (custom, builtin):
+        model.optim_step(types.AdamParams(learning_rate=0.05)).result()
+    one = checkpoint_tensors(server, custom.save_state("custom").result().path)
+    two = checkpoint_tensors(server, builtin.save_state("builtin").result().path)
+    assert all(torch.allclose(one[k], two[k], atol=1e-6) for k in one)

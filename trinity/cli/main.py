@@ -9,7 +9,7 @@ type. The commands list shows each docstring's first sentence, so that sentence 
 from __future__ import annotations
 
 import sys
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -403,26 +403,22 @@ def tinker_serve(
 ) -> None:
     """Serve the Tinker API (what the official tinker SDK and tinker-cookbook call) over this
     project's trainer and engine: LoRA training clients on one base model, sampling,
-    checkpoints. Needs pip install -e ".[tinker]"."""
-    import logging
-
+    checkpoints. Needs the tinker extra."""
     try:
-        from trinity.tinker import ServeOptions, TinkerServer
+        from trinity.tinker import ServeOptions
     except ImportError as exc:
         _fail(f'tinker-serve needs the tinker extra (pip install -e ".[tinker]"): {exc}')
+    fields = (base_model, model_name, host, port, state_dir, device, dtype, max_model_len)
+    _serve_tinker(ServeOptions(*fields, max_samples=max_samples, api_key_env=api_key_env))
+
+
+def _serve_tinker(options: Any) -> None:
+    """Start the service, say where, serve until Ctrl-C."""
+    import logging
+
+    from trinity.tinker import TinkerServer
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    options = ServeOptions(
-        base_model=base_model,
-        model_name=model_name,
-        host=host,
-        port=port,
-        state_dir=state_dir,
-        device=device,
-        dtype=dtype,
-        max_model_len=max_model_len,
-        max_samples=max_samples,
-        api_key_env=api_key_env,
-    )
     try:
         server = TinkerServer(options)
     except (ValueError, OSError) as exc:

@@ -16,8 +16,22 @@ base model), ``sampler.py`` (the engine), ``checkpoints.py`` (tinker:// paths), 
 Needs the ``tinker`` extra (the SDK's protobuf definitions).
 """
 
-from trinity.tinker.routes import build_app, client_config
-from trinity.tinker.serve import ServeOptions, TinkerServer
-from trinity.tinker.service import TinkerService
+import importlib
+from typing import Any
 
-__all__ = ["ServeOptions", "TinkerServer", "TinkerService", "build_app", "client_config"]
+# Public names and their modules, imported on first use: the losses and other pure parts
+# import without the SDK; the service needs it (its protobuf messages).
+_PUBLIC = {
+    "ServeOptions": "trinity.tinker.serve",
+    "TinkerServer": "trinity.tinker.serve",
+    "TinkerService": "trinity.tinker.service",
+    "build_app": "trinity.tinker.routes",
+    "client_config": "trinity.tinker.routes",
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'trinity.tinker' has no attribute '{name}'")
+    return getattr(importlib.import_module(_PUBLIC[name]), name)

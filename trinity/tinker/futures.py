@@ -5,7 +5,8 @@ thread when its work is done (``complete``/``fail``), and read by ``retrieve_fut
 waits up to ``LONG_POLL_S`` for it before answering ``try_again`` (the SDK then asks again
 at once, logging a warning; its own timeout per poll is 45 s). A result stays readable for
 ``KEEP_S`` after it was first read (the SDK may read it twice: after a lost reply, or a
-metadata-only peek), then it is dropped.
+metadata-only peek), then it is dropped; one nobody reads (its client gone) is dropped
+``UNREAD_S`` after it was done.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from trinity.tinker.errors import TinkerError, not_found
 
 LONG_POLL_S = 30.0
 KEEP_S = 600.0
+UNREAD_S = 3600.0
 
 
 @dataclass
@@ -33,6 +35,7 @@ class Future:
     result: Any = None  # what the work returned (rendered by the route that serves it)
     error: Optional[TinkerError] = None
     read_at: Optional[float] = None
+    done_at: Optional[float] = None
 
 
 class FutureStore:
@@ -55,12 +58,12 @@ class FutureStore:
 
     def complete(self, future: Future, result: Any) -> None:
         """Set the result (any thread)."""
-        future.result = result
+        future.result, future.done_at = result, time.monotonic()
         future.loop.call_soon_threadsafe(future.done.set)
 
     def fail(self, future: Future, error: TinkerError) -> None:
         """Set the failure (any thread)."""
-        future.error = error
+        future.error, future.done_at = error, time.monotonic()
         future.loop.call_soon_threadsafe(future.done.set)
 
     async def wait(self, request_id: str, timeout: float = LONG_POLL_S) -> Optional[Future]:
@@ -86,7 +89,8 @@ class FutureStore:
         stale = [
             rid
             for rid, f in self._futures.items()
-            if f.read_at is not None and now - f.read_at > KEEP_S
+            if (f.read_at is not None and now - f.read_at > KEEP_S)
+            or (f.done_at is not None and now - f.done_at > UNREAD_S)
         ]
         for rid in stale:
             del self._futures[rid]

@@ -15,15 +15,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+# The SDK's generated messages: importing them here makes a missing tinker extra an
+# ImportError when the service is imported, which the CLI turns into a one-line message.
+from tinker.proto import tinker_public_pb2 as pb
+
 from trinity.tinker.errors import TinkerError, bad_field
 
 PROTOBUF = "application/x-protobuf"
-
-
-def _pb():  # the SDK's generated module (an optional dependency: the tinker extra)
-    from tinker.proto import tinker_public_pb2
-
-    return tinker_public_pb2
 
 
 @dataclass
@@ -55,7 +53,7 @@ def decode_forward_backward(body: bytes, encoding: str) -> ForwardBackwardReques
             raise TinkerError(400, f"body: not zstd-compressed ({exc})") from None
     elif encoding not in ("", "identity"):
         raise bad_field("Content-Encoding", f"'{encoding}' is not supported (zstd or none)")
-    message = _pb().ForwardBackwardRequest()
+    message = pb.ForwardBackwardRequest()
     try:
         message.ParseFromString(body)
     except Exception as exc:  # protobuf's DecodeError
@@ -133,7 +131,6 @@ def forward_backward_proto(
 ) -> bytes:
     """A ``ForwardBackwardOutput`` message: each datum's output arrays (one ``ArrayRecord``
     per run of datums whose arrays have the same trailing shape) and the metrics."""
-    pb = _pb()
     message = pb.ForwardBackwardOutput(loss_fn_output_type="ArrayRecord")
     for key, value in metrics.items():
         message.metrics[key] = float(value)
@@ -182,7 +179,6 @@ class SampleResult:
 
 def sample_proto(result: SampleResult) -> bytes:
     """A ``SampleResponse`` message."""
-    pb = _pb()
     message = pb.SampleResponse()
     for seq in result.sequences:
         out = message.sequences.add(

@@ -12,7 +12,7 @@ dependencies serves the recipes below). Recipes:
 - ``sl``: ``tinker_cookbook.recipes.chat_sl.train`` on a chat JSONL file
   (``dataset=<file.jsonl>``): the training NLL per step.
 
-    python bench/tinker_cookbook.py rl --python /path/cookbook-venv/bin/python \\
+    python bench/cookbook_runs.py rl --python /path/cookbook-venv/bin/python \\
         --model HuggingFaceTB/SmolLM2-135M-Instruct --out docs/results/tinker_cookbook_rl.json \\
         renderer_name=qwen3_instruct loss_fn=importance_sampling groups_per_batch=8 ...
 
@@ -47,7 +47,7 @@ KEYS = {
         "time/train_step",
         "time/total",
     ],
-    "sl": ["train_mean_nll", "learning_rate", "progress", "time/total"],
+    "sl": ["train_mean_nll", "learning_rate", "num_tokens", "time/step"],
 }
 
 
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     steps = read_steps(os.path.join(log_path, "metrics.jsonl"), KEYS[args.recipe])
     return {
         "recipe": RECIPES[args.recipe],
-        "command": " ".join(recipe[1:]).replace(f"127.0.0.1:{port}", "127.0.0.1:<port>"),
+        "command": " ".join(["python", *recipe[1:]]).replace(str(port), "<port>"),
         "model": args.model,
         "exit_code": done.returncode,
         "wall_seconds": round(time.time() - start, 1),
@@ -139,6 +139,24 @@ def read_steps(path: str, keys: List[str]) -> List[Dict[str, Any]]:
     return steps
 
 
+def summary(result: Dict[str, Any], recipe: str) -> str:
+    """One line: the first key's mean over the first and the last five steps, and the median
+    seconds a step took."""
+    key = KEYS[recipe][0]
+    values = [s[key] for s in result["steps"] if key in s]
+    clock = KEYS[recipe][-1]  # each recipe's seconds per step
+    seconds = sorted(s[clock] for s in result["steps"] if clock in s)
+    if not values:
+        return f"{recipe}: no step finished (exit {result['exit_code']}); see {result['logs']}"
+    first, last = values[:5], values[-5:]
+    median = seconds[len(seconds) // 2] if seconds else float("nan")
+    return (
+        f"{recipe}: {len(values)} steps; {key} {sum(first) / len(first):.3f} (mean of the first "
+        f"{len(first)}) -> {sum(last) / len(last):.3f} (last {len(last)}); median step "
+        f"{median:.1f} s, {result['wall_seconds']} s in all"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("recipe", choices=sorted(RECIPES))
@@ -148,14 +166,10 @@ def main() -> None:
     parser.add_argument("recipe_args", nargs="*", help="key=value arguments of the recipe")
     args = parser.parse_intermixed_args()
     result = run(args)
+    result["summary"] = summary(result, args.recipe)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
-    first, last = (result["steps"][0], result["steps"][-1]) if result["steps"] else ({}, {})
-    key = KEYS[args.recipe][0]
-    print(
-        f"{args.recipe}: {len(result['steps'])} steps, {key} {first.get(key)} -> {last.get(key)}, "
-        f"{result['wall_seconds']} s (exit {result['exit_code']})"
-    )
+    print(result["summary"])
 
 
 if __name__ == "__main__":
