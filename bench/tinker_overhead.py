@@ -6,7 +6,7 @@ One ``TinkerServer`` in this process; two LoRA models on its base model; ``--ste
 
     python bench/tinker_overhead.py --model ./smollm2/model --out docs/results/tinker_overhead.json
 
-It measures, never asserts.
+It measures, never asserts. It needs the ``tinker`` extra (``pip install -e ".[tinker]"``).
 """
 
 from __future__ import annotations

@@ -262,12 +262,8 @@ def test_the_single_taskset_spelling_reaches_a_file_that_writes_a_list(tmp_path)
             "trainer.trainer_strategy = megatron is not supported yet: the Megatron backend",
         ),
         (
-            "explorer: {rollout_model: {engine_type: tinker}}\n",
-            "explorer.rollout_model.engine_type = tinker is not supported yet: the tinker engine",
-        ),
-        (
-            "model: {tinker: {enable: true}}\n",
-            "model.tinker.enable = true is not supported yet: training through the Tinker API",
+            "mode: explore\nmodel: {tinker: {enable: true}}\n",
+            "model.tinker.enable = true is not supported yet: a Tinker run is mode both",
         ),
         (
             "algorithm: {algorithm_type: raft}\n",

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 import trinity.engine.tinker_service as service
-from trinity.common.config import ConfigError, load_config
+from trinity.common.config import load_config
 from trinity.preflight.derive import derive
 from trinity.preflight.tinker_checks import idle_keys, service_problems
 
@@ -123,11 +123,10 @@ def test_tinker_runs_train_in_modes_both_and_train_only(tmp_path):
     ]
     _, problems = derived(tmp_path, [ON, *sft], mode="train")
     assert problems == []
-    with pytest.raises(ConfigError) as info:
-        derived(tmp_path, [ON], mode="explore")
-    assert info.value.problems == [
-        "model.tinker.enable = true is not supported yet (supported: false), in mode explore; "
-        "a Tinker run is mode both (with engine_type tinker) or train"
+    _, problems = derived(tmp_path, [ON], mode="explore")
+    assert problems == [
+        "model.tinker.enable = true is not supported yet: a Tinker run is mode both (with "
+        "engine_type tinker) or train, not explore (supported: false)"
     ]
 
 
@@ -142,10 +141,13 @@ def test_the_api_key_must_be_set(tmp_path, monkeypatch):
 
 
 def test_auxiliary_models_do_not_sample_through_tinker(tmp_path):
-    with pytest.raises(
-        ConfigError, match=r"auxiliary_models\[0\].engine_type = tinker is not supported yet"
-    ):
-        derived(tmp_path, [ON, "explorer.auxiliary_models=[{engine_type: tinker, model_path: j}]"])
+    auxiliary = "explorer.auxiliary_models=[{engine_type: tinker, model_path: j}]"
+    _, problems = derived(tmp_path, [ON, auxiliary])
+    assert problems == [
+        "explorer.auxiliary_models[0].engine_type = tinker is not supported yet: the tinker "
+        "engine serves only the rollout model (the adapter a Tinker run trains) (supported: "
+        "transformers, external, vllm, unset)"
+    ]
 
 
 def test_a_silent_service_is_named_after_bounded_attempts(tmp_path, monkeypatch):

@@ -125,7 +125,7 @@ NOT_BUILT: Dict[str, Union[str, Callable[[Config], str]]] = {
     **{f"trainer.trainer_config.{part}.strategy": _MEGATRON for part in _VERL_MODELS},
     "trainer.trainer_strategy": _MEGATRON,
     "model.tinker.enable": lambda config: (
-        f"in mode {config.mode}; a Tinker run is mode both (with engine_type tinker) or train"
+        f"a Tinker run is mode both (with engine_type tinker) or train, not {config.mode}"
     ),
     "explorer.auxiliary_models.*.engine_type": (
         "the tinker engine serves only the rollout model (the adapter a Tinker run trains)"
