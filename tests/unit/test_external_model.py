@@ -122,11 +122,12 @@ def test_an_external_rollout_model_explores(tmp_path):
     ]
 
 
-def test_other_auxiliary_engines_are_not_built(tmp_path):
+def test_the_tinker_engine_serves_no_auxiliary_model(tmp_path):
     _, problems = derived(tmp_path, [f"{AUX}=[{{engine_type: tinker, model_path: j}}]"])
     # the rest is checked with a supported engine in its place: lines about it are left out
     assert [p.split(" (")[0] for p in problems] == [
-        f"{AUX}[0].engine_type = tinker is not supported yet: the tinker engine"
+        f"{AUX}[0].engine_type = tinker is not supported yet: the tinker engine serves only the "
+        "rollout model"
     ]
 
 

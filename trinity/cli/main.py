@@ -401,9 +401,11 @@ def tinker_serve(
         "variable: no key, loopback only.",
     ),
 ) -> None:
-    """Serve the Tinker API (what the official tinker SDK and tinker-cookbook call) over this
-    project's trainer and engine: LoRA training clients on one base model, sampling,
-    checkpoints. Needs the tinker extra."""
+    """Serve the Tinker API on this project's trainer.
+
+    What the official tinker SDK and tinker-cookbook call, on this project's trainer and
+    engine: LoRA training clients on one base model, sampling, checkpoints. Needs the tinker
+    extra."""
     try:
         from trinity.tinker import ServeOptions
     except ImportError as exc:
