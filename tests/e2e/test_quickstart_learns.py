@@ -15,6 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 CONFIG = os.path.join(ROOT, "examples", "quickstart", "arithmetic.yaml")
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_quickstart_grpo_raises_heldout_accuracy(tmp_path, monkeypatch, ray_cluster):
     prepare_quickstart(str(tmp_path / "quickstart"))

@@ -16,6 +16,7 @@ QUICKSTART = ROOT / "examples" / "quickstart" / "arithmetic.yaml"
 PAGE = ROOT / "docs" / "getting-started" / "your-own-config.md"
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_the_minimal_config_runs_from_the_two_step_trys_checkpoint(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the page's relative paths: ./quickstart, ./checkpoints

@@ -3,11 +3,14 @@
 import importlib.util
 import os
 
+import pytest
+
 from tests.integration.conftest import HERE
 
 BENCH = os.path.join(os.path.dirname(os.path.dirname(HERE)), "bench", "async.py")
 
 
+@pytest.mark.slow
 def test_async_bench_writes_report(tmp_path, micro_model, arithmetic_data, ray_cluster):
     spec = importlib.util.spec_from_file_location("bench_async", BENCH)
     bench = importlib.util.module_from_spec(spec)

@@ -23,6 +23,7 @@ def check_system(system: dict, samples_per_step: int) -> None:
     assert system["peak_memory"]["pss_mb"] > 0 and system["peak_memory"]["processes"] >= 1
 
 
+@pytest.mark.slow
 def test_grpo_vs_trl_bench_writes_report(
     tmp_path, micro_model, arithmetic_data, ray_cluster, capsys
 ):

@@ -2,9 +2,12 @@
 
 import json
 
+import pytest
+
 from bench import startup
 
 
+@pytest.mark.slow
 def test_startup_bench_reports_floor_and_run(tmp_path):
     out = tmp_path / "startup.json"
     argv = ["--repeats", "1", "--sft-steps", "2", "--grpo-steps", "1"]

@@ -7,6 +7,7 @@ import pytest
 from bench import sync
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_sync_bench_writes_report(tmp_path, ray_cluster, capsys):
     out = tmp_path / "sync.json"

@@ -14,6 +14,7 @@ import time
 from collections import Counter
 
 import psutil
+import pytest
 
 from tests.integration.conftest import HERE, base_overrides
 
@@ -129,6 +130,7 @@ def counts(job_dir: str, steps: int) -> dict:
     return found
 
 
+@pytest.mark.slow
 def test_explore_and_train_runs_share_the_buffer_and_checkpoints(
     tmp_path, micro_model, arithmetic_data
 ):
@@ -151,6 +153,7 @@ def test_explore_and_train_runs_share_the_buffer_and_checkpoints(
     assert re.search(r"reward -?\d", explorer_out) and "pg_loss" not in explorer_out
 
 
+@pytest.mark.slow
 def test_a_killed_trainer_restarts_and_still_reads_each_experience_once(
     tmp_path, micro_model, arithmetic_data
 ):
@@ -175,6 +178,7 @@ def test_a_killed_trainer_restarts_and_still_reads_each_experience_once(
     assert (found["written"], found["read"], found["lost"], found["twice"]) == (48, 48, 0, 0)
 
 
+@pytest.mark.slow
 def test_a_killed_explorer_restarts_after_the_last_step_it_wrote(
     tmp_path, micro_model, arithmetic_data
 ):
@@ -192,6 +196,7 @@ def test_a_killed_explorer_restarts_after_the_last_step_it_wrote(
     assert (found["written"], found["read"], found["lost"], found["twice"]) == (48, 48, 0, 0)
 
 
+@pytest.mark.slow
 def test_a_lora_pair_trains_the_adapter_and_explores_with_its_checkpoints(
     tmp_path, micro_model, arithmetic_data
 ):

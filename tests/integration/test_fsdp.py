@@ -42,6 +42,7 @@ def _scored(model_dir: str, weights: dict, exps: list) -> list:
     return [logprob[i, : e.response_length] for i, e in enumerate(exps)]
 
 
+@pytest.mark.slow
 def test_two_rank_grpo_syncs_gathered_weights_and_resumes(
     tmp_path, micro_model, arithmetic_data, ray_cluster
 ):
@@ -80,6 +81,7 @@ def test_two_rank_grpo_syncs_gathered_weights_and_resumes(
         run(CONFIG, one_rank, [])
 
 
+@pytest.mark.slow
 def test_a_rank_that_dies_fails_the_run_naming_it(
     tmp_path, micro_model, arithmetic_data, ray_cluster
 ):

@@ -144,6 +144,7 @@ def report(tmp_path_factory, micro_model, arithmetic_data) -> Dict[str, Any]:
     return module_report(__name__, os.path.join(tmp, "report.json"), overrides)
 
 
+@pytest.mark.slow
 def test_each_engine_and_the_trainer_see_a_gpu_of_their_own(report):
     seen = report["both"]
     gpu_roles = [

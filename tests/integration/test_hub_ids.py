@@ -83,6 +83,7 @@ def trinity(home, tmp_path, *args):
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_the_gsm8k_example_runs_two_grpo_steps_from_the_cache(tmp_path, smollm2_model):
     home, snapshots = build_cache(tmp_path, smollm2_model)
     done = trinity(home, tmp_path, *SHORTER)

@@ -43,6 +43,7 @@ def two_steps(example: str, judges_dir: str, tmp_path, monkeypatch) -> tuple:
     return result, steps
 
 
+@pytest.mark.slow
 def test_ruler_example_runs_two_steps_on_the_tiny_judge(
     judges_dir, tmp_path, monkeypatch, ray_cluster
 ):

@@ -114,6 +114,7 @@ def test_a_grpo_stage_explores_and_trains_in_this_process(
     assert "rollout engine now at" not in text  # the engine's records went to its own file
 
 
+@pytest.mark.slow
 def test_a_grpo_stage_on_ray_when_asked_matches_the_in_process_one(
     tmp_path, micro_model, arithmetic_data, ray_cluster
 ):

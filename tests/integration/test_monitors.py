@@ -108,6 +108,7 @@ def test_mlflow_runs_per_role_and_a_resumed_job_continues_them(tmp_path, mlflow_
     assert (trainer.info.status, explorer.info.status) == ("FINISHED", "FINISHED")
 
 
+@pytest.mark.slow
 def test_a_run_logs_both_roles_to_mlflow_and_exports_the_ray_timeline(
     tmp_path, micro_model, arithmetic_data, mlflow_uri, ray_cluster
 ):

@@ -31,6 +31,7 @@ def _loaded(job_dir: str, version: int) -> int:
     return count
 
 
+@pytest.mark.slow
 def test_grpo_with_nccl_sync(tmp_path, quickstart_model, arithmetic_data, ray_cluster):
     overrides = base_overrides(tmp_path, quickstart_model, arithmetic_data) + [
         *NCCL,
@@ -48,6 +49,7 @@ def test_grpo_with_nccl_sync(tmp_path, quickstart_model, arithmetic_data, ray_cl
     assert weights_changed(quickstart_model, result.final_hf)
 
 
+@pytest.mark.slow
 def test_two_trainer_ranks_send_once_and_resume(
     tmp_path, micro_model, arithmetic_data, ray_cluster
 ):

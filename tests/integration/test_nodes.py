@@ -14,6 +14,8 @@ import re
 import sys
 from typing import List
 
+import pytest
+
 from tests.integration.conftest import base_overrides, module_report
 from tests.integration.test_run import CONFIG, records
 
@@ -73,6 +75,7 @@ def _read(path: str) -> str:
         return f.read()
 
 
+@pytest.mark.slow
 def test_engines_and_trainer_ranks_run_on_separate_nodes(tmp_path, micro_model, arithmetic_data):
     overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
         "cluster.node_num=2",

@@ -189,6 +189,7 @@ def two_grpo_steps_overrides(tmp_path, smollm2_model, overrides: list) -> list:
     ]
 
 
+@pytest.mark.slow
 def test_two_grpo_steps_on_the_real_model_score_what_the_engine_sampled(tmp_path, smollm2_model):
     """Engine and trainer compute the same logprobs of the same tokens (fp32 on both sides):
     the PPO ratio at step 1 is 1 to within float rounding."""

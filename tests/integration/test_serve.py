@@ -87,6 +87,7 @@ def overrides(tmp_path, micro_model, port: int) -> List[str]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hosting", ["in_process", "ray"])
 def test_clients_chat_reward_and_commit_while_the_run_trains_and_serves_new_weights(
     tmp_path, micro_model, hosting, request, monkeypatch

@@ -64,6 +64,7 @@ def scored(model, experience, temperature: float) -> torch.Tensor:
     return logprobs.gather(1, experience.tokens[start:, None])[:, 0]
 
 
+@pytest.mark.slow
 def test_samples_carry_the_logprobs_the_trainer_computes(vllm_host, trainer_model):
     params = SamplingParams(n=4, temperature=0.8, max_tokens=16, top_logprobs=2)
     samples = vllm_host.chat(PROMPT, params)
@@ -134,6 +135,7 @@ def engine_cores() -> set:
     }
 
 
+@pytest.mark.slow
 def test_grpo_steps_score_what_vllm_sampled_and_resume_after_the_engine_dies(
     tmp_path, smollm2_model
 ):
@@ -178,6 +180,7 @@ def test_grpo_steps_score_what_vllm_sampled_and_resume_after_the_engine_dies(
     assert os.path.getsize(os.path.join(job_dir, "log", "vllm.log")) > 0
 
 
+@pytest.mark.slow
 def test_serve_mode_answers_an_outside_openai_client(tmp_path, smollm2_model):
     port = free_port()
     serve = ServeRun(

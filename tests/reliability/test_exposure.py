@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.integration.conftest import base_overrides
 from tests.reliability.conftest import BASE_CONFIG
 
@@ -29,6 +31,7 @@ def _group(pgid: int) -> set:
     return {int(p) for p in out.stdout.split()}
 
 
+@pytest.mark.slow
 def test_ray_of_a_run_listens_on_loopback_only(tmp_path, micro_model, arithmetic_data):
     args = [sys.executable, "-m", "trinity.cli.main", "run", "--config", BASE_CONFIG]
     args += base_overrides(tmp_path, micro_model, arithmetic_data)

@@ -101,6 +101,7 @@ def test_a_hanging_workflow_times_out_is_retried_and_reported(
     assert [r["sample/experience_count"] for r in trainer] == [12, 16]  # row 0 only in step 1
 
 
+@pytest.mark.slow
 def test_a_killed_runner_is_replaced_and_its_task_rerun(
     tmp_path, micro_model, arithmetic_data, ray_cluster
 ):
@@ -121,6 +122,7 @@ def test_a_killed_runner_is_replaced_and_its_task_rerun(
     assert [r["sample/experience_count"] for r in trainer] == [16, 16]  # nothing lost
 
 
+@pytest.mark.slow
 def test_a_killed_engine_is_restarted_and_gets_the_weights_back(
     tmp_path, micro_model, arithmetic_data, ray_cluster
 ):
@@ -179,6 +181,7 @@ def _wait_for_steps(job_dir: str, proc: subprocess.Popen, steps: int, timeout: f
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("style", ["fixed", "explorer_driven", "trainer_driven", "fully_async"])
 def test_kill_9_and_resume_trains_every_experience_once(
     tmp_path, micro_model, arithmetic_data, style

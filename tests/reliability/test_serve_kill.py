@@ -5,9 +5,12 @@ written once and trained on once; none is lost, none trained twice."""
 
 import json
 
+import pytest
+
 from bench import kill_matrix, serve_load
 
 
+@pytest.mark.slow
 def test_serve_killed_twice_trains_every_committed_reply_once(tmp_path):
     out = tmp_path / "kill.json"
     kill_matrix.main(["--kills", "2", "--steps", "4", "--styles", "serve", "--out", str(out)])
@@ -20,6 +23,7 @@ def test_serve_killed_twice_trains_every_committed_reply_once(tmp_path):
     assert serve["train_steps_logged_twice"] == 0
 
 
+@pytest.mark.slow
 def test_serve_killed_under_concurrent_load_loses_and_repeats_nothing(tmp_path):
     out = tmp_path / "serve_load.json"
     args = ["--model", "micro", "--clients", "4", "--seconds", "12", "--kill-at", "4"]
