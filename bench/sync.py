@@ -112,7 +112,7 @@ def _config(method: str, job_dir: str) -> SimpleNamespace:
         synchronizer=SimpleNamespace(sync_method=method, sync_timeout=600.0),
         trainer=SimpleNamespace(cpu_ranks=1),  # one trainer process
         cluster=SimpleNamespace(gpu_per_node=0),
-        model=SimpleNamespace(lora_configs=[]),
+        model=SimpleNamespace(lora_configs=[], tinker=SimpleNamespace(enable=False)),
         explorer=SimpleNamespace(
             rollout_model=SimpleNamespace(engine_type="transformers", engine_num=1, dtype="float32")
         ),
