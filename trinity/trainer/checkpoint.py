@@ -31,7 +31,7 @@ import pickle
 import re
 import shutil
 import uuid
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
 from safetensors import SafetensorError
 
@@ -110,6 +110,24 @@ def fsync_tree(path: str) -> None:
         for name in files:
             _fsync_path(os.path.join(root, name))
         _fsync_path(root)
+
+
+def write_whole(out_dir: str, write: Callable[[str], None], what: str, kept: str) -> None:
+    """``write(folder)`` into ``<out_dir>.tmp``, fsynced, then renamed to ``out_dir``: the
+    folder is whole or absent. A disk error raises ``CheckpointError`` naming ``what`` and
+    ``kept`` (what is intact), with the partial folder removed."""
+    tmp = out_dir + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        try:
+            write(tmp)
+        except SafetensorError as exc:  # how transformers' weight writer reports I/O
+            raise as_os_error(exc) from exc
+        fsync_tree(tmp)
+        os.replace(tmp, out_dir)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(disk_error_message(exc, what, out_dir, kept)) from exc
 
 
 def _save_torch(obj: Any, path: str) -> None:

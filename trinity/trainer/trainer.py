@@ -6,7 +6,6 @@ import dataclasses
 import logging
 import math
 import os
-import shutil
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
@@ -484,22 +483,8 @@ class Trainer:
 
         A disk error raises ``CheckpointError`` naming it, with the partial folder removed.
         """
-        from safetensors import SafetensorError
-
-        tmp = out_dir + ".tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        try:
-            try:
-                self._write_hf(tmp)
-            except SafetensorError as exc:  # how transformers' weight writer reports I/O
-                raise ckpt.as_os_error(exc) from exc
-            ckpt.fsync_tree(tmp)
-            os.replace(tmp, out_dir)
-        except OSError as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
-            kept = f"the checkpoint of step {self.step} itself is intact"
-            message = ckpt.disk_error_message(exc, "the Hugging Face export", out_dir, kept)
-            raise ckpt.CheckpointError(message) from exc
+        kept = f"the checkpoint of step {self.step} itself is intact"
+        ckpt.write_whole(out_dir, self._write_hf, "the Hugging Face export", kept)
 
     def _write_hf(self, out_dir: str) -> None:
         """The model and tokenizer; with LoRA the adapter in peft's format, plus a whole
