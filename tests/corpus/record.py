@@ -71,7 +71,7 @@ def main(pattern: str) -> None:
 
     tmp = tempfile.mkdtemp(prefix="corpus-")
     harness = Harness(
-        tmp, build_tiny_preset(os.path.join(tmp, "micro"), "micro"), constants.HF_HUB_CACHE
+        tmp, build_tiny_preset(os.path.join(tmp, "micro32"), "micro32"), constants.HF_HUB_CACHE
     )
     entries = read_manifest()
     by_label = {e.label: e for e in entries}

@@ -31,10 +31,10 @@ def _param(entry: Entry):
 
 
 @pytest.fixture(scope="session")
-def harness(tmp_path_factory, micro_model) -> Harness:
+def harness(tmp_path_factory, micro32_model) -> Harness:
     from huggingface_hub import constants
 
-    return Harness(str(tmp_path_factory.mktemp("corpus")), micro_model, constants.HF_HUB_CACHE)
+    return Harness(str(tmp_path_factory.mktemp("corpus")), micro32_model, constants.HF_HUB_CACHE)
 
 
 @pytest.fixture(autouse=True)

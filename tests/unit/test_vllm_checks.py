@@ -49,39 +49,39 @@ def hardware(tmp_path, model, overrides=(), build="cpu", gpus=0):
     return [(fix.problem, fix.override()) for fix in fixes]
 
 
-def test_without_vllm_the_transformers_engine_runs_it(tmp_path, micro_model):
-    assert hardware(tmp_path, micro_model, build=None) == [
+def test_without_vllm_the_transformers_engine_runs_it(tmp_path, micro32_model):
+    assert hardware(tmp_path, micro32_model, build=None) == [
         (
             "explorer.rollout_model.engine_type = vllm: vLLM is not installed (`python "
             "scripts/install_vllm_cpu.py`); the transformers engine runs it here",
             "explorer.rollout_model.engine_type=transformers",
         )
     ]
-    (found,) = hardware(tmp_path, micro_model, ["cluster.gpu_per_node=1"], build=None, gpus=1)
+    (found,) = hardware(tmp_path, micro32_model, ["cluster.gpu_per_node=1"], build=None, gpus=1)
     assert found[0].startswith(
         "explorer.rollout_model.engine_type = vllm: vLLM is not installed "
         '(`pip install -e ".[vllm]"`)'
     )
 
 
-def test_a_build_for_other_devices_is_named(tmp_path, micro_model):
+def test_a_build_for_other_devices_is_named(tmp_path, micro32_model):
     gpus = ["cluster.gpu_per_node=1"]
-    ((found, fix),) = hardware(tmp_path, micro_model, gpus, build="cpu", gpus=1)
+    ((found, fix),) = hardware(tmp_path, micro32_model, gpus, build="cpu", gpus=1)
     assert "vLLM's CPU build is installed, and the stage has GPUs" in found
     assert fix == "explorer.rollout_model.engine_type=transformers"
-    ((found, fix),) = hardware(tmp_path, micro_model, build="gpu")
+    ((found, fix),) = hardware(tmp_path, micro32_model, build="gpu")
     assert "vLLM's GPU build is installed, and the stage has no GPU" in found
-    assert hardware(tmp_path, micro_model, build="cpu") == []  # the CPU build on CPUs
+    assert hardware(tmp_path, micro32_model, build="cpu") == []  # the CPU build on CPUs
 
 
 def test_tensor_parallelism_on_cpu_is_one_engine_and_gpu_memory_is_ignored(
-    tmp_path, micro_model, monkeypatch, caplog
+    tmp_path, micro32_model, monkeypatch, caplog
 ):
     keys = [
         "explorer.rollout_model.tensor_parallel_size=2",
         "explorer.rollout_model.gpu_memory_utilization=0.5",
     ]
-    assert hardware(tmp_path, micro_model, keys) == [
+    assert hardware(tmp_path, micro32_model, keys) == [
         (
             "explorer.rollout_model.tensor_parallel_size = 2: tensor parallelism of the vllm "
             "engine on CPU is not supported yet (engine_num adds engines)",
@@ -89,7 +89,7 @@ def test_tensor_parallelism_on_cpu_is_one_engine_and_gpu_memory_is_ignored(
         )
     ]
     # a GPU config's memory share is kept and said to do nothing on CPU
-    found = vllm_problems(tmp_path, micro_model, keys[1:], monkeypatch=monkeypatch)
+    found = vllm_problems(tmp_path, micro32_model, keys[1:], monkeypatch=monkeypatch)
     assert found == []
     from trinity.preflight.validate import warn_inert
 
@@ -103,21 +103,21 @@ def test_tensor_parallelism_on_cpu_is_one_engine_and_gpu_memory_is_ignored(
     )
 
 
-def test_a_kv_cache_larger_than_memory_names_max_model_len(tmp_path, micro_model, monkeypatch):
+def test_a_kv_cache_larger_than_memory_names_max_model_len(tmp_path, micro32_model, monkeypatch):
     (found,) = vllm_problems(
-        tmp_path, micro_model, ["model.max_model_len=100000000"], monkeypatch=monkeypatch
+        tmp_path, micro32_model, ["model.max_model_len=100000000"], monkeypatch=monkeypatch
     )
-    # the micro model: 2 layers x 4 KV heads x 16 dims x 2 (K and V) x 4 bytes = 1 KiB a token
+    # micro32: 2 layers x 2 KV heads x 32 dims x 2 (K and V) x 4 bytes = 1 KiB a token
     assert found.startswith(
         "model.max_model_len = 100000000: one sequence's KV cache needs 95.4 GiB, more than "
         "25% of the "
     )
 
 
-def test_colocate_and_lora_are_not_supported_yet(tmp_path, micro_model, monkeypatch):
+def test_colocate_and_lora_are_not_supported_yet(tmp_path, micro32_model, monkeypatch):
     found = vllm_problems(
         tmp_path,
-        micro_model,
+        micro32_model,
         ["mode=colocate", "model.lora_configs=[{lora_rank: 4}]"],
         monkeypatch=monkeypatch,
     )
@@ -125,10 +125,10 @@ def test_colocate_and_lora_are_not_supported_yet(tmp_path, micro_model, monkeypa
     assert found[1].startswith("model.lora_configs with explorer.rollout_model.engine_type vllm")
 
 
-def test_nccl_sync_into_vllm_is_refused_naming_why(tmp_path, micro_model, monkeypatch):
+def test_nccl_sync_into_vllm_is_refused_naming_why(tmp_path, micro32_model, monkeypatch):
     """vLLM's own weight-transfer backends (vllm/distributed/weight_transfer) need CUDA."""
     found = vllm_problems(
-        tmp_path, micro_model, ["synchronizer.sync_method=nccl"], monkeypatch=monkeypatch
+        tmp_path, micro32_model, ["synchronizer.sync_method=nccl"], monkeypatch=monkeypatch
     )
     assert found == [
         "synchronizer.sync_method nccl with explorer.rollout_model.engine_type vllm is not "
@@ -138,12 +138,12 @@ def test_nccl_sync_into_vllm_is_refused_naming_why(tmp_path, micro_model, monkey
     ]
 
 
-def test_an_architecture_vllm_does_not_run_is_named(tmp_path, micro_model, monkeypatch):
+def test_an_architecture_vllm_does_not_run_is_named(tmp_path, micro32_model, monkeypatch):
     import json
     import shutil
 
     model = tmp_path / "model"
-    shutil.copytree(micro_model, model)
+    shutil.copytree(micro32_model, model)
     config = json.loads((model / "config.json").read_text())
     config["architectures"] = ["NoSuchForCausalLM"]
     (model / "config.json").write_text(json.dumps(config))
@@ -154,26 +154,37 @@ def test_an_architecture_vllm_does_not_run_is_named(tmp_path, micro_model, monke
     )
 
 
+def test_heads_vllms_cpu_build_has_no_kernel_for_are_named(tmp_path, micro_model, monkeypatch):
+    """The micro model's heads have 16 dimensions: vLLM's CPU attention has no kernel for them
+    and fails at the first request (seen on the corpus's 0.1.1 async example)."""
+    (found,) = vllm_problems(tmp_path, micro_model, monkeypatch=monkeypatch)
+    assert found.startswith(
+        f"explorer.rollout_model.engine_type = vllm: the model at {micro_model} has attention "
+        "heads of 16 dimensions; vLLM's CPU build runs heads of 32, 64, "
+    )
+    assert found.endswith("only; use engine_type transformers")
+
+
 def test_an_auxiliary_model_on_vllm_gets_its_own_keys_and_checks(
-    tmp_path, micro_model, monkeypatch
+    tmp_path, micro32_model, monkeypatch
 ):
     from trinity.engine import ENGINES
     from trinity.runtime.explorer_role import engine_kwargs, engine_type_of
 
     aux = (
-        f"explorer.auxiliary_models=[{{model_path: {micro_model}, engine_type: vllm, "
+        f"explorer.auxiliary_models=[{{model_path: {micro32_model}, engine_type: vllm, "
         "enforce_eager: false, enable_prefix_caching: true, max_model_len: 256}]"
     )
     rollout = "explorer.rollout_model.engine_type=transformers"
     path = tmp_path / "c.yaml"
-    path.write_text(textwrap.dedent(BASE.format(root=tmp_path, model=micro_model)))
+    path.write_text(textwrap.dedent(BASE.format(root=tmp_path, model=micro32_model)))
     config, _ = derive(load_config(str(path), [rollout, aux]))
     (judge,) = config.explorer.auxiliary_models
     assert ENGINES.get(engine_type_of(judge)) is ENGINES.get("vllm")
     kwargs = engine_kwargs(config, judge)
     assert (kwargs["enforce_eager"], kwargs["enable_prefix_caching"]) == (False, True)
-    assert (kwargs["model_path"], kwargs["max_model_len"]) == (micro_model, 256)
+    assert (kwargs["model_path"], kwargs["max_model_len"]) == (micro32_model, 256)
     assert "enforce_eager" not in engine_kwargs(config)  # the rollout model's engine: not vllm
-    ((found, fix),) = hardware(tmp_path, micro_model, [rollout, aux], build=None)
+    ((found, fix),) = hardware(tmp_path, micro32_model, [rollout, aux], build=None)
     assert found.startswith("explorer.auxiliary_models[0].engine_type = vllm: vLLM is not ")
     assert fix == "explorer.auxiliary_models.0.engine_type=transformers"

@@ -55,6 +55,14 @@ TINY_PRESETS: Dict[str, Dict[str, int]] = {
         intermediate_size=128,
         max_position_embeddings=256,
     ),
+    # micro with 2 heads of 32 dimensions: the smallest heads vLLM's CPU attention runs.
+    "micro32": dict(
+        hidden_size=64,
+        num_layers=2,
+        num_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=256,
+    ),
     # About 2.6M parameters: the default for quickstarts and integration tests.
     "tiny": dict(
         hidden_size=256,
@@ -205,7 +213,7 @@ def build_tiny_model(
 
 
 def build_tiny_preset(out_dir: str, preset: str = "tiny", seed: int = 0) -> str:
-    """``build_tiny_model`` with one of ``TINY_PRESETS`` ("micro", "tiny", "25m")."""
+    """``build_tiny_model`` with one of ``TINY_PRESETS`` ("micro", "micro32", "tiny", "25m")."""
     if preset not in TINY_PRESETS:
         raise KeyError(f"unknown tiny preset '{preset}'; choose one of {sorted(TINY_PRESETS)}")
     return build_tiny_model(out_dir, seed=seed, **TINY_PRESETS[preset])

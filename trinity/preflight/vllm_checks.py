@@ -100,6 +100,8 @@ def _section_problems(
         return []  # the model checks report the folder
     problems = _architecture_problems(path, folder)
     if not on_gpu and not problems:
+        problems += _head_size_problems(path, folder)
+    if not on_gpu and not problems:
         problems += _memory_problems(config, section, folder)
     return problems
 
@@ -120,6 +122,24 @@ def _architecture_problems(path: str, folder: str) -> List[str]:
             "architecture vLLM does not run; use engine_type transformers"
         ]
     return []
+
+
+def _head_size_problems(path: str, folder: str) -> List[str]:
+    """vLLM's CPU attention kernels exist for some head sizes only (its backend's table); any
+    other fails at the first request, a minute after start."""
+    from transformers import AutoConfig
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    model = AutoConfig.from_pretrained(folder)
+    head = getattr(model, "head_dim", None) or model.hidden_size // model.num_attention_heads
+    supported = CPUAttentionBackend.get_supported_head_sizes()
+    if head in supported:
+        return []
+    return [
+        f"{path}.engine_type = vllm: the model at {folder} has attention heads of {head} "
+        f"dimensions; vLLM's CPU build runs heads of {', '.join(map(str, supported))} only; "
+        "use engine_type transformers"
+    ]
 
 
 def _memory_problems(config: Config, section: Any, folder: str) -> List[str]:
