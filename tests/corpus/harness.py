@@ -7,7 +7,8 @@ directory (the early releases name their veRL files and data relative to the rep
 root), with only the overrides of ``plan.py``. Models and datasets named by hub id are served
 from a Hugging Face cache the harness builds (``tests/hub_cache.py``) in the cache
 ``huggingface_hub`` reads (``HF_HOME`` of ``tests/conftest.py``, offline): every model id is the
-tiny local model (preset micro32, whose heads vLLM's CPU build runs), every dataset a few synthetic rows with the columns the config names.
+tiny local model (preset micro32, whose heads vLLM's CPU build runs), every dataset a few
+synthetic rows with the columns the config names.
 Runs go through ``trinity.runtime.launcher.run``, what ``trinity run`` calls, in this process.
 """
 
