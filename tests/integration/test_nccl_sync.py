@@ -68,3 +68,26 @@ def test_two_trainer_ranks_send_once_and_resume(
     assert [r["step"] for r in explorer][-1] == 3
     assert explorer[-1]["rollout/model_version"] == 2  # step 3: the resumed weights, sent
     assert _loaded(again.job_dir, 2) == 2 and _loaded(again.job_dir, 3) == 1
+
+
+@pytest.mark.slow
+def test_grpo_with_nccl_sync_into_vllms_cpu_build(
+    tmp_path, micro32_model, arithmetic_data, ray_cluster
+):
+    """vLLM's CPU workers join no broadcast: the engine's process takes it for them and
+    loads them through shared memory, each version checked against the trainer's sums
+    twice (what arrived, what the workers hold): a mismatch would stop the run."""
+    pytest.importorskip("vllm")
+    overrides = base_overrides(tmp_path, micro32_model, arithmetic_data) + [
+        *NCCL,
+        "explorer.rollout_model.engine_type=vllm",
+        "buffer.explorer_input.eval_tasksets=[]",
+    ]
+    (result,) = run(CONFIG, overrides, [])
+    trainer, explorer = records(result.job_dir, "trainer"), records(result.job_dir, "explorer")
+    assert [r["step"] for r in trainer] == [1, 2, 3]
+    versions = [r["rollout/model_version"] for r in explorer if "rollout/model_version" in r]
+    assert versions == [0, 1, 2]  # on-policy: each step sampled by the weights just sent
+    assert [_loaded(result.job_dir, v) for v in (1, 2, 3)] == [1, 1, 1]
+    with open(os.path.join(result.job_dir, "log", "explorer_engine_0.log")) as f:
+        assert f.read().count("vllm engine loaded and checked") == 3

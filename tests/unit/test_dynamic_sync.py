@@ -40,6 +40,54 @@ def test_trainer_driven_loads_whatever_is_newest_at_each_step():
     assert _wants("trainer_driven", 3, 2)[:3] == [Wanted(None), Wanted(None), Wanted(0)]
 
 
+def test_max_staleness_makes_a_dynamic_style_wait_for_weights_fresh_enough():
+    """Explore step s is read by train step s, which updates version s - 1: with bound b it
+    needs version s - 1 - b (earlier weights would give experiences only to be dropped)."""
+    for style in ("explorer_driven", "trainer_driven", "fully_async"):
+        wants = [wanted_before(s, style, 1, 0, 2) for s in range(1, 7)]
+        assert [w.version for w in wants] == [0, 0, 0, 1, 2, 3]
+    # the starting weights' steps (sync_offset) keep them; fixed has its own schedule
+    assert [wanted_before(s, "trainer_driven", 1, 2, 2).version for s in (1, 2, 3, 4)] == [
+        None,
+        None,
+        0,
+        1,
+    ]
+    assert wanted_before(5, "fixed", 1, 0, 0) == Wanted(4)
+
+
+def test_explorer_driven_gets_the_version_it_waits_for_at_the_step_that_reaches_it():
+    async def scenario():
+        sync = Synchronizer("memory", "/unused", 10.0, has_trainer=True)
+        await sync.need(3)
+        # published at the end of train step 3, not before (nor again after)
+        assert [await sync.take_ask(step) for step in (1, 2, 3, 4)] == [False, False, True, False]
+        await sync.publish(3, ["w3"])
+        await sync.need(2)  # published already: nothing to do
+        assert not await sync.take_ask(5)
+
+    asyncio.run(scenario())
+
+
+def test_a_bound_below_the_publishing_interval_is_refused(tmp_path):
+    from tests.unit.test_config_finalize import problems
+
+    found = problems(
+        tmp_path,
+        overrides=[
+            "synchronizer.sync_style=trainer_driven",
+            "synchronizer.sync_interval=4",
+            "synchronizer.max_staleness=1",
+        ],
+    )
+    assert found == [
+        "synchronizer.max_staleness = 1 is below synchronizer.sync_interval - 1 = 3: with "
+        "sync_style trainer_driven the trainer publishes every sync_interval steps, and the "
+        "explorer would wait for weights the trainer can publish only after steps not explored "
+        "yet; raise it to 3 or leave it unset"
+    ]
+
+
 def test_what_a_train_step_may_read():
     bound = readable_bound("fixed", 2, 1)
     assert [bound(t) for t in range(1, 5)] == [last_readable_step(t, 2, 1) for t in range(1, 5)]
@@ -51,9 +99,9 @@ def test_what_a_train_step_may_read():
 def test_synchronizer_answers_an_ask_once_and_hands_over_the_last_weights():
     async def scenario():
         sync = Synchronizer("memory", "/unused", 10.0, has_trainer=True)
-        assert not await sync.take_ask()
+        assert not await sync.take_ask(1)
         await sync.ask()
-        assert await sync.take_ask() and not await sync.take_ask()  # one answer per ask
+        assert await sync.take_ask(1) and not await sync.take_ask(2)  # one answer per ask
         assert await sync.wait_for(0, 0.0) == (0, [])  # never waits for version 0
         assert await sync.wait_finished(0.05) is None  # the trainer still runs
         await sync.publish(3, ["w3"])

@@ -91,7 +91,10 @@ def run_explorer(tmp_path, *overrides, rows=None):
 
 
 def test_steps_overlap_finish_out_of_order_and_are_written_in_order_whole(tmp_path):
-    last, asked, written, logged, pool = run_explorer(tmp_path, "buffer.total_steps=5")
+    # a bound no step reaches here (the floor has its own test)
+    last, asked, written, logged, pool = run_explorer(
+        tmp_path, "buffer.total_steps=5", "synchronizer.max_staleness=5"
+    )
     assert last == 5
     # a later step's task finished before an earlier step's (the pool runs newest first)...
     first_done = [int(task_id.split("-")[1]) for task_id in pool.order]
@@ -118,7 +121,7 @@ def test_sync_offset_keeps_the_starting_weights_for_its_steps(tmp_path):
 
 def test_an_evaluation_waits_for_the_steps_before_it_and_the_last_for_the_trainer(tmp_path):
     _, asked, written, _, pool = run_explorer(
-        tmp_path, "buffer.total_steps=5", "explorer.eval_interval=2"
+        tmp_path, "buffer.total_steps=5", "explorer.eval_interval=2", "synchronizer.max_staleness=5"
     )
     assert pool.evals == [
         "eval of test at step 0",
@@ -141,6 +144,40 @@ def test_an_evaluation_waits_for_the_steps_before_it_and_the_last_for_the_traine
         (5, final),
     ]
     assert [s for s, _ in written] == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("bound", [0, 1, 5])
+def test_no_step_is_handed_out_on_weights_too_stale_for_its_train_step(tmp_path, bound):
+    """A trainer that trains and publishes each step as soon as it is written: explore step
+    ``s`` (read by train step ``s``, which updates version ``s - 1``) is handed out only once
+    the explorer holds version ``s - 1 - bound``; steps in flight are collected meanwhile."""
+    config = finalized(
+        tmp_path,
+        overrides=[
+            "synchronizer.sync_style=fully_async",
+            "buffer.batch_size=2",
+            "buffer.total_steps=6",
+            f"synchronizer.max_staleness={bound}",
+        ],
+    )
+    written, logged = [], {}
+
+    def sync(want):  # the newest the trainer published: one version per written step
+        assert want.version is None or want.version <= len(written), "would wait forever"
+        return len(written)
+
+    def log(metrics, step):
+        logged.setdefault(step, []).append(metrics)
+
+    pool = LifoPool(capacity=6, version=lambda: explorer.version)
+    explorer = Explorer(
+        config, pool, Reader(), {}, sync, lambda exps, step: written.append(step), log
+    )
+    assert explorer.run() == 6 and written == [1, 2, 3, 4, 5, 6]
+    versions = [logged[s][0]["rollout/model_version"] for s in range(1, 7)]
+    assert all(v >= s - 1 - bound for s, v in enumerate(versions, 1)), versions
+    if bound == 5:  # nothing holds the explorer back: it runs ahead on the starting weights
+        assert versions[:6] == [0.0] * 6
 
 
 def test_the_end_of_the_taskset_ends_the_run(tmp_path):

@@ -125,16 +125,19 @@ def test_colocate_and_lora_are_not_supported_yet(tmp_path, micro32_model, monkey
     assert found[1].startswith("model.lora_configs with explorer.rollout_model.engine_type vllm")
 
 
-def test_nccl_sync_into_vllm_is_refused_naming_why(tmp_path, micro32_model, monkeypatch):
-    """vLLM's own weight-transfer backends (vllm/distributed/weight_transfer) need CUDA."""
-    found = vllm_problems(
-        tmp_path, micro32_model, ["synchronizer.sync_method=nccl"], monkeypatch=monkeypatch
-    )
+def test_nccl_sync_into_vllm_runs_on_cpu_and_is_refused_on_gpus(
+    tmp_path, micro32_model, monkeypatch
+):
+    """On CPU the engine process takes the gloo broadcast for vLLM's workers
+    (``VLLMEngine.receive_weights``); on GPUs vLLM's own weight-transfer API is not joined."""
+    nccl = ["synchronizer.sync_method=nccl"]
+    assert vllm_problems(tmp_path, micro32_model, nccl, monkeypatch=monkeypatch) == []
+    on_gpu = [*nccl, "cluster.gpu_per_node=1"]
+    found = vllm_problems(tmp_path, micro32_model, on_gpu, build="gpu", monkeypatch=monkeypatch)
     assert found == [
-        "synchronizer.sync_method nccl with explorer.rollout_model.engine_type vllm is not "
-        "supported yet: vLLM's CPU build has no weight-transfer backend that runs on CPU (its "
-        "nccl and ipc backends need CUDA), so its workers cannot join the trainer's "
-        "broadcast; use sync_method memory"
+        "synchronizer.sync_method nccl with explorer.rollout_model.engine_type vllm on GPUs "
+        "is not supported yet: joining vLLM's weight-transfer API (weight_transfer_config) is "
+        "not built yet; use sync_method memory"
     ]
 
 

@@ -41,21 +41,38 @@ class Wanted:
     final: bool = False  # the trainer's last weights: wait until it has finished
 
 
-def wanted_before(step: int, style: str, sync_interval: int, sync_offset: int) -> Wanted:
+def staleness_floor(step: int, max_staleness: Optional[int]) -> int:
+    """The oldest weights explore step ``step`` may sample with so that train step ``step``,
+    which reads it (one explore step per train step), keeps its experiences under
+    ``synchronizer.max_staleness`` (None: no bound, 0)."""
+    return 0 if max_staleness is None else max(0, step - 1 - max_staleness)
+
+
+def wanted_before(
+    step: int,
+    style: str,
+    sync_interval: int,
+    sync_offset: int,
+    max_staleness: Optional[int] = None,
+) -> Wanted:
     """What the explorer loads before exploring ``step`` (1-based) in ``style``.
 
-    ``fixed`` waits for ``required_version``. The dynamic styles never wait: they load the
-    newest published weights (version 0 is always there) once the first ``sync_offset``
-    steps ran on the starting weights. ``explorer_driven`` also asks the trainer for fresh
-    weights after every ``sync_interval`` steps from there; the trainer publishes at the end
-    of its current step and the explorer loads them at its next step boundary.
+    ``fixed`` waits for ``required_version``. The dynamic styles load the newest published
+    weights (version 0 is always there) once the first ``sync_offset`` steps ran on the
+    starting weights, and wait only where older weights would make the step's experiences
+    too stale to train on (``staleness_floor``): they would be sampled only to be dropped.
+    ``explorer_driven`` also asks the trainer for fresh weights after every
+    ``sync_interval`` steps from there; the trainer publishes at the end of its current step
+    and the explorer loads them at its next step boundary (a floor not published yet is
+    asked for too: ``Synchronizer.need``).
     """
     if style == "fixed":
         return Wanted(required_version(step, sync_interval, sync_offset))
     if step <= sync_offset:
         return Wanted(None)
     since = step - 1 - sync_offset
-    return Wanted(0, ask=style == "explorer_driven" and since > 0 and since % sync_interval == 0)
+    ask = style == "explorer_driven" and since > 0 and since % sync_interval == 0
+    return Wanted(staleness_floor(step, max_staleness), ask=ask)
 
 
 def readable_bound(style: str, sync_interval: int, sync_offset: int) -> Any:

@@ -17,7 +17,9 @@ temperature, which the trainer applies. Greedy rows get ``T = 1``, as in the tra
 Weights: the trainer's tensors go through a safetensors file (``/dev/shm`` where it exists)
 that each worker reads into the model with vLLM's in-place reload (``vllm_worker.py``); then
 every worker's checksums are compared with the trainer's (``vllm_worker.mismatches``): a
-tensor the engine does not hold stops the run, naming it.
+tensor the engine does not hold stops the run, naming it. With ``sync_method: nccl`` on CPU
+this process joins the trainer's gloo broadcast and hands what it received on the same way
+(``receive_weights``): vLLM's CPU build has no weight-transfer backend of its own.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from safetensors.torch import save_file
 
 from trinity.common.config.schema_buffer import MAX_TOP_LOGPROBS
 from trinity.common.models.sampling import SamplingParams
+from trinity.common.weight_transfer import WeightReceiver, unheld
 from trinity.common.weights import WeightSyncError, tensor_stats
 from trinity.engine.hf_engine import SampleOutput
 from trinity.engine.prompts import PromptSide
@@ -235,6 +238,24 @@ class VLLMEngine(PromptSide):
             len(tensors),
             time.monotonic() - start,
         )
+
+    def receive_weights(self, receiver: WeightReceiver, version: int) -> None:
+        """``sync_method: nccl`` with vLLM's CPU build, whose workers can join no broadcast
+        on CPU: this process takes ``version`` from the trainer's gloo broadcast, checks it
+        against the trainer's checksums, and hands it to the workers as ``load_state_dict``
+        does (which checks what they hold)."""
+        received: Dict[str, torch.Tensor] = {}
+
+        def keep(tensors: Dict[str, torch.Tensor]) -> None:  # views of a reused buffer
+            received.update({name: tensor.clone() for name, tensor in tensors.items()})
+
+        wrong = unheld(receiver.receive(version, keep), received)
+        if wrong:
+            raise WeightSyncError(
+                f"the broadcast of model version {version} reached the vllm engine without "
+                f"{len(wrong)} tensors as the trainer sent them, e.g. {wrong[:3]}"
+            )
+        self.load_state_dict(received)
 
     def release(self) -> int:
         raise NotImplementedError(

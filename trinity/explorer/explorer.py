@@ -132,7 +132,11 @@ class Explorer:
         start = time.monotonic()
         self.version = self.sync(
             wanted_before(
-                self.step, sync_cfg.sync_style, sync_cfg.sync_interval, sync_cfg.sync_offset
+                self.step,
+                sync_cfg.sync_style,
+                sync_cfg.sync_interval,
+                sync_cfg.sync_offset,
+                sync_cfg.max_staleness,
             )
         )
         waited, start = time.monotonic() - start, time.monotonic()

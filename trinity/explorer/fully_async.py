@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, List, Optional
 
-from trinity.common.sync_schedule import wanted_before
+from trinity.common.sync_schedule import Wanted, staleness_floor, wanted_before
 from trinity.common.workflows.workflow import Task
 from trinity.explorer.runner import TaskResult
 
@@ -75,6 +75,8 @@ class FullyAsync:
         if total and self.read_step >= total:
             self.exhausted = True
             return []
+        if self._too_stale(self.read_step + 1):
+            return []
         try:
             tasks = explorer.task_reader.read(explorer.config.buffer.batch_size)
         except StopIteration:
@@ -83,13 +85,38 @@ class FullyAsync:
         self.read_step += 1
         sync = explorer.config.synchronizer
         start = time.monotonic()
-        want = wanted_before(self.read_step, sync.sync_style, sync.sync_interval, sync.sync_offset)
+        want = wanted_before(
+            self.read_step,
+            sync.sync_style,
+            sync.sync_interval,
+            sync.sync_offset,
+            sync.max_staleness,
+        )
         explorer.version = explorer.sync(want)
         expanded = explorer._expand(tasks, self.read_step)
         now = time.monotonic()
         self.open[self.read_step] = OpenStep(len(expanded), now, now - start)
         self.step_of.update({task.task_id: self.read_step for task in expanded})
         return expanded
+
+    def _too_stale(self, step: int) -> bool:
+        """Whether ``step``'s tasks wait for newer weights (``synchronizer.max_staleness``)
+        while earlier steps are in flight: it is asked again at the next free slot, so that
+        those steps are still collected and written meanwhile; with none in flight, ``_read``
+        waits in ``explorer.sync`` (said like every wait for the trainer)."""
+        explorer = self.explorer
+        floor = staleness_floor(step, explorer.config.synchronizer.max_staleness)
+        if not self.open or floor <= explorer.version:
+            return False
+        explorer.version = explorer.sync(Wanted(0))  # the newest published, never waiting
+        if explorer.version >= floor:
+            explorer.report.done()
+            return False
+        explorer.report.wait(
+            f"the trainer to publish model version {floor} before explore step {step} "
+            f"(synchronizer.max_staleness = {explorer.config.synchronizer.max_staleness})"
+        )
+        return True
 
     def _collect(self, result: TaskResult) -> None:
         """Keep ``result``; write every step that is complete and has no open step before it."""

@@ -67,7 +67,8 @@ def _unsupported(config: Config, served: List[Tuple[str, Any, str]]) -> List[str
             "CPU build lacks); use mode both"
         )
     rollout = any(p == "explorer.rollout_model" for p, _, _ in served)
-    if rollout and config.synchronizer.sync_method == "nccl":
+    # vLLM's CPU build: its engine process takes the broadcast for the workers
+    if rollout and config.synchronizer.sync_method == "nccl" and vllm_build() == "gpu":
         problems.append(_nccl_problem())
     if config.model.lora_configs and rollout:
         problems.append(
@@ -79,16 +80,12 @@ def _unsupported(config: Config, served: List[Tuple[str, Any, str]]) -> List[str
 
 
 def _nccl_problem() -> str:
-    """Why the vllm engine cannot take the trainer's broadcast (``sync_method: nccl``)."""
-    key = "synchronizer.sync_method nccl with explorer.rollout_model.engine_type vllm"
-    if vllm_build() == "cpu":
-        why = (
-            "vLLM's CPU build has no weight-transfer backend that runs on CPU (its nccl and "
-            "ipc backends need CUDA), so its workers cannot join the trainer's broadcast"
-        )
-    else:
-        why = "joining vLLM's weight-transfer API (weight_transfer_config) is not built yet"
-    return f"{key} is not supported yet: {why}; use sync_method memory"
+    """Why vLLM's GPU build cannot take the trainer's broadcast (``sync_method: nccl``)."""
+    return (
+        "synchronizer.sync_method nccl with explorer.rollout_model.engine_type vllm on GPUs "
+        "is not supported yet: joining vLLM's weight-transfer API (weight_transfer_config) is "
+        "not built yet; use sync_method memory"
+    )
 
 
 def _section_problems(

@@ -350,6 +350,8 @@ class ExplorerRole(EngineWeights):
             return self.loaded_version  # an API takes no weights (validated: explore mode)
         if want.ask:
             call(self.sync_actor, "ask")
+        if want.version and self.config.synchronizer.sync_style == "explorer_driven":
+            call(self.sync_actor, "need", want.version)  # max_staleness's floor
         if self.config.mode == "explore":
             found = call(self.sync_actor, "wait_for", self.loaded_version + 1, 0.0)
         elif want.final:

@@ -41,6 +41,7 @@ class Synchronizer:
         self._weights: Optional[List[Any]] = None  # [ObjectRef] (memory) or [path] (checkpoint)
         self._trainer_state = "running"  # running | finished | failed: <message>
         self._asked = False  # explorer_driven: the explorer asked for fresh weights
+        self._needed = 0  # explorer_driven: the version the explorer waits for (0: none)
         self._changed: Optional[asyncio.Condition] = None
 
     def _cond(self) -> asyncio.Condition:
@@ -115,11 +116,22 @@ class Synchronizer:
         """Explorer side (``explorer_driven``): publish fresh weights at your next step end."""
         self._asked = True
 
-    async def take_ask(self) -> bool:
-        """Trainer side (``explorer_driven``): whether the explorer asked since the last
-        call (and clear the request)."""
-        asked, self._asked = self._asked, False
-        return asked
+    async def need(self, version: int) -> None:
+        """Explorer side (``explorer_driven``): it waits for ``version``
+        (``synchronizer.max_staleness``), to be published at the end of the train step that
+        reaches it; nothing when it is published already."""
+        if version > self.version:
+            self._needed = max(self._needed, version)
+
+    async def take_ask(self, step: int) -> bool:
+        """Trainer side (``explorer_driven``): whether to publish at the end of train step
+        ``step``: the explorer asked since the last publish, or waits for this version
+        (and clear what is answered)."""
+        due = self._asked or 0 < self._needed <= step
+        if due:
+            self._asked = False
+            self._needed = 0 if self._needed <= step else self._needed
+        return due
 
     async def _poll_disk(self, version: int, timeout: float) -> Optional[Tuple[int, List[Any]]]:
         deadline = time.monotonic() + timeout

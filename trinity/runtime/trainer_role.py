@@ -100,7 +100,7 @@ class TrainerRole:
             report=self.report.event,
         )
         if self.config.synchronizer.sync_style == "explorer_driven":  # publish when asked
-            kwargs["publish_due"] = lambda step: call(self.sync_actor, "take_ask")
+            kwargs["publish_due"] = lambda step: call(self.sync_actor, "take_ask", step)
         if self.config.trainer.cpu_ranks > 1:  # rank 0 of several (trainer_ranks.py)
             from trinity.runtime.trainer_ranks import sharded_trainer
 

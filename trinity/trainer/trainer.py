@@ -433,7 +433,13 @@ class Trainer:
         is exhausted."""
         if hasattr(self.reader, "begin_step"):  # an accounted buffer reads by step
             self.reader.begin_step(self.step + 1)
-        exps, metrics = self.sampler.sample(self.step + 1, self.config.buffer.train_batch_size)
+        try:
+            exps, metrics = self.sampler.sample(self.step + 1, self.config.buffer.train_batch_size)
+        except StopIteration:  # what max_staleness dropped at the end: on the last step's row
+            dropped = getattr(self.reader, "step_metrics", dict)().get("staleness/dropped")
+            if dropped:
+                self.log({"staleness/dropped": dropped}, self.step)
+            raise
         if hasattr(self.reader, "step_metrics"):  # synchronizer.max_staleness's figures
             metrics.update(self.reader.step_metrics())
         return exps, metrics

@@ -54,7 +54,9 @@ def sync_problems(config: Any) -> List[str]:
 def _staleness_problems(sync: Any) -> List[str]:
     """``synchronizer.max_staleness`` below what the schedule itself produces would drop
     data every step: the first ``sync_offset`` steps run on the starting weights (staleness
-    up to ``sync_offset - 1``), and ``fixed`` reaches ``sync_interval + sync_offset - 1``."""
+    up to ``sync_offset - 1``), and ``fixed`` reaches ``sync_interval + sync_offset - 1``.
+    In the dynamic styles the explorer waits for weights within the bound, which the trainer
+    publishes every ``sync_interval`` steps (but explorer_driven, where it asks for them)."""
     bound = sync.max_staleness
     if bound is None:
         return []
@@ -72,5 +74,14 @@ def _staleness_problems(sync: Any) -> List[str]:
             f"synchronizer.max_staleness = {bound} is below synchronizer.sync_offset = "
             f"{sync.sync_offset}: the steps explored on the starting weights could never be "
             f"trained on; raise it to at least {sync.sync_offset} or lower sync_offset"
+        ]
+    elif sync.sync_style != "explorer_driven" and bound < sync.sync_interval - 1:
+        # the explorer waits for weights within the bound (sync_schedule.staleness_floor)
+        floor = sync.sync_interval - 1
+        return [
+            f"synchronizer.max_staleness = {bound} is below synchronizer.sync_interval - 1 = "
+            f"{floor}: with sync_style {sync.sync_style} the trainer publishes every "
+            "sync_interval steps, and the explorer would wait for weights the trainer can "
+            f"publish only after steps not explored yet; raise it to {floor} or leave it unset"
         ]
     return []
