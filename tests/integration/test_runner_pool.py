@@ -34,7 +34,7 @@ def make_runner(request):
         from trinity.runtime.actors import RayRunner
 
         request.getfixturevalue("ray_cluster")
-        return lambda i: RayRunner(SleepyActor.remote())
+        return lambda i: RayRunner(SleepyActor.remote)
     return lambda i: ThreadRunner(Sleepy(), f"sleepy_{i}")
 
 

@@ -195,6 +195,9 @@ class InstantRunner:
         future.set_result(TaskResult(task=task))
         return future
 
+    def start(self):
+        pass
+
     def ready(self):
         pass
 

@@ -2,11 +2,13 @@
 and over-rollout.
 
 A runner is anything with ``submit(task) -> concurrent.futures.Future`` (of a ``TaskResult``),
-``ready()`` (block until it takes tasks) and ``stop()`` (give it up, tasks in flight
-included): a Ray runner actor (``actors.RayRunner``), or in a stage that runs in one process a
+``start()`` (begin starting, not waiting), ``ready()`` (block until it takes tasks) and
+``stop()`` (give it up, tasks in flight included): a Ray runner actor (``actors.RayRunner``), or in a stage that runs in one process a
 ``ThreadRunner`` (a ``WorkflowRunner`` with a thread per task) or a ``LoopRunner`` (an
 ``AsyncWorkflowRunner`` on an event loop of its own). Extending: another kind of runner
-implements those three methods; the pool does not change.
+implements those four methods; the pool does not change. The pool starts a runner when it
+first sends it a task (those of one round together), so a step that keeps fewer runners busy
+than the pool holds starts no more.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 class Runner(Protocol):
     def submit(self, task: Task) -> concurrent.futures.Future: ...
+
+    def start(self) -> None: ...
 
     def ready(self) -> None: ...
 
@@ -58,6 +62,9 @@ class ThreadRunner:
         threading.Thread(target=work, name=f"{self.name}:{task.task_id}", daemon=True).start()
         return future
 
+    def start(self) -> None:
+        pass
+
     def ready(self) -> None:
         pass
 
@@ -75,6 +82,9 @@ class LoopRunner:
 
     def submit(self, task: Task) -> concurrent.futures.Future:
         return self.host.submit("run_task", task)
+
+    def start(self) -> None:
+        pass
 
     def ready(self) -> None:
         pass
@@ -120,9 +130,6 @@ class RunnerPool:
         self.rows = rows
         self.max_retry_times = max_retry_times
         self.report = report
-        # A task's time limit starts when it is sent, so runners must be up before that.
-        for runner in self.runners:
-            runner.ready()
 
     def _tasks_per_runner(self, tasks: List[Task]) -> int:
         n = max((task.rollout_args.n for task in tasks), default=1)
@@ -167,7 +174,10 @@ class RunnerPool:
         # One wait per run, dated from its start: the console prints a wait once when it
         # begins and then every so often, not at every task that finishes.
         began = time.time()
-        free = [runner for runner in self.runners for _ in range(per_runner)]
+        # popped from the end: runner 0, 1, 2... first (each on the next engine), and one that
+        # ends a task takes the next; runners that start at their first task (Ray's) stay
+        # unstarted while a step needs fewer
+        free = [runner for _ in range(per_runner) for runner in reversed(self.runners)]
         pending: Dict[Any, tuple] = {}  # future -> (task, runner, started: monotonic)
         lost: Dict[int, int] = {}  # id(task) -> attempts lost to timeouts and dead runners
         while True:
@@ -175,8 +185,11 @@ class RunnerPool:
                 todo.extend(more(len(free) - len(todo)))
             if not (todo or pending):
                 break
+            sent = []
             while todo and free:
-                runner, task = free.pop(), todo.popleft()
+                sent.append((free.pop(), todo.popleft()))
+            self._ready({id(runner): runner for runner, _ in sent}.values())
+            for runner, task in sent:
                 pending[runner.submit(task)] = (task, runner, time.monotonic())
             # Wake at the next deadline at the latest, so a timeout is noticed on time. A
             # limit follows the successes so far: a task sent before any is cut once they come.
@@ -224,6 +237,15 @@ class RunnerPool:
             self.timeout.record(task, time.monotonic() - started)
         return task, result
 
+    @staticmethod
+    def _ready(runners: Any) -> None:
+        """Start ``runners`` together and wait for them: a task's time limit starts when it
+        is sent, so its runner must be up before that."""
+        for runner in runners:
+            runner.start()
+        for runner in runners:
+            runner.ready()
+
     def _leave_behind(self, label: str, todo: deque, pending: Dict) -> List[TaskResult]:
         """over_rollout: the step goes on. Tasks still running are cancelled (their runners
         stopped and replaced: a running workflow cannot be stopped otherwise), tasks not
@@ -237,8 +259,6 @@ class RunnerPool:
         indexes = [self.runners.index(runner) for runner in busy]
         for index in indexes:
             self.runners[index] = self.make_runner(index)
-        for index in indexes:
-            self.runners[index].ready()
         names = ", ".join(task.task_id for task in behind)
         logger.info("%s goes on without %d task(s): %s", label, len(behind), names)
         return [TaskResult(task=task, left_behind=True) for task in behind]
@@ -278,5 +298,4 @@ class RunnerPool:
         index = self.runners.index(runner)
         runner.stop()
         self.runners[index] = self.make_runner(index)
-        self.runners[index].ready()
         free.extend([self.runners[index]] * per_runner)

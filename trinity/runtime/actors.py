@@ -7,7 +7,7 @@ threads), then builds the plain component it hosts.
 from __future__ import annotations
 
 import concurrent.futures
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import ray
 
@@ -156,20 +156,33 @@ TrainerActor = ray.remote(num_cpus=0)(TrainerRole)
 
 
 class RayRunner:
-    """A runner actor as ``explorer.pool.RunnerPool`` drives one."""
+    """A runner actor as ``explorer.pool.RunnerPool`` drives one, started at its first task: a
+    stage of ``engine_num x runner_per_model`` runners starts as many processes (each imports
+    torch, seconds of CPU) as its steps keep busy."""
 
-    def __init__(self, actor: Any) -> None:
-        self.actor = actor
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make: Callable[[], Any] = make
+        self._actor: Any = None
+        self._ready = False
 
     def submit(self, task: Task) -> concurrent.futures.Future:
-        return self.actor.run_task.remote(task).future()
+        self.ready()
+        return self._actor.run_task.remote(task).future()
+
+    def start(self) -> None:
+        if self._actor is None:
+            self._actor = self._make()
 
     def ready(self) -> None:
-        ray.get(self.actor.__ray_ready__.remote())
+        if not self._ready:
+            self.start()
+            ray.get(self._actor.__ray_ready__.remote())
+            self._ready = True
 
     def stop(self) -> None:
         """Kill the actor: the only way to stop a workflow that runs on."""
-        ray.kill(self.actor, no_restart=True)
+        if self._actor is not None:
+            ray.kill(self._actor, no_restart=True)
 
 
 class RayExplorerRole(ExplorerRole):
@@ -206,7 +219,7 @@ class RayExplorerRole(ExplorerRole):
         actor = AsyncRunnerActor if is_async else RunnerActor
         env_vars = dict(cfg.explorer.env_vars)
         return RayRunner(
-            actor.options(
+            lambda: actor.options(
                 name=name,
                 max_concurrency=self.slots,
                 **pinned(self.placement.engine_node(index % len(self.engines))),
