@@ -5,11 +5,10 @@ A runner is anything with ``submit(task) -> concurrent.futures.Future`` (of a ``
 ``start()`` (begin starting, not waiting), ``ready()`` (block until it takes tasks) and
 ``stop()`` (give it up, tasks in flight included): a Ray runner actor (``actors.RayRunner``),
 or in a stage that runs in one process a ``ThreadRunner`` (a ``WorkflowRunner`` with a thread
-per task) or a ``LoopRunner`` (an
-``AsyncWorkflowRunner`` on an event loop of its own). Extending: another kind of runner
-implements those four methods; the pool does not change. The pool starts a runner when it
-first sends it a task (those of one round together), so a step that keeps fewer runners busy
-than the pool holds starts no more.
+per task) or a ``LoopRunner`` (an ``AsyncWorkflowRunner`` on an event loop of its own).
+Extending: another kind of runner implements those four methods; the pool does not change.
+The pool starts a runner when it first sends it a task (those of one round together), so a
+step that keeps fewer runners busy than the pool holds starts no more.
 """
 
 from __future__ import annotations
