@@ -214,20 +214,28 @@ def size_overrides(raw: Dict[str, Any]) -> List[str]:
         out.append(f"model.max_model_len={MODEL_LEN}")
     if prompt:
         out.append(f"model.max_prompt_tokens={PROMPT_TOKENS}")
+    # 0.1.1 set the lengths under explorer.rollout_model, which has them too (unset: model's)
+    rollout = (raw.get("explorer") or {}).get("rollout_model") or {}
+    sizes = {"max_model_len": MODEL_LEN, "max_prompt_tokens": PROMPT_TOKENS}
+    sizes["max_response_tokens"] = RESPONSE_TOKENS
+    out += [f"explorer.rollout_model.{k}={v}" for k, v in sizes.items() if k in rollout]
     return out + _train_batch(raw, group) + _group_sizes(raw, group)
 
 
 def _train_batch(raw: Dict[str, Any], group: int) -> List[str]:
-    """``buffer.train_batch_size`` where the config sets it: one explore step's experiences (a
-    batch of SFT/DPO rows), and for the mix algorithms the expert rows their
-    ``expert_data_ratio`` adds, with the loss arguments that repeat those sizes."""
-    if not _set_anywhere(raw, "buffer", "train_batch_size"):
-        return []
+    """``buffer.train_batch_size`` where the config sets it (or a mix config's ratio needs it):
+    one explore step's experiences (a batch of SFT/DPO rows), and for the mix algorithms the
+    expert rows their ``expert_data_ratio`` adds, with the loss arguments that repeat those
+    sizes."""
     algorithm = raw.get("algorithm") or {}
+    ratio = (algorithm.get("sample_strategy_args") or {}).get("expert_data_ratio")
+    # a mix config that leaves it unset takes its expert rows out of batch_size x repeat_times
+    # (3 RL rows of 4 here: not whole groups), so the step's sizes are given
+    if not _set_anywhere(raw, "buffer", "train_batch_size") and not ratio:
+        return []
     if str(algorithm.get("algorithm_type", "")) in ("sft", "dpo"):
         return [f"buffer.train_batch_size={BATCH}"]
     usual = BATCH * group
-    ratio = (algorithm.get("sample_strategy_args") or {}).get("expert_data_ratio")
     expert = max(1, round(usual * ratio / (1 - ratio))) if ratio else 0
     out = [f"buffer.train_batch_size={usual + expert}"]
     loss_args = algorithm.get("policy_loss_fn_args") or {}

@@ -277,7 +277,9 @@ class SynchronizerConfig(ConfigModel):
         ge=0,
         description=(
             "The trainer drops experiences sampled by weights more than this many versions "
-            "older than the ones it updates (whole groups; counted as staleness/dropped). "
-            "Unset: sync_interval + sync_offset + 1 in the dynamic styles, off in fixed."
+            "older than the ones it updates (whole groups; counted as staleness/dropped); in "
+            "the dynamic styles the explorer waits for weights recent enough instead of "
+            "exploring a step only to have it dropped. Unset: sync_interval + sync_offset + 1 "
+            "in the dynamic styles, off in fixed."
         ),
     )
