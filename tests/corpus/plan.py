@@ -18,9 +18,9 @@ import yaml
 # The run is cut to one train step of two tasks; groups (repeat_times > 1) keep two members.
 STEPS, BATCH, GROUP = 1, 2, 2
 RESPONSE_TOKENS = 32
-# The tiny model's window (trinity/demo/tiny.py, preset micro: 256 positions): a config's own
-# max_model_len / max_prompt_tokens are brought inside it.
-MODEL_LEN, PROMPT_TOKENS = 256, 224
+# The tiny model's window (trinity/demo/tiny.py, preset micro32: 1024 positions, characters):
+# a config's own max_model_len / max_prompt_tokens are brought inside it.
+MODEL_LEN, PROMPT_TOKENS = 1024, 992
 
 _ENV = re.compile(r"^\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,(.*))?\}$")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]*[\w-]$")

@@ -55,13 +55,14 @@ TINY_PRESETS: Dict[str, Dict[str, int]] = {
         intermediate_size=128,
         max_position_embeddings=256,
     ),
-    # micro with 2 heads of 32 dimensions: the smallest heads vLLM's CPU attention runs.
+    # micro with 2 heads of 32 dimensions (the smallest heads vLLM's CPU attention runs) and
+    # a window for whole tool-call prompts of its character tokenizer.
     "micro32": dict(
         hidden_size=64,
         num_layers=2,
         num_heads=2,
         intermediate_size=128,
-        max_position_embeddings=256,
+        max_position_embeddings=1024,
     ),
     # About 2.6M parameters: the default for quickstarts and integration tests.
     "tiny": dict(
