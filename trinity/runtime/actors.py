@@ -23,7 +23,7 @@ from trinity.runtime.explorer_role import (
 )
 from trinity.runtime.placement import pinned
 from trinity.runtime.queue_host import QueueHost
-from trinity.runtime.roles import setup_process
+from trinity.runtime.roles import launch_env, setup_process
 from trinity.runtime.serve_role import ServeRole
 from trinity.runtime.trainer_role import TrainerRole
 from trinity.utils.status import RunStatus
@@ -195,7 +195,9 @@ class RayExplorerRole(ExplorerRole):
         cfg = self.config
         return [
             EngineActor.options(
-                name=f"{prefix}_engine_{i}", **self.placement.engine_options(prefix, i)
+                name=f"{prefix}_engine_{i}",
+                runtime_env={"env_vars": launch_env()},
+                **self.placement.engine_options(prefix, i),
             ).remote(
                 engine_type_of(served),
                 self.plugin_dirs,
@@ -217,13 +219,13 @@ class RayExplorerRole(ExplorerRole):
         # An async runner runs its slots as coroutines; blocking workflows get a thread each.
         options = {"threads": self.slots} if is_async else {}
         actor = AsyncRunnerActor if is_async else RunnerActor
-        env_vars = dict(cfg.explorer.env_vars)
+        env_vars = {**cfg.explorer.env_vars, **launch_env()}
         return RayRunner(
             lambda: actor.options(
                 name=name,
                 max_concurrency=self.slots,
                 **pinned(self.placement.engine_node(index % len(self.engines))),
-                runtime_env={"env_vars": env_vars} if env_vars else None,
+                runtime_env={"env_vars": env_vars},
             ).remote(
                 self.plugin_dirs,
                 cfg.checkpoint_job_dir,

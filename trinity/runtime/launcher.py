@@ -200,6 +200,7 @@ class _Stage:
         from trinity.engine.tinker_service import service_env
         from trinity.monitor import monitor_env
         from trinity.runtime.actors import ExplorerActor, ServeActor, TrainerActor
+        from trinity.runtime.roles import launch_env
         from trinity.utils.access import passed_on
 
         cfg, start = self.config, 0
@@ -213,7 +214,7 @@ class _Stage:
             env = {**tracker, **external_env(cfg), **passed_on(cfg.explorer.api_server.api_key_env)}
             role = ServeActor if cfg.mode == "serve" else ExplorerActor
             self.explorer = role.options(
-                runtime_env={"env_vars": env} if env else None,
+                runtime_env={"env_vars": {**env, **launch_env()}},
                 **pinned(self.placement.explorer_node),
             ).remote(cfg, self.plugin_dirs, self.queue, self.sync, self.status, self.placement)
             # Engines and runners start while the trainer prepares: processes start together.
@@ -221,7 +222,7 @@ class _Stage:
         if cfg.mode in ("both", "colocate", "train", "serve"):
             self.preparing = "trainer"
             self.trainer = TrainerActor.options(
-                runtime_env={"env_vars": tracker} if tracker else None,
+                runtime_env={"env_vars": {**tracker, **launch_env()}},
                 **self.placement.options(cfg.trainer.name, self.placement.trainer_node),
             ).remote(cfg, self.plugin_dirs, self.queue, self.sync, steps, self.status)
             start = self._prepare_trainer(steps)

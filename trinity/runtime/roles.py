@@ -19,6 +19,16 @@ logger = logging.getLogger(__name__)
 
 # Waits happen in slices this long, so a waiting role can say what it waits for.
 WAIT_SLICE_S = 2.0
+# The folder `trinity run` started in: a config's relative paths (a model folder, data, an
+# operator's recipe) resolve against it in every actor on the launcher's machine. A Ray
+# worker starts in the folder Ray was started from, another one with RAY_ADDRESS or for a
+# second run of one process.
+LAUNCH_DIR_ENV = "TRINITY_LAUNCH_DIR"
+
+
+def launch_env() -> Dict[str, str]:
+    """``LAUNCH_DIR_ENV`` for an actor's ``runtime_env``: the launcher's folder, passed on."""
+    return {LAUNCH_DIR_ENV: os.environ.get(LAUNCH_DIR_ENV) or os.getcwd()}
 
 
 def is_actor(handle: Any) -> bool:
@@ -119,6 +129,9 @@ def setup_process(
             torch.get_num_threads(),
         )
         return
+    launched_in = os.environ.get(LAUNCH_DIR_ENV)
+    if launched_in and os.path.isdir(launched_in):  # not on another machine
+        os.chdir(launched_in)
     threads = max(1, threads)
     torch.set_num_threads(threads)
     ray = sys.modules.get("ray")

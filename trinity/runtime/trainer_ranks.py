@@ -16,7 +16,7 @@ from typing import Any, List, Optional, Tuple
 import ray
 
 from trinity.runtime.placement import own_node_cpus
-from trinity.runtime.roles import compute_threads, setup_process
+from trinity.runtime.roles import compute_threads, launch_env, setup_process
 
 logger = logging.getLogger(__name__)
 
@@ -49,9 +49,11 @@ def start_ranks(config: Any, plugin_dirs: List[str], planned_steps: int, where: 
     node, port = where
     on_node = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
     return [
-        TrainerRankActor.options(name=rank_name(config, rank), scheduling_strategy=on_node).remote(
-            config, plugin_dirs, planned_steps, rank, port
-        )
+        TrainerRankActor.options(
+            name=rank_name(config, rank),
+            scheduling_strategy=on_node,
+            runtime_env={"env_vars": launch_env()},
+        ).remote(config, plugin_dirs, planned_steps, rank, port)
         for rank in range(1, config.trainer.cpu_ranks)
     ]
 
