@@ -75,7 +75,10 @@ def test_one_node_stages_with_what_this_process_can_host_run_here(monkeypatch, c
             stage(mode="both", auxiliary=["transformers", "plugin_engine"]),
         ),
         ("explorer.env_vars (set per runner process)", stage(mode="both", env_vars={"A": "1"})),
-        ("synchronizer.sync_method nccl", stage(mode="both", sync_method="nccl")),
+        (
+            "synchronizer.sync_method nccl on GPUs",
+            stage(mode="both", sync_method="nccl", gpus=1),
+        ),
         (
             "2 GPUs (cluster.node_num x gpu_per_node), each role on its own",
             stage(mode="both", storage_type="queue", gpus=2),

@@ -7,7 +7,7 @@ A runner is anything with ``submit(task) -> concurrent.futures.Future`` (of a ``
 or in a stage that runs in one process a ``ThreadRunner`` (a ``WorkflowRunner`` with a thread
 per task) or a ``LoopRunner`` (an ``AsyncWorkflowRunner`` on an event loop of its own).
 Extending: another kind of runner implements those four methods; the pool does not change.
-The pool starts a runner when it first sends it a task (those of one round together), so a
+The pool starts a runner when it first sends it a task (those sent at once together), so a
 step that keeps fewer runners busy than the pool holds starts no more.
 """
 

@@ -34,7 +34,11 @@ def ray_reasons(config: Any) -> List[str]:
     }
     if config.mode != "train":
         reasons["explorer.env_vars (set per runner process)"] = bool(explorer.env_vars)
-        reasons["synchronizer.sync_method nccl"] = config.synchronizer.sync_method == "nccl"
+        # NCCL allows one rank per GPU and process; on CPU the gloo ranks (trainer, engines)
+        # are threads of this process (``weight_transfer.make_group`` builds groups directly)
+        reasons["synchronizer.sync_method nccl on GPUs"] = (
+            config.synchronizer.sync_method == "nccl" and gpus > 0
+        )
         # A registered engine runs in a LocalEngine here; an unregistered name is refused.
         # Unset (a config not derived yet, hardware.py): the default engine.
         for served in (rollout, *explorer.auxiliary_models):

@@ -254,8 +254,8 @@ class SynchronizerConfig(ConfigModel):
             "Weight transport. memory: through memory (Ray's object store); checkpoint: the "
             "checkpoint the trainer saves, read by the engines; nccl (mode both): the trainer "
             "broadcasts to the rollout engines over torch.distributed, NCCL between GPUs and "
-            "gloo on CPU, and waits in each broadcast until they join (not with engine_type "
-            "vllm). Unset: memory in modes both, colocate and serve, checkpoint otherwise."
+            "gloo on CPU, and waits in each broadcast until they join (not with vLLM's GPU "
+            "build yet). Unset: memory in modes both, colocate and serve, checkpoint otherwise."
         ),
     )
     sync_interval: int = Field(1, ge=1, description="Steps between weight syncs.")
