@@ -15,11 +15,6 @@ from typing import Dict, Optional
 
 _AGENTSCOPE = "needs the agentscope package (an agent framework driving the rollout model)"
 _ALFWORLD = "needs the alfworld environment package (with textworld) and its game files"
-_RULER = (
-    "is not built here: this project's RULER is ruler_workflow (a judge in "
-    "explorer.auxiliary_models scores a task's answers together, 'k: score' lines scaled "
-    "within the group); set default_workflow_type: ruler_workflow"
-)
 _RUBRIC = (
     "is not built here: this project's rubric judge is rubric_workflow (criteria in "
     "workflow_args.rubric, each scored by the judge in explorer.auxiliary_models); set "
@@ -93,11 +88,11 @@ NOT_HERE: Dict[str, Dict[str, str]] = {
             "the original's multimodal workflow needs image and video inputs and a "
             "vision-language rollout model, which this project's engines do not take"
         ),
-        "math_ruler_workflow": f"the original's math RULER workflow {_RULER}",
-        "async_math_ruler_workflow": f"the original's math RULER workflow {_RULER}",
         "math_trainable_ruler_workflow": (
             "the original's trainable RULER workflow (the policy also judges its own answers "
-            f"and is trained on its judgments) {_RULER}"
+            "and is trained on its judgments, the judgments as a second group of the task) is "
+            "not built here: this project's runner gives every experience of a task one group; "
+            "math_ruler_workflow judges with the model in explorer.auxiliary_models instead"
         ),
         "rubric_judge_workflow": (
             "the original's rubric judge (a per-row 'rubric' column, one 1-10 rating as "

@@ -11,6 +11,7 @@ from trinity.common.workflows.boxed import MathBoxedWorkflow
 from trinity.common.workflows.guess_number import GuessNumberWorkflow
 from trinity.common.workflows.judge import LLMJudgeWorkflow
 from trinity.common.workflows.judging import JudgedWorkflow, JudgeReplyError
+from trinity.common.workflows.math_ruler import MathRulerWorkflow
 from trinity.common.workflows.qwen_math import (
     MathEvalWorkflow,
     OnPolicyDistillMathWorkflow,
@@ -38,5 +39,6 @@ __all__ = [
     "JudgedWorkflow",
     "JudgeReplyError",
     "RulerWorkflow",
+    "MathRulerWorkflow",
     "RubricWorkflow",
 ]

@@ -5,7 +5,8 @@
 ``workflow_args`` as a ``ConfigModel`` (``args_model``), checked before start with the key's
 full path. A judge reply that cannot be read as the scores asked for raises
 ``JudgeReplyError``: the task fails and the runner retries it (``explorer.max_retry_times``);
-an unreadable verdict is never turned into a reward of 0.
+an unreadable verdict is never turned into a reward of 0 (except by the original's
+``math_ruler_workflow``, which keeps its own rule under its name: math_ruler.py).
 """
 
 from __future__ import annotations
@@ -133,14 +134,19 @@ class JudgedWorkflow(PromptWorkflow):
             problems = "; ".join(exc.problems)
             raise ValueError(f"taskset '{task.taskset_name}': {problems}") from None
 
-    def ask_judge(self, prompt: str) -> str:
-        """The judge's reply to one user message."""
+    def ask_judge(self, prompt: str, system: Optional[str] = None) -> str:
+        """The judge's reply to one user message (after ``system``, if given)."""
         judge = self.auxiliary_models[0]
+        messages = [{"role": "system", "content": system}] if system else []
+        messages.append({"role": "user", "content": prompt})
+        limit = self.args.judge_max_tokens
+        # No limit sent: the server gives the judge all the room left in its window.
+        sized = {} if limit is None else {"max_tokens": limit}
         reply = judge.chat.completions.create(
             model=judge.model_path,
-            messages=[{"role": "user", "content": prompt}],
+            messages=messages,
             temperature=self.args.judge_temperature,
-            max_tokens=self.args.judge_max_tokens,
+            **sized,
         )
         return reply.choices[0].message.content or ""
 
