@@ -57,3 +57,22 @@ def test_replies_are_stamped_by_the_engine(engine):
     runner = WorkflowRunner(engine, default_params={"max_tokens": 4})
     exps = runner.model.chat([{"role": "user", "content": "1+1="}], n=2)
     assert [e.model_version for e in exps] == [2, 2]
+
+
+class TwoGroups(Workflow):
+    """Answers, and a judgment of them in a group of its own (``group_id`` a suffix)."""
+
+    def run(self):
+        answers = [Experience(tokens=[1, 2, 3], prompt_length=1, reward=1.0) for _ in range(2)]
+        judged = Experience(tokens=[4, 5, 6], prompt_length=1, reward=0.5, group_id="/judge")
+        return answers + [judged]
+
+
+def test_a_workflows_group_id_follows_the_tasks(engine):
+    runner = WorkflowRunner(engine, default_params={})
+    result = runner.run_task(Task(workflow=TwoGroups, task_id="train-1-gsm8k-3"))
+    assert [e.group_id for e in result.experiences] == [
+        "train-1-gsm8k-3",
+        "train-1-gsm8k-3",
+        "train-1-gsm8k-3/judge",
+    ]

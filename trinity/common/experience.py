@@ -45,7 +45,9 @@ class Experience:
     metrics: Dict[str, float] = field(
         default_factory=dict
     )  # numbers averaged into explorer metrics
-    group_id: str = ""  # experiences of one task share it (GRPO groups); set by the runner
+    # experiences of one task share it (GRPO groups): the runner sets it to the task's id
+    # followed by what the workflow set (e.g. "/judge": a second group of the same task)
+    group_id: str = ""
     eid: str = field(default_factory=lambda: uuid.uuid4().hex)  # unique id of this experience
     model_version: int = 0  # trainer step of the weights that produced it; set by the runner
     prompt_text: Optional[str] = None

@@ -137,7 +137,8 @@ class WorkflowRunner:
                 else:
                     version = yield self._version_call(is_async)
                 for exp in experiences:
-                    exp.group_id = task.task_id
+                    # a workflow's own group_id is a suffix: a second group of the task
+                    exp.group_id = task.task_id + exp.group_id
                     exp.model_version = version
                 self._checkin(task, workflow)
                 result.experiences, result.error = experiences, None
