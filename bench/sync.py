@@ -15,6 +15,8 @@ those methods read), a real ``Synchronizer`` actor between them and a real ``Eng
 - ``memory_in_process``: ``memory`` as a stage ``trinity run`` runs in its own process does
   it (no Ray: a ``LocalEngine`` and the synchronizer on a loop of its own, a clone of the
   state dict handed over).
+- ``nccl_in_process``: ``nccl`` as such a stage does it on CPU: the same broadcast, the
+  engine's rank a thread of this process.
 
 The trainer publishes in a thread while the explorer waits for the version, as in a run
 (``nccl``'s broadcast needs both sides at once). ``publish_s`` is the trainer's share (until
@@ -39,7 +41,8 @@ Usage::
 
     python bench/sync.py --out sync.json
     python bench/sync.py --size smollm2 --smollm2 /tmp/smollm2/model \
-        --method memory --method nccl --method memory_in_process --out sync.json
+        --method memory --method nccl --method memory_in_process --method nccl_in_process \
+        --out sync.json
 """
 
 from __future__ import annotations
@@ -79,7 +82,8 @@ SIZES: Dict[str, Dict[str, int]] = {
         max_position_embeddings=512,
     ),
 }
-METHODS = ("memory", "checkpoint", "nccl", "memory_in_process")
+METHODS = ("memory", "checkpoint", "nccl", "memory_in_process", "nccl_in_process")
+IN_PROCESS = "_in_process"  # the suffix of a method run as a one-process stage runs it
 DEFAULT_METHODS = ("memory", "checkpoint", "nccl")
 SMOLLM2 = "smollm2"  # a size whose folder --smollm2 names
 
@@ -109,7 +113,7 @@ def _config(method: str, job_dir: str) -> SimpleNamespace:
     return SimpleNamespace(
         mode="both",
         checkpoint_job_dir=job_dir,
-        synchronizer=SimpleNamespace(sync_method=method, sync_timeout=600.0),
+        synchronizer=SimpleNamespace(sync_method=method, sync_timeout=600.0, sync_style="fixed"),
         trainer=SimpleNamespace(cpu_ranks=1),  # one trainer process
         cluster=SimpleNamespace(gpu_per_node=0),
         model=SimpleNamespace(lora_configs=[], tinker=SimpleNamespace(enable=False)),
@@ -120,12 +124,12 @@ def _config(method: str, job_dir: str) -> SimpleNamespace:
 
 
 def _engine(method: str, job_dir: str, folder: str, threads: int) -> Any:
-    """The engine: an ``EngineActor`` in its own process, or for ``memory_in_process`` a
-    ``LocalEngine`` in this one."""
+    """The engine: an ``EngineActor`` in its own process, or for the ``*_in_process`` methods
+    a ``LocalEngine`` in this one."""
     limits = dict(
         model_path=folder, max_model_len=64, max_prompt_tokens=None, max_response_tokens=8
     )
-    if method == "memory_in_process":
+    if method.endswith(IN_PROCESS):
         from trinity.engine.local import LocalEngine
 
         return LocalEngine("transformers", name="bench_engine", num_threads=threads, **limits)
@@ -147,9 +151,9 @@ def _sides(method: str, job_dir: str, model: torch.nn.Module, folder: str, threa
     from trinity.utils.status import Reporter
 
     config = _config(method, job_dir)
-    transport = "memory" if method == "memory_in_process" else method
+    transport = method.removesuffix(IN_PROCESS)
     config.synchronizer.sync_method = transport
-    if method == "memory_in_process":
+    if method.endswith(IN_PROCESS):
         sync = LoopHost(lambda: Synchronizer(transport, job_dir, 600.0, True), "bench_sync")
     else:
         sync = ray.remote(num_cpus=0)(Synchronizer).remote(transport, job_dir, 600.0, True)
@@ -157,7 +161,7 @@ def _sides(method: str, job_dir: str, model: torch.nn.Module, folder: str, threa
     trainer = TrainerRole.__new__(TrainerRole)
     trainer.config, trainer.sync_actor = config, sync
     trainer.trainer, trainer.report = _WeightsOnlySaver(job_dir, model), Reporter(None, "trainer")
-    trainer.sender = weight_sender(config) if method == "nccl" else None
+    trainer.sender = weight_sender(config) if transport == "nccl" else None
     trainer.published, trainer.unsent, trainer.running = None, None, True
     explorer = ExplorerRole.__new__(ExplorerRole)
     explorer.config, explorer.sync_actor, explorer.engines = config, sync, [engine]
