@@ -88,12 +88,6 @@ NOT_HERE: Dict[str, Dict[str, str]] = {
             "the original's multimodal workflow needs image and video inputs and a "
             "vision-language rollout model, which this project's engines do not take"
         ),
-        "math_trainable_ruler_workflow": (
-            "the original's trainable RULER workflow (the policy also judges its own answers "
-            "and is trained on its judgments, the judgments as a second group of the task) is "
-            "not built here: this project's runner gives every experience of a task one group; "
-            "math_ruler_workflow judges with the model in explorer.auxiliary_models instead"
-        ),
         "rubric_judge_workflow": (
             "the original's rubric judge (a per-row 'rubric' column, one 1-10 rating as "
             f"JSON) {_RUBRIC}"

@@ -12,6 +12,7 @@ from trinity.common.workflows.guess_number import GuessNumberWorkflow
 from trinity.common.workflows.judge import LLMJudgeWorkflow
 from trinity.common.workflows.judging import JudgedWorkflow, JudgeReplyError
 from trinity.common.workflows.math_ruler import MathRulerWorkflow
+from trinity.common.workflows.math_trainable_ruler import MathTrainableRulerWorkflow
 from trinity.common.workflows.qwen_math import (
     MathEvalWorkflow,
     OnPolicyDistillMathWorkflow,
@@ -40,5 +41,6 @@ __all__ = [
     "JudgeReplyError",
     "RulerWorkflow",
     "MathRulerWorkflow",
+    "MathTrainableRulerWorkflow",
     "RubricWorkflow",
 ]

@@ -6,7 +6,8 @@
 full path. A judge reply that cannot be read as the scores asked for raises
 ``JudgeReplyError``: the task fails and the runner retries it (``explorer.max_retry_times``);
 an unreadable verdict is never turned into a reward of 0 (except by the original's
-``math_ruler_workflow``, which keeps its own rule under its name: math_ruler.py).
+``math_ruler_workflow`` and ``math_trainable_ruler_workflow``, which keep its own rule under
+its names: math_ruler.py, math_trainable_ruler.py).
 """
 
 from __future__ import annotations
@@ -112,13 +113,14 @@ def normalise_group(scores: List[float]) -> List[float]:
 
 class JudgedWorkflow(PromptWorkflow):
     """The policy answers the task's prompt (``rollout_args.n`` samples, ``sample``); the first
-    auxiliary model judges. Subclasses set ``args_model`` and write ``run``."""
+    auxiliary model judges (a subclass whose policy judges itself sets ``needs_judge``
+    False). Subclasses set ``args_model`` and write ``run``."""
 
     args_model: type = JudgeArgs
     needs_judge = True  # the config check asks for explorer.auxiliary_models
 
     def __init__(self, model: Any, task: Task, auxiliary_models: Optional[List] = None) -> None:
-        if not auxiliary_models:
+        if self.needs_judge and not auxiliary_models:
             raise ValueError(
                 f"{type(self).__name__} needs a judge: set explorer.auxiliary_models to at "
                 "least one model (the first one judges)"

@@ -112,12 +112,18 @@ class MathRulerWorkflow(JudgedWorkflow, MathWorkflow):
             messages.insert(0, {"role": "system", "content": THINK_ANSWER_PROMPT})
         return messages
 
-    def run(self) -> List[Experience]:
+    def gold_scored_answers(self) -> List[Experience]:
+        """The policy's answers, each with the reward function's verdict as metrics: its
+        components and their sum, ``gold_reward``."""
         answers = self.sample()
         for exp in answers:
             gold = self._score(exp)
             exp.metrics.update(gold)
             exp.metrics["gold_reward"] = total_reward(gold)
+        return answers
+
+    def run(self) -> List[Experience]:
+        answers = self.gold_scored_answers()
         system, user = judge_prompts(self.question, [e.response_text or "" for e in answers])
         reply = self.ask_judge(user, system=system)
         scores = parse_score_list(reply, len(answers))
