@@ -20,11 +20,6 @@ _RULER = (
     "explorer.auxiliary_models scores a task's answers together, 'k: score' lines scaled "
     "within the group); set default_workflow_type: ruler_workflow"
 )
-_RUBRIC = (
-    "is not built here: this project's rubric judge is rubric_workflow (criteria in "
-    "workflow_args.rubric, each scored by the judge in explorer.auxiliary_models); set "
-    "default_workflow_type: rubric_workflow"
-)
 _EXAMPLE = (
     "is a plugin module of the original repository's examples/, not part of this project; "
     "port it as a --plugin-dir module"
@@ -98,15 +93,6 @@ NOT_HERE: Dict[str, Dict[str, str]] = {
         "math_trainable_ruler_workflow": (
             "the original's trainable RULER workflow (the policy also judges its own answers "
             f"and is trained on its judgments) {_RULER}"
-        ),
-        "rubric_judge_workflow": (
-            "the original's rubric judge (a per-row 'rubric' column, one 1-10 rating as "
-            f"JSON) {_RUBRIC}"
-        ),
-        "rubric_judge_openai_workflow": (
-            "the original's rubric judge over an outside OpenAI API (a per-row 'rubric' "
-            f"column, one 1-10 rating as JSON) {_RUBRIC}, with the outside API as an "
-            "engine_type: external auxiliary model"
         ),
         "bots_ref_eval_collect_math_boxed_workflow": f"the original's BOTS workflow {_EXAMPLE}",
         "examples.bots.workflow.bots_math_boxed_workflow.BOTSMathBoxedWorkflow": (

@@ -17,6 +17,7 @@ from trinity.common.workflows.qwen_math import (
     OnPolicyDistillWorkflow,
 )
 from trinity.common.workflows.rubric import RubricWorkflow
+from trinity.common.workflows.rubric_judge import RubricJudgeAPIWorkflow, RubricJudgeWorkflow
 from trinity.common.workflows.ruler import RulerWorkflow
 from trinity.common.workflows.simple import MathWorkflow, SimpleWorkflow
 from trinity.common.workflows.toolcall import ToolCallWorkflow
@@ -39,4 +40,6 @@ __all__ = [
     "JudgeReplyError",
     "RulerWorkflow",
     "RubricWorkflow",
+    "RubricJudgeWorkflow",
+    "RubricJudgeAPIWorkflow",
 ]

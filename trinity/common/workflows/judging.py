@@ -5,11 +5,13 @@
 ``workflow_args`` as a ``ConfigModel`` (``args_model``), checked before start with the key's
 full path. A judge reply that cannot be read as the scores asked for raises
 ``JudgeReplyError``: the task fails and the runner retries it (``explorer.max_retry_times``);
-an unreadable verdict is never turned into a reward of 0.
+an unreadable verdict is never turned into a reward of 0, except by the original
+Trinity-RFT's rubric judges (``rubric_judge.py``), which keep its rule.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import string
 from typing import Any, Collection, List, Optional
@@ -93,10 +95,27 @@ def parse_score(reply: str, max_score: float) -> float:
     return in_range(float(match.group(1)), max_score, reply)
 
 
-def in_range(score: float, max_score: float, reply: str) -> float:
-    if not 0.0 <= score <= max_score:
-        raise JudgeReplyError(f"score {score:g} is outside 0-{max_score:g}: {reply!r:.200}")
+def in_range(score: float, max_score: float, reply: str, low: float = 0.0) -> float:
+    if not low <= score <= max_score:
+        raise JudgeReplyError(f"score {score:g} is outside {low:g}-{max_score:g}: {reply!r:.200}")
     return score
+
+
+def fenced_json(reply: str) -> Any:
+    """The JSON value of the reply's first ```json fence (else its first ``` fence), read up
+    to the next ```; ``JudgeReplyError`` when there is no such fence or it holds no JSON."""
+    opening = "```json" if "```json" in reply else "```"
+    start = reply.find(opening)
+    if start == -1:
+        raise JudgeReplyError(f"no ``` fence: {reply!r:.200}")
+    start += len(opening)
+    end = reply.find("```", start)
+    if end == -1:
+        raise JudgeReplyError(f"the ``` fence is never closed: {reply!r:.200}")
+    try:
+        return json.loads(reply[start:end])
+    except json.JSONDecodeError as exc:
+        raise JudgeReplyError(f"the fence holds no JSON ({exc}): {reply!r:.200}") from None
 
 
 def normalise_group(scores: List[float]) -> List[float]:
@@ -133,14 +152,17 @@ class JudgedWorkflow(PromptWorkflow):
             problems = "; ".join(exc.problems)
             raise ValueError(f"taskset '{task.taskset_name}': {problems}") from None
 
-    def ask_judge(self, prompt: str) -> str:
-        """The judge's reply to one user message."""
+    def ask_judge(self, prompt: str, system: Optional[str] = None) -> str:
+        """The judge's reply to one user message, after the ``system`` message if given."""
         judge = self.auxiliary_models[0]
+        messages = [{"role": "system", "content": system}] if system else []
+        # An unset judge_max_tokens is left to the judge's server, not sent as null.
+        limit = self.args.judge_max_tokens
         reply = judge.chat.completions.create(
             model=judge.model_path,
-            messages=[{"role": "user", "content": prompt}],
+            messages=[*messages, {"role": "user", "content": prompt}],
             temperature=self.args.judge_temperature,
-            max_tokens=self.args.judge_max_tokens,
+            **({} if limit is None else {"max_tokens": limit}),
         )
         return reply.choices[0].message.content or ""
 
