@@ -15,11 +15,6 @@ from typing import Dict, Optional
 
 _AGENTSCOPE = "needs the agentscope package (an agent framework driving the rollout model)"
 _ALFWORLD = "needs the alfworld environment package (with textworld) and its game files"
-_RUBRIC = (
-    "is not built here: this project's rubric judge is rubric_workflow (criteria in "
-    "workflow_args.rubric, each scored by the judge in explorer.auxiliary_models); set "
-    "default_workflow_type: rubric_workflow"
-)
 _EXAMPLE = (
     "is a plugin module of the original repository's examples/, not part of this project; "
     "port it as a --plugin-dir module"
@@ -87,15 +82,6 @@ NOT_HERE: Dict[str, Dict[str, str]] = {
         "async_simple_mm_workflow": (
             "the original's multimodal workflow needs image and video inputs and a "
             "vision-language rollout model, which this project's engines do not take"
-        ),
-        "rubric_judge_workflow": (
-            "the original's rubric judge (a per-row 'rubric' column, one 1-10 rating as "
-            f"JSON) {_RUBRIC}"
-        ),
-        "rubric_judge_openai_workflow": (
-            "the original's rubric judge over an outside OpenAI API (a per-row 'rubric' "
-            f"column, one 1-10 rating as JSON) {_RUBRIC}, with the outside API as an "
-            "engine_type: external auxiliary model"
         ),
         "bots_ref_eval_collect_math_boxed_workflow": f"the original's BOTS workflow {_EXAMPLE}",
         "examples.bots.workflow.bots_math_boxed_workflow.BOTSMathBoxedWorkflow": (

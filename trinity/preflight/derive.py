@@ -39,6 +39,7 @@ from trinity.common.config.verl_mapping import (
 from trinity.common.weights import collective_backend
 from trinity.engine import DEFAULT_ENGINE
 from trinity.explorer.bench import bench_steps
+from trinity.preflight.api_judge import derive_api_judge
 from trinity.preflight.model_folders import chat_template_of
 from trinity.preflight.support import COMPONENT_REGISTRIES, algorithm_class
 from trinity.preflight.tinker_checks import derive_tinker
@@ -86,6 +87,7 @@ def derive(config: Config) -> Tuple[Config, List[str]]:
     problems += carry_verl_settings(config)
     problems += _derive_model(config)
     problems += _derive_buffer(config)
+    problems += derive_api_judge(config)  # after _derive_buffer names each taskset's workflow
     problems += check_consistency(config)
     return config, unsupported + not_naming(problems, keys)
 

@@ -19,6 +19,7 @@ from trinity.common.workflows.qwen_math import (
     OnPolicyDistillWorkflow,
 )
 from trinity.common.workflows.rubric import RubricWorkflow
+from trinity.common.workflows.rubric_judge import RubricJudgeAPIWorkflow, RubricJudgeWorkflow
 from trinity.common.workflows.ruler import RulerWorkflow
 from trinity.common.workflows.simple import MathWorkflow, SimpleWorkflow
 from trinity.common.workflows.toolcall import ToolCallWorkflow
@@ -43,4 +44,6 @@ __all__ = [
     "MathRulerWorkflow",
     "MathTrainableRulerWorkflow",
     "RubricWorkflow",
+    "RubricJudgeWorkflow",
+    "RubricJudgeAPIWorkflow",
 ]

@@ -18,7 +18,7 @@ from pydantic import Field
 
 from trinity.common.config.base import ConfigError, ConfigModel, validate_model
 from trinity.common.experience import Experience
-from trinity.common.workflows.simple import SimpleWorkflow
+from trinity.common.workflows.simple import SimpleWorkflow, with_default_system
 from trinity.common.workflows.workflow import WORKFLOWS, Task
 
 # Qwen2.5-Math's chain-of-thought instruction, which the original uses as its default.
@@ -67,11 +67,8 @@ class MathBoxedWorkflow(SimpleWorkflow):
         super().reset(task)
 
     def prompt_messages(self, task: Task) -> List[Dict[str, Any]]:
-        messages = super().prompt_messages(task)
-        if messages[0]["role"] != "system" and task.format_args.prompt_type == "plaintext":
-            default = THINK_PROMPT if self.args.with_think else BOXED_PROMPT
-            messages.insert(0, {"role": "system", "content": default})
-        return messages
+        default = THINK_PROMPT if self.args.with_think else BOXED_PROMPT
+        return with_default_system(super().prompt_messages(task), task, default)
 
     def base_prompt(self) -> str:
         """The conversation as the plain text a base model continues."""

@@ -5,13 +5,14 @@
 ``workflow_args`` as a ``ConfigModel`` (``args_model``), checked before start with the key's
 full path. A judge reply that cannot be read as the scores asked for raises
 ``JudgeReplyError``: the task fails and the runner retries it (``explorer.max_retry_times``);
-an unreadable verdict is never turned into a reward of 0 (except by the original's
-``math_ruler_workflow`` and ``math_trainable_ruler_workflow``, which keep its own rule under
-its names: math_ruler.py, math_trainable_ruler.py).
+an unreadable verdict is never turned into a reward of 0, except by the original
+Trinity-RFT's judges, which keep its rule under its names (``math_ruler.py``,
+``math_trainable_ruler.py``, ``rubric_judge.py``).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import string
 from typing import Any, Collection, List, Optional
@@ -95,10 +96,27 @@ def parse_score(reply: str, max_score: float) -> float:
     return in_range(float(match.group(1)), max_score, reply)
 
 
-def in_range(score: float, max_score: float, reply: str) -> float:
-    if not 0.0 <= score <= max_score:
-        raise JudgeReplyError(f"score {score:g} is outside 0-{max_score:g}: {reply!r:.200}")
+def in_range(score: float, max_score: float, reply: str, low: float = 0.0) -> float:
+    if not low <= score <= max_score:
+        raise JudgeReplyError(f"score {score:g} is outside {low:g}-{max_score:g}: {reply!r:.200}")
     return score
+
+
+def fenced_json(reply: str) -> Any:
+    """The JSON value of the reply's first ```json fence (else its first ``` fence), read up
+    to the next ```; ``JudgeReplyError`` when there is no such fence or it holds no JSON."""
+    opening = "```json" if "```json" in reply else "```"
+    start = reply.find(opening)
+    if start == -1:
+        raise JudgeReplyError(f"no ``` fence: {reply!r:.200}")
+    start += len(opening)
+    end = reply.find("```", start)
+    if end == -1:
+        raise JudgeReplyError(f"the ``` fence is never closed: {reply!r:.200}")
+    try:
+        return json.loads(reply[start:end])
+    except json.JSONDecodeError as exc:
+        raise JudgeReplyError(f"the fence holds no JSON ({exc}): {reply!r:.200}") from None
 
 
 def normalise_group(scores: List[float]) -> List[float]:

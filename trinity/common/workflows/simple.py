@@ -32,6 +32,16 @@ def build_messages(task: Task) -> List[Dict[str, Any]]:
     return messages + [{"role": "user", "content": str(row[fmt.prompt_key])}]
 
 
+def with_default_system(
+    messages: List[Dict[str, Any]], task: Task, system: str
+) -> List[Dict[str, Any]]:
+    """``messages`` opened with the system message ``system`` when a plaintext task gives none
+    of its own (a messages column is the conversation as the data wrote it)."""
+    if task.format_args.prompt_type != "plaintext" or messages[0]["role"] == "system":
+        return messages
+    return [{"role": "system", "content": system}, *messages]
+
+
 class PromptWorkflow(Workflow):
     """One user turn built from the task's ``format_args``, ``rollout_args.n`` answers sampled
     (``sample``); ``truth`` is the row's ``response_key`` column. Subclasses score them."""
