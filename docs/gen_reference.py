@@ -34,6 +34,7 @@ from trinity.common.config.legacy import (  # noqa: E402
     DROPPED_ARGS,
     REFUSED,
     RENAMED,
+    RENAMED_ARGS,
     RENAMED_VALUES,
     VALUES_UNTIL,
 )
@@ -283,6 +284,11 @@ def earlier_markdown() -> str:
     renamed = [
         (f"`{old}`", f"`{r.new}`", r.until, r.how + (wins if r.new_wins else ""))
         for old, r in RENAMED.items()
+    ]
+    renamed += [
+        (f"`algorithm.{part}_args.{old}` with `{part}: {name}`", f"`{r.new}`", r.until, r.how)
+        for (part, name), table in RENAMED_ARGS.items()
+        for old, r in table.items()
     ]
     values = [
         (f"`{key}`", f"`{old}`", f"`{new}`", VALUES_UNTIL.get(old, ""))

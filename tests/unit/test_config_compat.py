@@ -170,6 +170,34 @@ def test_the_original_mix_loss_batch_size_arguments_are_dropped_with_one_line(tm
     )
 
 
+@pytest.mark.parametrize(
+    "token_level, mode", [(True, "token-mean"), (False, "seq-mean-token-mean")]
+)
+@pytest.mark.parametrize("loss", ["mix", "mix_chord"])
+def test_the_original_sft_token_level_switch_is_read_as_its_aggregation(
+    tmp_path, caplog, loss, token_level, mode
+):
+    """0.2.0's mix loss took use_token_level_loss_in_sft: the SFT term's mean over every token
+    of the batch (true), or each sequence's mean and then their mean (false)."""
+    extra = f"""
+    algorithm:
+      algorithm_type: mix
+      policy_loss_fn: {loss}
+      repeat_times: 2
+      policy_loss_fn_args: {{use_token_level_loss_in_sft: {str(token_level).lower()}}}
+    buffer: {{trainer_input: {{auxiliary_buffers: {{sft_dataset: {{name: s, path: /sft}}}}}}}}
+    """
+    with caplog.at_level(logging.WARNING, logger="trinity.config"):
+        config = finalized(tmp_path, extra)
+    args = config.algorithm.policy_loss_fn_args
+    assert args["sft_loss_agg_mode"] == mode and "use_token_level_loss_in_sft" not in args
+    assert (
+        f"algorithm.policy_loss_fn_args.use_token_level_loss_in_sft = {token_level} "
+        f"(Trinity-RFT 0.3.0 and earlier) is read as "
+        f"algorithm.policy_loss_fn_args.sft_loss_agg_mode = {mode}"
+    ) in notes(caplog)
+
+
 # ---- the command line wins over the file's key of the same setting -----------------------
 
 

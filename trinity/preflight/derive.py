@@ -26,7 +26,7 @@ from trinity.common.config.config import (
     external_models,
     rollouts_per_step,
 )
-from trinity.common.config.legacy import DROPPED_ARGS
+from trinity.common.config.legacy import DROPPED_ARGS, RENAMED_ARGS
 from trinity.common.config.schema_algorithm import AlgorithmConfig
 from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.config.schema_model import ModelConfig
@@ -176,7 +176,8 @@ def _derive_algorithm(config: Config) -> List[str]:
     problems += _algorithm_defaults(config)
     carried, notes = carry_verl_arguments(config, _takes)
     problems += carried
-    for note in notes + _drop_earlier_arguments(config.algorithm):
+    earlier = _rename_earlier_arguments(config.algorithm)
+    for note in notes + earlier + _drop_earlier_arguments(config.algorithm):
         logger.warning("%s", note)
     for key, registry in COMPONENT_REGISTRIES.items():
         name = getattr(algorithm, key)
@@ -213,6 +214,26 @@ def _algorithm_defaults(config: Config) -> List[str]:
             continue
         set_default(algorithm, key, value)
     return problems
+
+
+def _rename_earlier_arguments(algorithm: AlgorithmConfig) -> List[str]:
+    """Arguments an earlier release's component of the same name took under another name
+    (``legacy.RENAMED_ARGS``): read as the current one (unless it is set too), one line each."""
+    notes = []
+    for (key, name), table in RENAMED_ARGS.items():
+        args = dict(getattr(algorithm, f"{key}_args"))
+        if getattr(algorithm, key) != name:
+            continue
+        for old in [arg for arg in table if arg in args]:
+            renamed, value = table[old], args.pop(old)
+            new = renamed.convert(value, args.get) if renamed.convert else value
+            args.setdefault(renamed.new, new)
+            notes.append(
+                f"algorithm.{key}_args.{old} = {value} (Trinity-RFT {renamed.until} and "
+                f"earlier) is read as algorithm.{key}_args.{renamed.new} = {args[renamed.new]}"
+            )
+        assign(algorithm, f"{key}_args", args)
+    return notes
 
 
 def _drop_earlier_arguments(algorithm: AlgorithmConfig) -> List[str]:

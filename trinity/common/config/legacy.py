@@ -404,3 +404,24 @@ DROPPED_ARGS: Dict[Tuple[str, str], Dict[str, Dropped]] = {
         )
     },
 }
+
+
+def _sft_agg(token_level: Any, get: Lookup) -> str:
+    """``use_token_level_loss_in_sft``: the SFT term's mean over all tokens of the batch, or
+    (false) each sequence's mean, then their mean."""
+    return "token-mean" if token_level else "seq-mean-token-mean"
+
+
+_SFT_TOKEN_LEVEL = Renamed(
+    "sft_loss_agg_mode",
+    "0.3.0",
+    _sft_agg,
+    "true: token-mean, false: seq-mean-token-mean",
+)
+
+# (algorithm component key, its name) -> arguments the original's component of that name
+# took under an earlier name: read as the current one with one line (trinity/preflight/derive.py).
+RENAMED_ARGS: Dict[Tuple[str, str], Dict[str, Renamed]] = {
+    ("policy_loss_fn", "mix"): {"use_token_level_loss_in_sft": _SFT_TOKEN_LEVEL},
+    ("policy_loss_fn", "mix_chord"): {"use_token_level_loss_in_sft": _SFT_TOKEN_LEVEL},
+}
