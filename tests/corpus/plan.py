@@ -127,7 +127,8 @@ def make_plan(raw: Dict[str, Any], fill_model: str, fill_data: FillData) -> Plan
         elif leaf == "path" and _is_input_storage(key, parent):
             _dataset(plan, key, value, parent, fill_data)
         elif leaf == "inputs" or re.search(r"\.inputs\.\d+$", key):
-            _pipeline_input(plan, key, value, fill_data)
+            fed = explorer_input.get("taskset") or (explorer_input.get("tasksets") or [{}])[0]
+            _pipeline_input(plan, key, value, fed, fill_data)
     return plan
 
 
@@ -162,13 +163,16 @@ def _dataset(plan: Plan, key: str, value: Any, parent: Dict[str, Any], fill_data
         plan.datasets.append(storage)
 
 
-def _pipeline_input(plan: Plan, key: str, value: Any, fill_data: FillData) -> None:
+def _pipeline_input(
+    plan: Plan, key: str, value: Any, fed: Dict[str, Any], fill_data: FillData
+) -> None:
     """A data processor's input dataset (``task_pipeline.inputs``): filled when unset or a
-    file of the original's examples folder (not in the corpus)."""
+    file of the original's examples folder (not in the corpus), with the columns of the
+    training taskset ``fed`` it feeds."""
     resolved, unset = env_value(value)
     if unset or is_placeholder(resolved) or is_prepared(str(resolved)):
-        storage = Storage(key, "", None, "train", {})
-        plan.fills[key] = "local synthetic data"
+        storage = Storage(key, "", None, "train", fed)
+        plan.fills[key] = "local synthetic data" + _columns_note(fed)
         plan.overrides.append(f"{key}={fill_data(storage)}")
 
 

@@ -347,6 +347,22 @@ def test_service_settings_name_one_server(tmp_path, micro_model, arithmetic_data
     ]
 
 
+def test_a_service_url_nothing_answers_at_is_refused_before_start(
+    tmp_path, micro_model, arithmetic_data
+):
+    """0.3.0's experience-pipeline example names a service it expects the user to run."""
+    url = f"http://127.0.0.1:{_free_port()}"
+    extra = f"""
+    service:
+      data_juicer: {{server_url: '{url}'}}
+    """
+    assert problems(tmp_path, micro_model, arithmetic_data, extra) == [
+        f"service.data_juicer.server_url = {url}: no Data-Juicer service answers there (GET "
+        "/health); start it (python -m trinity.buffer.operators.dj_service --port PORT) or set "
+        "service.data_juicer.auto_start: true"
+    ]
+
+
 def test_pipelines_of_a_mode_without_exploring_are_named_in_a_warning(
     tmp_path, micro_model, arithmetic_data, caplog
 ):

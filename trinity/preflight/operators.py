@@ -15,6 +15,7 @@ from typing import Any, Dict, List
 from trinity.buffer.file_reader import load_rows
 from trinity.buffer.operators import OPERATORS
 from trinity.buffer.operators.data_juicer import service_url
+from trinity.buffer.operators.dj_service import DataJuicerClient
 from trinity.buffer.pipelines import operator_kwargs, resolved, shared_args
 from trinity.buffer.storages import path_missing, read_as_rows
 from trinity.common.config.config import Config
@@ -106,5 +107,11 @@ def _service_problems(service: Any) -> List[str]:
         return [
             f"{key}.server_url = {service.server_url}, but auto_start starts the server at {url} "
             f"({key}.port); set server_url to {url} or leave it out"
+        ]
+    if not service.auto_start and not DataJuicerClient(url).healthy():
+        return [
+            f"{key}.server_url = {url}: no Data-Juicer service answers there (GET /health); "
+            "start it (python -m trinity.buffer.operators.dj_service --port PORT) or set "
+            f"{key}.auto_start: true"
         ]
     return []
