@@ -1,9 +1,9 @@
-"""Run the corpus (or the entries whose label holds PATTERN) outside pytest, print what each
+"""Run the corpus (or the entries whose label holds one of the PATTERNs) outside pytest, print what each
 did, and write what it says into the manifest: ``now:`` where an entry does not do what it
 should (its first line), ``message:`` where it is refused as it should be; both are dropped
 where it trains as it should. Then ``python docs/gen_corpus.py`` regenerates the table.
 
-    python -m tests.corpus.record [PATTERN]
+    python -m tests.corpus.record [PATTERN ...]
 
 The run is the corpus test's (tests/corpus/harness.py), in this process, offline, against a
 Hugging Face cache in a temporary HF_HOME; nothing of the user's is read or written.
@@ -17,7 +17,7 @@ import re
 import sys
 import tempfile
 import time
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import yaml
 
@@ -57,7 +57,7 @@ def rewrite(manifest: str, found: Dict[str, Dict[str, Optional[str]]]) -> str:
     return "".join(out)
 
 
-def main(pattern: str) -> None:
+def main(patterns: List[str]) -> None:
     os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", WANDB_MODE="offline")
     os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="corpus-hf-")
     os.environ["WANDB_DIR"] = tempfile.mkdtemp(prefix="corpus-wandb-")
@@ -76,7 +76,7 @@ def main(pattern: str) -> None:
     entries = read_manifest()
     by_label = {e.label: e for e in entries}
     found: Dict[str, Dict[str, Optional[str]]] = {}
-    for entry in [e for e in entries if pattern in e.label]:
+    for entry in [e for e in entries if any(p in e.label for p in patterns)]:
         start = time.monotonic()
         if entry.after:
             harness.run(by_label[entry.after], run)
@@ -99,4 +99,4 @@ def main(pattern: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "")
+    main(sys.argv[1:] or [""])
