@@ -1,7 +1,8 @@
 """Run the corpus (or the entries whose label holds one of the PATTERNs) outside pytest,
 print what each did, and write what it says into the manifest: ``now:`` where an entry does
 not do what it should (its first line), ``message:`` where it is refused as it should be;
-both are dropped where it trains as it should. Then ``python docs/gen_corpus.py`` regenerates the table.
+both are dropped where it trains as it should. Then ``python docs/gen_corpus.py``
+regenerates the table.
 
     python -m tests.corpus.record [PATTERN ...]
 
