@@ -218,11 +218,16 @@ def size_overrides(raw: Dict[str, Any]) -> List[str]:
         out.append(f"model.max_model_len={MODEL_LEN}")
     if prompt:
         out.append(f"model.max_prompt_tokens={PROMPT_TOKENS}")
-    # 0.1.1 set the lengths under explorer.rollout_model, which has them too (unset: model's)
-    rollout = (raw.get("explorer") or {}).get("rollout_model") or {}
+    # 0.1.1 set the lengths under explorer.rollout_model, which has them too (unset: model's),
+    # and an auxiliary model (a judge) has its own: all within the tiny model's window
+    explorer = raw.get("explorer") or {}
+    served = {"explorer.rollout_model": explorer.get("rollout_model") or {}}
+    for index, aux in enumerate(explorer.get("auxiliary_models") or []):
+        served[f"explorer.auxiliary_models.{index}"] = aux if isinstance(aux, dict) else {}
     sizes = {"max_model_len": MODEL_LEN, "max_prompt_tokens": PROMPT_TOKENS}
     sizes["max_response_tokens"] = RESPONSE_TOKENS
-    out += [f"explorer.rollout_model.{k}={v}" for k, v in sizes.items() if k in rollout]
+    for key, section in served.items():
+        out += [f"{key}.{k}={v}" for k, v in sizes.items() if k in section]
     return out + _train_batch(raw, group) + _group_sizes(raw, group)
 
 
