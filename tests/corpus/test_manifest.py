@@ -27,7 +27,8 @@ def test_each_entry_says_what_should_happen_and_why() -> None:
 
 def test_the_configs_that_need_nothing_outside_mostly_train() -> None:
     """The issue's bar: at least 90% of the configs that need no outside environment or
-    service train a step on CPU (or explore one, the explorer of a decoupled pair)."""
+    service train a step on CPU (or explore one, the explorer of a decoupled pair), today:
+    an entry with ``now:`` does not yet (its test is a strict xfail until it does)."""
     local = [e for e in ENTRIES if not e.needs]
-    running = [e for e in local if e.expect in (TRAINS, EXPLORES)]
+    running = [e for e in local if e.expect in (TRAINS, EXPLORES) and not e.now]
     assert len(running) >= 0.9 * len(local), [e.label for e in local if e not in running]
