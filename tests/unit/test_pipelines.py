@@ -363,6 +363,31 @@ def test_a_service_url_nothing_answers_at_is_refused_before_start(
     ]
 
 
+def test_a_data_juicer_llm_operator_needs_its_api_before_start(
+    tmp_path, micro_model, arithmetic_data, monkeypatch
+):
+    """0.4.0's task-pipeline example scores tasks with an API model: Data-Juicer reads its
+    base URL from OPENAI_BASE_URL; a local model (is_hf_model) needs none."""
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    extra = """
+    data_processor:
+      task_pipeline:
+        operators:
+          - name: llm_difficulty_score_filter
+            args: {api_or_hf_model: qwen2.5-7b-instruct, min_score: 0.0}
+          - name: text_length_filter
+    """
+    assert problems(tmp_path, micro_model, arithmetic_data, extra) == [
+        "data_processor.task_pipeline.operators[0]: Data-Juicer's llm_difficulty_score_filter "
+        "calls api_or_hf_model = qwen2.5-7b-instruct as an OpenAI-compatible API, and "
+        "OPENAI_BASE_URL is not set; export it (and OPENAI_API_KEY), or give a local model with "
+        "is_hf_model: true"
+    ]
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    config = _config(tmp_path, micro_model, arithmetic_data["rl"], extra)
+    check_before_start(config)  # raises nothing
+
+
 def test_pipelines_of_a_mode_without_exploring_are_named_in_a_warning(
     tmp_path, micro_model, arithmetic_data, caplog
 ):

@@ -10,7 +10,8 @@ explore no training tasks (train, bench) run no pipeline, so nothing is checked 
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+import os
+from typing import Any, Dict, List, Tuple
 
 from trinity.buffer.file_reader import load_rows
 from trinity.buffer.operators import OPERATORS
@@ -60,13 +61,29 @@ def _operator_problems(
     problems = bind_problems(cls, args, f"{path}.args", f"operator '{op.name}'", shared)
     if (construct or name == "data_juicer") and not problems and is_builtin(cls):
         try:  # data_juicer always: a missing Data-Juicer is reported with the install command
-            cls(**operator_kwargs(cls, args, shared)).close()
+            built = cls(**operator_kwargs(cls, args, shared))
+            problems += _api_model_problems(path, getattr(built, "process", None) or [])
+            built.close()
         except (TypeError, ValueError) as exc:
             if name == op.name:
                 problems.append(f"{path}.args: {exc}")
             else:  # read as a Data-Juicer operator: maybe a misspelt one of ours
                 problems.append(f"{path}.name = {op.name}: {_not_ours(op.name)}, and {exc}")
     return problems
+
+
+def _api_model_problems(path: str, process: List[Tuple[str, Dict[str, Any]]]) -> List[str]:
+    """Data-Juicer's LLM operators call ``api_or_hf_model`` as an OpenAI-compatible API
+    (unless ``is_hf_model``) at ``OPENAI_BASE_URL``: unset, every call would fail after start."""
+    if os.environ.get("OPENAI_BASE_URL"):
+        return []
+    return [
+        f"{path}: Data-Juicer's {name} calls api_or_hf_model = {args['api_or_hf_model']} as an "
+        "OpenAI-compatible API, and OPENAI_BASE_URL is not set; export it (and OPENAI_API_KEY), "
+        "or give a local model with is_hf_model: true"
+        for name, args in process
+        if args.get("api_or_hf_model") and not args.get("is_hf_model")
+    ]
 
 
 def _not_ours(name: str) -> str:
