@@ -109,3 +109,20 @@ def test_an_external_rollout_model_is_evaluated_in_explore_mode(
     assert not [
         name for name in os.listdir(os.path.join(result.job_dir, "log")) if "engine" in name
     ]
+
+
+def test_an_external_rollout_model_is_benched_once(
+    tmp_path, micro_model, arithmetic_data, ray_cluster, api_url, monkeypatch
+):
+    """0.5.2's bench example evaluates an API model: it has no checkpoints, so it is evaluated
+    once, as step 0, whatever checkpoints the job folder holds."""
+    monkeypatch.setenv("OPENAI_BASE_URL", api_url)
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
+        "mode=bench",
+        "model.external_model.enable=true",
+        "explorer.eval_on_startup=false",
+    ]
+    (result,) = run(CONFIG, overrides, [])
+    (record,) = records(result.job_dir, "bench")
+    assert record["step"] == 0 and 0.0 <= record["bench/arith_test/accuracy/mean"] <= 1.0

@@ -35,9 +35,10 @@ def job_dir(tmp_path) -> str:
     return job
 
 
-def explorer_section(**kw) -> SimpleNamespace:
+def explorer_section(engine_type: str = "transformers", **kw) -> SimpleNamespace:
     keys = {"bench_checkpoints": [], "bench_on_latest_checkpoint": False, "eval_on_startup": True}
-    return SimpleNamespace(**{**keys, **kw})
+    rollout = SimpleNamespace(engine_type=engine_type)
+    return SimpleNamespace(**{**keys, **kw}, rollout_model=rollout)
 
 
 def test_complete_checkpoints_only_in_step_order(job_dir):
@@ -51,6 +52,8 @@ def test_complete_checkpoints_only_in_step_order(job_dir):
         ({"eval_on_startup": False}, [1, 2, 10]),
         ({"bench_on_latest_checkpoint": True}, [10]),
         ({"bench_checkpoints": [10, 0, 2, 10]}, [0, 2, 10]),
+        # an API's model: no checkpoints of its own, evaluated once as it is
+        ({"engine_type": "external", "eval_on_startup": False}, [0]),
     ],
 )
 def test_bench_steps(job_dir, settings, steps):

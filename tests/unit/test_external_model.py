@@ -33,7 +33,7 @@ AUX = "explorer.auxiliary_models"
 ENABLED = "external_model: {enable: true}"
 TRAINED = (
     "model.external_model.enable: an external model cannot be trained (no weight sync to an "
-    "API), so mode both cannot run; use mode: explore"
+    "API), so mode both cannot run; use mode: explore (or bench to evaluate it)"
 )
 
 
@@ -73,7 +73,8 @@ def test_either_key_makes_an_auxiliary_model_external(tmp_path, aux):
         (
             ["explorer.rollout_model.engine_type=external", "mode=train"],
             "explorer.rollout_model.engine_type = external: an external model cannot be trained "
-            "(no weight sync to an API), so mode train cannot run; use mode: explore",
+            "(no weight sync to an API), so mode train cannot run; use mode: explore (or bench to "
+            "evaluate it)",
         ),
         (
             ["model.external_model.enable=true", "mode=explore"]
@@ -118,7 +119,8 @@ def test_an_external_rollout_model_explores(tmp_path):
     assert config.model.external_model.enable is True
     assert problems == [
         "explorer.rollout_model.engine_type = external: an external model cannot be trained "
-        "(no weight sync to an API), so mode both cannot run; use mode: explore"
+        "(no weight sync to an API), so mode both cannot run; use mode: explore (or bench to "
+        "evaluate it)"
     ]
 
 

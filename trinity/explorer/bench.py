@@ -4,7 +4,9 @@ The run is the job dir of the bench config's own ``project``/``name``: a user ru
 training YAML again with ``mode: bench``. Which checkpoints (``bench_steps``): those in
 ``explorer.bench_checkpoints``; else only the newest with
 ``explorer.bench_on_latest_checkpoint``; else every complete ``global_step_N``, after the
-base model (step 0) when ``explorer.eval_on_startup`` is set. Each is loaded from disk into
+base model (step 0) when ``explorer.eval_on_startup`` is set; an external rollout model (an
+API, ``model.external_model``) has no checkpoints and is evaluated once, as step 0. Each is
+loaded from disk into
 the engines (``checkpoint`` sync) and evaluated; one metrics record per checkpoint, named
 ``bench/<taskset>/...`` at step N, goes to the ``bench`` role's monitor
 (``monitor/bench.jsonl``, runs ``<name>_bench``): the training run's own explorer records and
@@ -30,6 +32,8 @@ class BenchError(RuntimeError):
 def bench_steps(config: Any) -> List[int]:
     """The train steps bench mode evaluates, ascending (0: the base model); see the module."""
     explorer, job_dir = config.explorer, config.checkpoint_job_dir
+    if explorer.rollout_model.engine_type == "external":
+        return [0]  # an API's model has no checkpoints: it is evaluated once, as it is
     if explorer.bench_checkpoints:
         return sorted(set(explorer.bench_checkpoints))
     saved = complete_steps(job_dir)

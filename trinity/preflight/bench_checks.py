@@ -19,6 +19,8 @@ def bench_problems(config: Config) -> List[str]:
             "buffer.explorer_input.eval_tasksets is required in mode bench: the tasksets each "
             "checkpoint is evaluated on"
         )
+    if explorer.rollout_model.engine_type == "external":
+        return problems  # an API's model is evaluated once, as it is: no checkpoints to find
     listed = explorer.bench_checkpoints
     if listed and explorer.bench_on_latest_checkpoint:
         problems.append(

@@ -186,10 +186,10 @@ def _check_external(config: Config) -> List[str]:
         key = "model.external_model.enable"
         if not is_set(config.model.external_model, "enable"):
             key = "explorer.rollout_model.engine_type = external"
-        if config.mode != "explore":
+        if config.mode not in ("explore", "bench"):
             problems.append(
                 f"{key}: an external model cannot be trained (no weight sync to an API), so "
-                f"mode {config.mode} cannot run; use mode: explore"
+                f"mode {config.mode} cannot run; use mode: explore (or bench to evaluate it)"
             )
         if rollout.enable_history:
             problems.append(

@@ -296,6 +296,8 @@ class ExplorerRole(EngineWeights):
     def _load_checkpoint(self, step: int) -> int:
         """Bench mode: every engine loads checkpoint ``step`` from disk (step 0: the base
         weights they started with); returns the oldest version an engine holds."""
+        if not hosted(self.config.explorer.rollout_model):
+            return 0  # an API's model, evaluated as it is (bench_steps: step 0 only)
         if step > 0:
             path = weights_path(self.config.checkpoint_job_dir, step)
             call_all(self.engines, "load_weights", path, step)
