@@ -65,7 +65,7 @@ class TinkerConfig(ConfigModel):
 
 class ExternalModelConfig(ConfigModel):
     """An OpenAI-compatible API used in place of a local engine: ``model.external_model`` (the
-    rollout model, ``mode: explore`` only) or ``explorer.auxiliary_models[i].external_model``.
+    rollout model, modes explore and bench) or ``explorer.auxiliary_models[i].external_model``.
     The URL and key are read from environment variables, never written in the config."""
 
     enable: bool = Field(
