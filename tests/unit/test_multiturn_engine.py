@@ -89,3 +89,22 @@ def test_episodes_of_one_wrapper_do_not_mix(local):
     assert reply.tokens[: reply.prompt_length].tolist() == local.model.engine.apply_chat_template(
         first
     )
+
+
+def test_prompt_length_counts_the_prompt_the_next_chat_samples_from(local):
+    """Counted as ``chat`` builds it (continued from the sampled tokens), nothing recorded."""
+    import asyncio
+
+    wrapper = model(local)
+    messages = [{"role": "user", "content": "6+1="}]
+    assert wrapper.prompt_length(messages) == len(local.model.engine.apply_chat_template(messages))
+    (reply,) = wrapper.chat(messages, seed=3)
+    messages += [
+        {"role": "assistant", "content": reply.response_text},
+        {"role": "user", "content": "and 6+2="},
+    ]
+    counted = wrapper.prompt_length(messages)
+    assert asyncio.run(wrapper.prompt_length_async(messages)) == counted
+    assert len(wrapper.extract_experience_from_history()) == 1  # the count is not a call
+    (next_reply,) = wrapper.chat(messages, seed=4)
+    assert next_reply.prompt_length == counted

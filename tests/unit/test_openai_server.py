@@ -64,6 +64,9 @@ class LocalServer:
     def generate(self, *args: Any) -> Any:
         return self._on_loop(self.model.generate(*args))
 
+    def prompt_length(self, messages: Any, tools: Any = None, session: Any = None) -> Any:
+        return self._on_loop(self.model.prompt_length(messages, tools, session))
+
     def model_version(self) -> Any:
         return self._on_loop(self.model.model_version())
 

@@ -37,10 +37,6 @@ NOT_HERE: Dict[str, Dict[str, str]] = {
             "the original's WebShop workflow needs the WebShop environment (web_agent_site, "
             "installed from its repository, with its product data and search index)"
         ),
-        "frozen_lake_workflow": (
-            "the original's FrozenLake workflow needs the gymnasium package (its FrozenLake "
-            "environment); the multi-turn workflow over it is not built here"
-        ),
         "sudoku_workflow": (
             "the original's multi-step Sudoku workflow (its own puzzle generator and move "
             "judge) is not built here"

@@ -154,10 +154,7 @@ class ExternalModel(InferenceModel):
         reply = self.client.chat.completions.create(
             model=self.model, messages=messages, **extra, **self._sampling(params)
         )
-        prompt_text = self.tokenizer.apply_chat_template(
-            messages, tools=tools or None, add_generation_prompt=True, tokenize=False
-        )
-        prompt_ids = self.tokenizer.encode(prompt_text, add_special_tokens=False)
+        prompt_text, prompt_ids = self._prompt(messages, tools)
         experiences = []
         for choice in reply.choices:
             info: Dict[str, Any] = {"finish_reason": choice.finish_reason}
@@ -166,6 +163,14 @@ class ExternalModel(InferenceModel):
             text = choice.message.content or ""
             experiences.append(self._experience(prompt_ids, prompt_text, text, info))
         return experiences
+
+    def _prompt(self, messages: List[Dict[str, Any]], tools: Optional[List]) -> tuple:
+        """(text, ids) of the prompt as the local tokenizer renders it: what the experiences
+        of ``chat`` hold, since the API does not return its own token ids."""
+        text = self.tokenizer.apply_chat_template(
+            messages, tools=tools or None, add_generation_prompt=True, tokenize=False
+        )
+        return text, self.tokenizer.encode(text, add_special_tokens=False)
 
     def _complete(self, prompt: str, prompt_ids: List[int], params: SamplingParams) -> List:
         reply = self.client.completions.create(
@@ -188,6 +193,16 @@ class ExternalModel(InferenceModel):
         # A thread, not an AsyncOpenAI: the wrapper may run this under a fresh event loop
         # per call, which a pooled async client must not outlive.
         return await asyncio.to_thread(self._chat, messages, params, tools)
+
+    async def prompt_length(
+        self,
+        messages: List[Dict[str, Any]],
+        tools: Optional[List[Dict[str, Any]]] = None,
+        session: Optional[str] = None,
+    ) -> int:
+        """Tokens of the prompt as ``chat``'s experiences hold it (the local tokenizer's)."""
+        _, ids = await asyncio.to_thread(self._prompt, messages, tools)
+        return len(ids)
 
     async def generate(self, prompt: str, params: SamplingParams) -> List[Experience]:
         """Sample ``params.n`` continuations of a raw prompt through completions."""

@@ -246,6 +246,17 @@ class TransformersInferenceModel(InferenceModel):
         record_turn(conversation, messages, tools, replies)
         return experiences
 
+    async def prompt_length(
+        self,
+        messages: List[Dict[str, Any]],
+        tools: Optional[List[Dict[str, Any]]] = None,
+        session: Optional[str] = None,
+    ) -> int:
+        """Tokens of the prompt ``chat`` would sample from for this conversation now."""
+        if session is None:
+            return len(self.engine.apply_chat_template(messages, tools))
+        return len(self.conversation(session).prompt_ids(messages, tools))
+
     def conversation(self, session: str) -> Conversation:
         """The ``Conversation`` of ``session`` (the ``MAX_SESSIONS`` most recent are kept)."""
         found = self._conversations.pop(session, None)

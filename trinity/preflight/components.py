@@ -20,6 +20,7 @@ from trinity.common.config.config import Config
 from trinity.common.config.schema_buffer import StorageConfig
 from trinity.common.rewards import REWARD_FUNCTIONS
 from trinity.common.workflows import WORKFLOWS
+from trinity.common.workflows.workflow import missing_packages
 from trinity.preflight.support import COMPONENT_REGISTRIES
 from trinity.utils.suggest import did_you_mean
 
@@ -132,6 +133,7 @@ def _taskset_problems(config: Config) -> List[str]:
         if workflow is not None and is_builtin(workflow):
             problems += _workflow_args_problems(config, path, storage, is_eval)
         if workflow is not None:
+            problems += _package_problems(config, path, storage, workflow)
             problems += _declared_args_problems(path, storage, workflow)
             problems += _judge_problems(config, path, storage, workflow, is_eval)
         if workflow is not None and not is_eval:
@@ -189,6 +191,15 @@ def _workflow_args_problems(
             f"{config.algorithm.advantage_fn} needs what {name} only adds then"
         )
     return problems
+
+
+def _package_problems(
+    config: Config, path: str, storage: StorageConfig, workflow: Any
+) -> List[str]:
+    """The optional packages a workflow imports (``needs_packages``) that are not installed."""
+    key = origin_of(config, path, storage, "default_workflow_type")
+    name = storage.default_workflow_type
+    return [f"{key} = {name} {need}" for need in missing_packages(workflow)]
 
 
 def _declared_args_problems(path: str, storage: StorageConfig, workflow: Any) -> List[str]:

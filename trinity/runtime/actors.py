@@ -135,6 +135,11 @@ class EngineActor:
     async def generate(self, prompt: str, params: Any) -> Any:
         return await self.model.generate(prompt, params)
 
+    async def prompt_length(
+        self, messages: List[Dict], tools: Any = None, session: Any = None
+    ) -> int:
+        return await self.model.prompt_length(messages, tools, session)
+
     async def generate_ids(self, prompt_ids: List[int], params: Any) -> Any:
         return await self.model.generate_ids(prompt_ids, params)
 

@@ -73,6 +73,17 @@ class InferenceModel(ABC):
     async def generate(self, prompt: str, params: SamplingParams) -> List[Experience]:
         """Sample ``params.n`` continuations of a raw text prompt."""
 
+    async def prompt_length(
+        self,
+        messages: List[Dict[str, Any]],
+        tools: Optional[List[Dict[str, Any]]] = None,
+        session: Optional[str] = None,
+    ) -> int:
+        """Tokens of the prompt ``chat`` would sample from for this conversation now (with a
+        ``session``, continued from its recent turns as ``chat`` continues them); nothing is
+        sampled or recorded. Not abstract: an engine that cannot count says so."""
+        raise NotImplementedError(f"{type(self).__name__} does not count prompt tokens")
+
     @abstractmethod
     async def generate_ids(self, prompt_ids: List[int], params: SamplingParams) -> List[Experience]:
         """Sample ``params.n`` continuations of a prompt given as token ids (token-in: no
@@ -210,10 +221,32 @@ class ModelWrapper:
         """``chat``'s arguments; the session only for engines that keep conversations (a
         test's stand-in engine may take just messages and params)."""
         args: tuple = (messages, self._params(kwargs))
-        target = self.engine.chat
-        if hasattr(target, "remote") or "session" in inspect.signature(target).parameters:
+        if self._takes_session("chat"):
             return (*args, tools, self.session)
         return (*args, tools) if tools else args
+
+    def _takes_session(self, method: str) -> bool:
+        target = getattr(self.engine, method)
+        return hasattr(target, "remote") or "session" in inspect.signature(target).parameters
+
+    def prompt_length(
+        self, messages: List[Dict[str, Any]], tools: Optional[List[Dict[str, Any]]] = None
+    ) -> int:
+        """Tokens of the prompt ``chat(messages, tools)`` would sample from now, a
+        conversation that continues an earlier call counted from that call's tokens, as
+        ``chat`` continues it; nothing is sampled or recorded (the original Trinity-RFT's
+        ``get_message_token_len``)."""
+        return self._call("prompt_length", *self._length_args(messages, tools))
+
+    async def prompt_length_async(
+        self, messages: List[Dict[str, Any]], tools: Optional[List[Dict[str, Any]]] = None
+    ) -> int:
+        """``prompt_length`` without blocking the event loop."""
+        return await self._acall("prompt_length", *self._length_args(messages, tools))
+
+    def _length_args(self, messages: Any, tools: Any) -> tuple:
+        session = (self.session,) if self._takes_session("prompt_length") else ()
+        return (messages, tools, *session)
 
     async def generate_async(self, prompts: List[str], **kwargs: Any) -> List[Experience]:
         params = self._params(kwargs)

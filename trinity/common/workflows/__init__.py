@@ -8,6 +8,7 @@ docs/extending.md.
 """
 
 from trinity.common.workflows.boxed import MathBoxedWorkflow
+from trinity.common.workflows.frozen_lake import FrozenLakeWorkflow
 from trinity.common.workflows.guess_number import GuessNumberWorkflow
 from trinity.common.workflows.judge import LLMJudgeWorkflow
 from trinity.common.workflows.judging import JudgedWorkflow, JudgeReplyError
@@ -37,6 +38,7 @@ __all__ = [
     "OnPolicyDistillMathWorkflow",
     "ToolCallWorkflow",
     "GuessNumberWorkflow",
+    "FrozenLakeWorkflow",
     "LLMJudgeWorkflow",
     "JudgedWorkflow",
     "JudgeReplyError",

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Dict, Generator, List, Optional
 
 from trinity.common.experience import Experience
-from trinity.common.workflows.multiturn import merge_turns
+from trinity.common.workflows.multiturn import merge_turns, turn_sampling
 from trinity.common.workflows.workflow import WORKFLOWS, Task, Workflow
 from trinity.demo.guess_number import GuessNumberEnv, GuessNumberTask
 
@@ -46,15 +46,7 @@ class GuessNumberWorkflow(Workflow):
             self.game = GuessNumberTask.from_row(task.raw_task)
         except (KeyError, ValueError) as exc:
             raise ValueError(f"taskset '{task.taskset_name}' row {task.index}: {exc}") from None
-        args = task.rollout_args
-        self.sampling = dict(
-            n=1,  # one reply per turn: each episode is its own conversation
-            temperature=args.temperature,
-            top_p=args.top_p,
-            top_k=args.top_k,
-            max_tokens=args.max_tokens,
-            stop=args.stop or None,
-        )
+        self.sampling = turn_sampling(task.rollout_args)
 
     def run(self) -> List[Experience]:
         episodes = self._episodes()

@@ -21,6 +21,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import torch
 
+from trinity.common.config import GenerationConfig
 from trinity.common.experience import Experience
 
 
@@ -76,3 +77,17 @@ def merge_turns(
         turn_starts=starts,
         turn_states=[str(state) for state in states] if states is not None else None,
     )
+
+
+def turn_sampling(args: GenerationConfig, **changes: Any) -> Dict[str, Any]:
+    """``model.chat``'s sampling arguments for one turn of an episode, from a taskset's
+    ``rollout_args``: one reply (each episode is its own conversation), ``changes`` applied."""
+    sampling = dict(
+        n=1,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        max_tokens=args.max_tokens,
+        stop=args.stop or None,
+    )
+    return {**sampling, **changes}

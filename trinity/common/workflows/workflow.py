@@ -7,6 +7,7 @@ runs; a ``Workflow`` turns one task into experiences using the ``ModelWrapper``.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
@@ -57,9 +58,13 @@ class Workflow:
         records_turn_states: its experiences carry ``turn_states`` (the environment's state at
             each turn, ``merge_turns(states=...)``); the config check holds an advantage fn
             that needs them (GiGPO) to workflows declaring it (default False).
+        needs_packages: the optional packages it imports (module name -> the extra of this
+            project that installs it); the config check refuses a taskset naming the
+            workflow where one is not installed (``missing_packages``).
     """
 
     records_turn_states: bool = False
+    needs_packages: Dict[str, str] = {}
 
     def __init__(self, model: ModelWrapper, task: Task, auxiliary_models: Optional[List] = None):
         self.model = model
@@ -100,3 +105,13 @@ class Workflow:
 
     def reset(self, task: Task) -> None:
         raise NotImplementedError(f"{type(self).__name__} is not resettable")
+
+
+def missing_packages(workflow: Any) -> List[str]:
+    """What to install for each package ``workflow.needs_packages`` names that is not
+    installed (looked up, not imported: an import may take seconds)."""
+    return [
+        f'needs the {module} package, which is not installed: pip install -e ".[{extra}]"'
+        for module, extra in getattr(workflow, "needs_packages", {}).items()
+        if importlib.util.find_spec(module) is None
+    ]
