@@ -34,7 +34,7 @@ def test_registry_names():
         == ALGORITHM_TYPE.get("grpo").default_config()
     )
     assert ADVANTAGE_FN.names() == sorted(
-        ["asymre", "gigpo", "grpo", "jsd", "on_policy_distill", "opmd", "ppo", "rec"]
+        ["asymre", "clipb", "gigpo", "grpo", "jsd", "on_policy_distill", "opmd", "ppo", "rec"]
         + ["reinforceplusplus", "reinforceplusplus_baseline", "remax", "rloo"]
     )
     assert POLICY_LOSS_FN.names() == sorted(

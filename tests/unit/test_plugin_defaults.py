@@ -80,6 +80,7 @@ def test_needs_groups_is_declared_by_the_group_based_advantages():
     grouped = {name for name in ADVANTAGE_FN if ADVANTAGE_FN.get(name).needs_groups}
     assert grouped == {
         "asymre",
+        "clipb",
         "gigpo",
         "grpo",
         "opmd",
@@ -89,6 +90,8 @@ def test_needs_groups_is_declared_by_the_group_based_advantages():
     }
     by_turn = {name for name in ADVANTAGE_FN if ADVANTAGE_FN.get(name).needs_turn_states}
     assert by_turn == {"gigpo"}
+    by_scores = {name for name in ADVANTAGE_FN if ADVANTAGE_FN.get(name).needs_policy_scores}
+    assert by_scores == {"clipb"}
 
 
 def test_needs_groups_defaults_to_false_for_a_plugin():
@@ -98,6 +101,7 @@ def test_needs_groups_defaults_to_false_for_a_plugin():
 
     assert MyAdvantage.needs_groups is False
     assert MyAdvantage.needs_turn_states is False
+    assert MyAdvantage.needs_policy_scores is False
 
 
 def test_kl_fn_without_super_init_has_a_coefficient():

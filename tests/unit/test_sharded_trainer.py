@@ -309,8 +309,10 @@ def test_checkpoint_metadata_cannot_run_code(tmp_path):
         _MetadataUnpickler(__import__("io").BytesIO(pickle.dumps(Exploit()))).load()
 
 
-def _m2po_rank(rank: int, world: int, port: int, config_path: str, out: str) -> None:
-    """One rank of an M2PO step: its mask comes from the whole batch, gathered across ranks."""
+def _masked_step_rank(rank: int, world: int, port: int, config_path: str, out: str) -> None:
+    """One rank of an M2PO or Clip_B step: its token mask comes from the whole batch (M2PO's
+    from the logprobs, Clip_B's from the policy's logprobs and entropies), gathered across
+    ranks."""
     from trinity.common.config import load_config
     from trinity.trainer.distributed import close_group, init_group
     from trinity.trainer.sharded import ShardedTrainer
@@ -332,7 +334,19 @@ def _m2po_rank(rank: int, world: int, port: int, config_path: str, out: str) -> 
     close_group()
 
 
-def test_m2po_two_ranks_step_equals_the_one_rank_step(tmp_path, micro_model, arithmetic_data):
+@pytest.mark.parametrize(
+    "algorithm, masked",
+    [
+        ("algorithm_type: m2po", "actor/m2po_masked_frac"),
+        (
+            "algorithm_type: grpo, advantage_fn: clipb, advantage_fn_args: {mu: 0.0}",
+            "clipb/frac_clipped",
+        ),
+    ],
+)
+def test_masked_two_ranks_step_equals_the_one_rank_step(
+    tmp_path, micro_model, arithmetic_data, algorithm, masked
+):
     import torch.multiprocessing as mp
 
     from trinity.common.config import load_config
@@ -342,13 +356,13 @@ def test_m2po_two_ranks_step_equals_the_one_rank_step(tmp_path, micro_model, ari
     def config(root: str, ranks: int) -> str:
         path = write_config(root, micro_model, arithmetic_data["rl"], ranks)
         with open(path) as f:
-            text = f.read().replace("algorithm_type: grpo", "algorithm_type: m2po")
+            text = f.read().replace("algorithm_type: grpo", algorithm)
         with open(path, "w") as f:
             f.write(text)
         return path
 
     two = str(tmp_path / "two")
-    mp.spawn(_m2po_rank, args=(2, free_port(), config(two, 2), two), nprocs=2)
+    mp.spawn(_masked_step_rank, args=(2, free_port(), config(two, 2), two), nprocs=2)
     with open(os.path.join(two, "result.json")) as f:
         two_metrics = json.load(f)
     trainer = Trainer(
@@ -358,7 +372,7 @@ def test_m2po_two_ranks_step_equals_the_one_rank_step(tmp_path, micro_model, ari
     trainer.attach_reader(reader=None)
     trainer.step = 1
     one_metrics = trainer.train_step(experiences(trainer.tokenizer))
-    assert 0 < one_metrics["actor/m2po_masked_frac"] < 1
-    for key in ("actor/m2po_masked_frac", "actor/pg_loss", "actor/grad_norm"):
+    assert 0 < one_metrics[masked] < 1
+    for key in (masked, "actor/pg_loss", "actor/grad_norm"):
         assert two_metrics[key] == pytest.approx(one_metrics[key], abs=1e-5), key
     _assert_close(load_file(os.path.join(two, "grads.safetensors")), _grads(trainer.model))

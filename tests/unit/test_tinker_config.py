@@ -94,6 +94,7 @@ def test_sync_method_and_trainer_layout_keys_are_listed_as_unused(tmp_path):
             "model.min_response_tokens = 2: the Tinker API has no minimum",
         ),
         (["algorithm.algorithm_type=ppo"], "algorithm.algorithm_type = ppo trains a critic"),
+        (["algorithm.advantage_fn=clipb"], "algorithm.advantage_fn = clipb reads the entropy"),
         (
             [
                 "algorithm.algorithm_type=on_policy_distill",

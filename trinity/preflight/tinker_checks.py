@@ -10,8 +10,9 @@ tokenizer (``model.model_path``), the loop, the buffer and the algorithm's batch
 - accepted and unused (``idle_keys``, listed with the other keys that do nothing): the weight
   sync method (weights move through the service) and this machine's trainer layout keys;
 - refused before start (``tinker_problems``): what the service cannot compute (a critic, a
-  teacher, an entropy term, logprobs at a temperature other than 1, a repetition penalty, a
-  minimum length), trainer ranks here, a Hugging Face export, a handover to a next stage;
+  teacher, an entropy term or an advantage fn that reads entropies, logprobs at a
+  temperature other than 1, a repetition penalty, a minimum length), trainer ranks here, a
+  Hugging Face export, a handover to a next stage;
 - asked of this environment and the service before start (``service_problems``): the key
   is set, the service answers (bounded attempts, the URL named) and holds the base model.
 """
@@ -22,7 +23,7 @@ import logging
 import os
 from typing import Any, List, Tuple
 
-from trinity.algorithm import ALGORITHM_TYPE, ENTROPY_LOSS_FN
+from trinity.algorithm import ALGORITHM_TYPE, ENTROPY_LOSS_FN, advantage_fn_class
 from trinity.common.config.base import assign, is_set, set_default
 from trinity.common.config.config import Config, rollout_temperature
 from trinity.engine.tinker_service import (
@@ -112,6 +113,12 @@ def _algorithm_problems(config: Config) -> List[str]:
             f"({algo.entropy_loss_fn_args}): the Tinker API returns the sampled tokens' "
             "logprobs, not the entropy of the distribution; set entropy_loss_fn: none (or "
             "entropy_coef: 0)"
+        )
+    if getattr(advantage_fn_class(config), "needs_policy_scores", False):
+        problems.append(
+            f"algorithm.advantage_fn = {algo.advantage_fn} reads the entropy of the policy's "
+            "distribution at each token, and the Tinker API returns the sampled tokens' "
+            "logprobs only; choose another advantage fn with model.tinker.enable"
         )
     if algorithm.use_advantage and config.mode != "train":
         temperature = rollout_temperature(config)

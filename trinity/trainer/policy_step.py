@@ -19,8 +19,8 @@ __all__ = [
     "accumulate_gradients",
     "micro_batches",
     "output_head",
-    "reference_logprobs",
     "response_logprobs",
+    "response_scores",
     "token_scores",  # re-exported: it lived here (token_scores.py)
 ]
 
@@ -219,26 +219,31 @@ def accumulate_gradients(
 
 
 @torch.no_grad()
-def reference_logprobs(
+def response_scores(
     model: torch.nn.Module,
     batch: ExperienceBatch,
     micro_batch_size: int,
     temperature: float,
     max_tokens: Optional[int] = None,
     lockstep: Optional[Any] = None,
-) -> torch.Tensor:
-    """(B, R) logprobs of the response under the frozen reference model (``lockstep``: as in
-    ``accumulate_gradients``; the fillers' logprobs are dropped)."""
+    with_entropy: bool = False,
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """(B, R) logprobs of the response under ``model``, without grad, and with
+    ``with_entropy`` the (B, R) entropy of each token's distribution (else None), on
+    ``batch``'s device (``lockstep``: as in ``accumulate_gradients``; the fillers' scores
+    are dropped)."""
     parts = micro_batches(batch, micro_batch_size, max_tokens)
     plan = lockstep.pad(parts) if lockstep is not None else [(mb, True) for mb in parts]
     scored = [
-        (response_logprobs(model, mb, temperature, False, lockstep is None)[0], real)
+        (response_logprobs(model, mb, temperature, with_entropy, lockstep is None), real)
         for mb, real in plan
     ]
-    kept = [logprob for logprob, real in scored if real]
+    kept = [scores for scores, real in scored if real]
+    if not kept:
+        empty = torch.zeros(0, batch.response_len)
+        return empty, empty.clone() if with_entropy else None
     # back where the batch is: the advantage and KL-in-reward steps run there
-    return (
-        torch.cat(kept, dim=0).to(batch.input_ids.device)
-        if kept
-        else torch.zeros(0, batch.response_len)
-    )
+    device = batch.input_ids.device
+    logprob = torch.cat([lp for lp, _ in kept], dim=0).to(device)
+    entropy = torch.cat([h for _, h in kept], dim=0).to(device) if with_entropy else None
+    return logprob, entropy

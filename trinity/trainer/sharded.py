@@ -27,7 +27,7 @@ from trinity.trainer.distributed import (
     shard,
     split_rows,
 )
-from trinity.trainer.policy_step import accumulate_gradients, reference_logprobs
+from trinity.trainer.policy_step import accumulate_gradients, response_scores
 from trinity.trainer.sharded_checkpoint import load_sharded, save_sharded
 from trinity.trainer.trainer import UNLOGGED_KEY, Trainer
 
@@ -85,17 +85,24 @@ class ShardedTrainer(Trainer):
         shares = self._shares(batch)
         return batch.select(shares[self.ranks.rank]), Lockstep(self.ranks, batch.select([0]))
 
-    def _score(self, model: torch.nn.Module, batch: ExperienceBatch) -> torch.Tensor:
+    def _score_tokens(
+        self, model: torch.nn.Module, batch: ExperienceBatch, with_entropy: bool
+    ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         own, lockstep = self._own(batch)
-        local = reference_logprobs(
+        logprob, entropy = response_scores(
             model,
             own,
             self.settings["ref_micro_batch_size_per_device"],
             self.fns.temperature,
             self._tokens("ref_max_token_len_per_device", "ref_use_dynamic_bsz"),
             lockstep,
+            with_entropy,
         )
-        return gather_rows(self.ranks, local, self._shares(batch))
+        shares = self._shares(batch)  # every rank's rows back in batch order (collective)
+        logprob = gather_rows(self.ranks, logprob, shares)
+        if entropy is not None:
+            entropy = gather_rows(self.ranks, entropy, shares)
+        return logprob, entropy
 
     def _accumulate(
         self,

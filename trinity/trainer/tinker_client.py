@@ -37,8 +37,9 @@ from trinity.common.experience import ExperienceBatch
 from trinity.engine.tinker_service import service_client, wait_result
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer import tinker_mapping as mapping
+from trinity.trainer.actor_batch import sampled_tokens
 from trinity.trainer.policy_step import loss_inputs
-from trinity.trainer.trainer import PolicyState, Trainer, sampled_tokens
+from trinity.trainer.trainer import PolicyState, Trainer
 
 logger = logging.getLogger(__name__)
 

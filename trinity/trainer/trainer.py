@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
@@ -18,42 +17,32 @@ from trinity.algorithm import (
     KL_FN,
     SAMPLE_STRATEGY,
 )
+from trinity.algorithm.advantage_fn.base import POLICY_ENTROPY_KEY, POLICY_LOGPROB_KEY
 from trinity.algorithm.algorithm import PairExperienceModel, needs_reference
 from trinity.algorithm.kl_fn import build_kl_controller
 from trinity.algorithm.optimizer import build_lr_scheduler, build_optimizer
 from trinity.algorithm.policy_loss_fn import build_policy_loss
-from trinity.algorithm.rollout_correction import IS_WEIGHTS_KEY, correct_rollout, mismatch_metrics
+from trinity.algorithm.rollout_correction import mismatch_metrics
 from trinity.common.config import effective_trainer_settings
 from trinity.common.config.config import rollout_temperature
 from trinity.common.experience import Experience, ExperienceBatch
 from trinity.common.weights import weights_path
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer import lora
+from trinity.trainer.actor_batch import ROLLOUT_LOGPROBS, actor_batch, sampled_tokens
 from trinity.trainer.critic import Critic
 from trinity.trainer.distributed import as_number
 from trinity.trainer.policy_step import (
     LossFns,
     accumulate_gradients,
     loss_inputs,
-    reference_logprobs,
+    response_scores,
 )
 from trinity.trainer.step_metrics import batch_metrics, perf_metrics
 from trinity.utils.device import DTYPES, attention_kwargs, compute_in, role_device
 from trinity.utils.openmp import release_workers
 
 logger = logging.getLogger(__name__)
-
-# Where the engine's logprobs go once rollout correction rescores old_logprob (veRL's name).
-ROLLOUT_LOGPROBS = "rollout_log_probs"
-
-
-def sampled_tokens(batch: ExperienceBatch) -> torch.Tensor:
-    """(B, R) 1.0 on the action tokens whose rollout-engine logprob the batch holds (rows
-    without logprobs, e.g. expert demonstrations, have none)."""
-    rows = [e.logprobs is not None for e in batch.experiences]
-    has = torch.tensor(rows, dtype=batch.action_mask.dtype, device=batch.action_mask.device)
-    return batch.action_mask * has[:, None]
-
 
 UNLOGGED_KEY = "unlogged_metrics"  # in a checkpoint's extra.json: its step's metrics
 
@@ -276,17 +265,25 @@ class Trainer:
 
     def _score(self, model: torch.nn.Module, batch: ExperienceBatch) -> torch.Tensor:
         """(B, R) logprobs of the batch's responses under a frozen model (veRL's ``ref`` sizes)."""
-        return reference_logprobs(
+        return self._score_tokens(model, batch, with_entropy=False)[0]
+
+    def _score_tokens(
+        self, model: torch.nn.Module, batch: ExperienceBatch, with_entropy: bool
+    ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """``_score``'s logprobs, and with ``with_entropy`` each token's (B, R) entropy."""
+        return response_scores(
             model,
             batch,
             self.settings["ref_micro_batch_size_per_device"],
             self.fns.temperature,
             self._tokens("ref_max_token_len_per_device", "ref_use_dynamic_bsz"),
+            with_entropy=with_entropy,
         )
 
     def _prepare_batch(self, batch: ExperienceBatch) -> Tuple[ExperienceBatch, Dict[str, float]]:
-        """Reference logprobs, values, KL-in-reward and advantages, in that order; the batch
-        the advantage fn returns (it may leave rows out: GRPO's std_threshold)."""
+        """Reference logprobs, values, KL-in-reward, the policy's scores (an advantage fn's
+        ``needs_policy_scores``) and advantages, in that order; the batch the advantage fn
+        returns (it may leave rows out: GRPO's std_threshold)."""
         metrics: Dict[str, float] = {}
         if self.ref_model is not None:
             batch.ref_logprob = self._score(self.ref_model, batch)
@@ -302,6 +299,9 @@ class Trainer:
             batch, kl_metrics = self.kl_penalty.apply_kl_penalty_to_reward(batch)
             if "actor/reward_kl_penalty" in kl_metrics:
                 self.kl_ctrl.update(kl_metrics["actor/reward_kl_penalty"], n_steps=len(batch))
+            if getattr(self.advantage_fn, "needs_policy_scores", False):  # pre-update, no grad
+                scores = self._score_tokens(self.model, batch, with_entropy=True)
+                batch.extra[POLICY_LOGPROB_KEY], batch.extra[POLICY_ENTROPY_KEY] = scores
             batch, adv_metrics = self.advantage_fn(batch)
             metrics.update({**kl_metrics, **adv_metrics})
             if "sample_weight" in batch.extra:  # e.g. staleness_control down-weighting
@@ -313,23 +313,6 @@ class Trainer:
         step's update (veRL's decoupled mode); the engine's move to ``ROLLOUT_LOGPROBS``."""
         batch.extra[ROLLOUT_LOGPROBS] = batch.old_logprob
         batch.old_logprob = self._score(self.model, batch)
-
-    def _actor_batch(self, batch: ExperienceBatch) -> Tuple[ExperienceBatch, Dict[str, float]]:
-        """The batch the actor trains on and the rollout correction's metrics: the IS
-        weights in ``extra`` and rejected tokens out of ``action_mask``. The critic and the
-        batch metrics keep the whole batch."""
-        if self.correction is None:
-            return batch, {}
-        settings = self.correction.model_dump(exclude={"bypass_mode", "use_policy_gradient"})
-        weights, keep, metrics = correct_rollout(
-            batch.old_logprob, batch.extra[ROLLOUT_LOGPROBS], sampled_tokens(batch), **settings
-        )
-        extra = dict(batch.extra)
-        if weights is not None:
-            extra[IS_WEIGHTS_KEY] = weights
-        return dataclasses.replace(
-            batch, action_mask=batch.action_mask * keep, extra=extra
-        ), metrics
 
     def _update_actor(self, batch: ExperienceBatch) -> Dict[str, float]:
         max_tokens = self._tokens("max_token_len_per_device", "use_dynamic_bsz")
@@ -386,9 +369,10 @@ class Trainer:
             metrics.update(self.critic.update(batch))
         # veRL's critic_warmup: the first steps train only the critic.
         if self.critic is None or self.step > self.settings["critic_warmup"]:
-            actor_batch, correction_metrics = self._actor_batch(batch)
+            # rollout correction's and the advantage fn's token masks: the actor's alone
+            trained, correction_metrics = actor_batch(batch, self.correction)
             metrics.update(correction_metrics)
-            metrics.update(self._update_actor(actor_batch))
+            metrics.update(self._update_actor(trained))
         metrics.update(batch_metrics(batch, self.config.model.max_response_tokens))
         metrics["time/train_step"] = time.monotonic() - start
         metrics.update(perf_metrics(batch, metrics["time/train_step"], self.device))

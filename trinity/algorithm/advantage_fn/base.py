@@ -12,6 +12,15 @@ from trinity.common.registry import Registry
 
 ADVANTAGE_FN: Registry = Registry("advantage_fn", base=lambda: AdvantageFn)
 
+# ``exps.extra`` keys. The trainer sets the first two for an advantage fn with
+# ``needs_policy_scores``: (B, R) logprob of each response token and entropy of its
+# distribution under the policy being trained, before this step's update, without grad.
+POLICY_LOGPROB_KEY = "policy_logprob"
+POLICY_ENTROPY_KEY = "policy_entropy"
+# An advantage fn may set this (B, R) mask, 1 on the tokens the actor's loss keeps: the
+# trainer multiplies the actor's ``action_mask`` by it (``trainer/actor_batch.py``).
+ACTOR_MASK_KEY = "actor_mask"
+
 
 class AdvantageFn(ABC):
     """Computes ``advantages`` and ``returns`` of a batch before the policy update.
@@ -26,10 +35,15 @@ class AdvantageFn(ABC):
         needs_turn_states: it reads each experience's ``turn_starts`` and ``turn_states``
             (the environment state of every turn), so the config check refuses a training
             taskset whose workflow does not declare ``records_turn_states`` (default False).
+        needs_policy_scores: it reads the current policy's logprobs and entropies
+            (``exps.extra[POLICY_LOGPROB_KEY]``, ``[POLICY_ENTROPY_KEY]``), which the
+            trainer computes (one more forward pass without grad) only when this is True
+            (default False).
     """
 
     needs_groups: bool = False
     needs_turn_states: bool = False
+    needs_policy_scores: bool = False
 
     @abstractmethod
     def __call__(self, exps: ExperienceBatch, **kwargs) -> Tuple[ExperienceBatch, Dict]:

@@ -37,6 +37,7 @@ def group_normalized_scores(
     group_ids: Sequence[Hashable],
     epsilon: float = 1e-6,
     norm_by_std: bool = True,
+    lone_rows_raw: bool = False,
 ) -> torch.Tensor:
     """GRPO's outcome advantage per sequence.
 
@@ -46,18 +47,25 @@ def group_normalized_scores(
         epsilon: added to the group std so a group of equal scores gives 0, not 0/0.
         norm_by_std: False drops the division by the std (Dr. GRPO); the mean is still
             subtracted.
+        lone_rows_raw: a group of one row takes veRL's mean 0 and std 1 (its advantage is
+            ``s / (1 + epsilon)``, or ``s`` without ``norm_by_std``) instead of 0.
 
     Returns:
         ``(B,)`` advantages ``(s - mean_g) / (std_g + epsilon)`` where ``std_g`` is the
         unbiased std (``torch.std``, as veRL). A group with a single row has no baseline
-        to compare against and gets 0 (veRL instead uses mean 0, std 1 there, i.e. the
-        raw score).
+        to compare against and gets 0 unless ``lone_rows_raw``.
     """
     mean, std, count = group_stats(scores, group_ids)
+    lone = count < 2
+    if lone_rows_raw:
+        mean = torch.where(lone, torch.zeros_like(mean), mean)
+        std = torch.where(lone, torch.ones_like(std), std)
     deviation = scores.float() - mean
     if norm_by_std:
         deviation = deviation / (std + epsilon)
-    return torch.where(count > 1, deviation, torch.zeros_like(deviation))
+    if lone_rows_raw:
+        return deviation
+    return torch.where(lone, torch.zeros_like(deviation), deviation)
 
 
 @ADVANTAGE_FN.register_module("grpo")
