@@ -113,7 +113,9 @@ def test_clients_chat_reward_and_commit_while_the_run_trains_and_serves_new_weig
     assert seen["stopped"].startswith("training has finished")
     assert seen["episodes"] >= 6 and seen["replies"] == 4 * seen["episodes"]
     versions = [v for v in seen["versions"] if v is not None]
-    assert versions == sorted(versions) and versions[-1] >= 2  # picked up between requests
+    # new weights are picked up between requests; the trainer's last steps publish within a
+    # second of each other (their data was all in), so the last reply may precede them
+    assert versions == sorted(versions) and versions[0] == 0 and versions[-1] >= 1
     (result,) = outcome["results"]
     trainer = records(result.job_dir, "trainer")
     assert [r["step"] for r in trainer] == [1, 2, 3]
