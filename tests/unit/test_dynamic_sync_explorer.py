@@ -78,14 +78,15 @@ def test_explorer_driven_asks_every_interval_and_its_last_eval_waits_for_the_end
         "synchronizer.sync_interval=2",
         "explorer.eval_interval=5",
     )
-    # never a version to wait for; asks before steps 3 and 5; the evaluation after the last
-    # step is the trainer's final weights (not the newest at step 5, then again the final)
+    # asks before steps 3 and 5; the default staleness bound (sync_interval + 1 = 3) makes
+    # step 5 wait for version 1 (train step 5 would drop older samples); the evaluation after
+    # the last step is the trainer's final weights (not the newest at step 5, then the final)
     assert asked == [
         (1, Wanted(0)),
         (2, Wanted(0)),
         (3, Wanted(0, ask=True)),
         (4, Wanted(0)),
-        (5, Wanted(0, ask=True)),
+        (5, Wanted(1, ask=True)),
         (5, Wanted(None, final=True)),
     ]
     evals = [label for label, *_ in pool.calls if "eval" in label]
@@ -98,9 +99,14 @@ def test_trainer_driven_evaluates_the_newest_weights_between_steps(tmp_path):
         tmp_path, "synchronizer.sync_style=trainer_driven", "explorer.eval_interval=2"
     )
     steps = [(s, w) for s, w in asked]
-    # steps 1-5 and the evaluations at 2 and 4 take the newest (no wait); then the final
-    assert steps == [(s, Wanted(0)) for s in (1, 2, 2, 3, 4, 4, 5)] + [
-        (5, Wanted(None, final=True))
+    # the evaluations at 2 and 4 take the newest (no wait); step s waits for version
+    # s - 1 - 2 (the default staleness bound, sync_interval + 1), then the final weights
+    floors = {1: 0, 2: 0, 3: 0, 4: 1, 5: 2}
+    explore_steps = [(s, Wanted(floors[s])) for s in (1, 2, 3, 4, 5)]
+    evals = [(2, Wanted(0)), (4, Wanted(0))]
+    assert steps == [*explore_steps[:2], evals[0], *explore_steps[2:4], evals[1]] + [
+        explore_steps[4],
+        (5, Wanted(None, final=True)),
     ]
 
 

@@ -26,7 +26,7 @@ def explorer(engines, sync):
     me = ExplorerRole.__new__(ExplorerRole)
     me.config = SimpleNamespace(
         mode="both",
-        synchronizer=SimpleNamespace(sync_method="nccl", sync_timeout=TIMEOUT),
+        synchronizer=SimpleNamespace(sync_method="nccl", sync_timeout=TIMEOUT, sync_style="fixed"),
         explorer=SimpleNamespace(rollout_model=SimpleNamespace(engine_type="transformers")),
         model=SimpleNamespace(lora_configs=[]),
     )
