@@ -222,9 +222,10 @@ def _rename_earlier_arguments(algorithm: AlgorithmConfig) -> List[str]:
     notes = []
     for (key, name), table in RENAMED_ARGS.items():
         args = dict(getattr(algorithm, f"{key}_args"))
-        if getattr(algorithm, key) != name:
-            continue
-        for old in [arg for arg in table if arg in args]:
+        found = [arg for arg in table if arg in args]
+        if getattr(algorithm, key) != name or not found:
+            continue  # nothing to rename: the args stay as they were set (or derived)
+        for old in found:
             renamed, value = table[old], args.pop(old)
             new = renamed.convert(value, args.get) if renamed.convert else value
             args.setdefault(renamed.new, new)
