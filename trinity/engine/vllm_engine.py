@@ -349,6 +349,13 @@ def _shared_memory_dir() -> Optional[str]:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
+def head_dim(model_config: Any) -> int:
+    """The dimensions of one attention head (``head_dim``, else hidden size over heads)."""
+    return getattr(model_config, "head_dim", None) or (
+        model_config.hidden_size // model_config.num_attention_heads
+    )
+
+
 def cpu_kv_cache_bytes(
     model_config: Any, dtype: torch.dtype, max_model_len: int, max_num_seqs: int
 ) -> int:
@@ -359,10 +366,7 @@ def cpu_kv_cache_bytes(
 
     layers = model_config.num_hidden_layers
     heads = getattr(model_config, "num_key_value_heads", None) or model_config.num_attention_heads
-    head_dim = getattr(model_config, "head_dim", None) or (
-        model_config.hidden_size // model_config.num_attention_heads
-    )
-    per_token = 2 * layers * heads * head_dim * torch.finfo(dtype).bits // 8
+    per_token = 2 * layers * heads * head_dim(model_config) * torch.finfo(dtype).bits // 8
     one_sequence = per_token * max_model_len
     available = psutil.virtual_memory().available
     if one_sequence > available * CPU_KV_SHARE:

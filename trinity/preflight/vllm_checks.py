@@ -127,8 +127,9 @@ def _head_size_problems(path: str, folder: str) -> List[str]:
     from transformers import AutoConfig
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
-    model = AutoConfig.from_pretrained(folder)
-    head = getattr(model, "head_dim", None) or model.hidden_size // model.num_attention_heads
+    from trinity.engine.vllm_engine import head_dim
+
+    head = head_dim(AutoConfig.from_pretrained(folder))
     supported = CPUAttentionBackend.get_supported_head_sizes()
     if head in supported:
         return []
