@@ -86,11 +86,16 @@ def test_a_judge_behind_an_external_api_scores_a_grpo_run(
     assert not [name for name in logs if "auxiliary" in name]  # no engine was started
 
 
-def test_an_external_rollout_model_is_evaluated_in_explore_mode(
-    tmp_path, micro_model, arithmetic_data, ray_cluster, api_url, monkeypatch
-):
+@pytest.fixture
+def rollout_api(api_url, monkeypatch):
+    """The served micro model as the rollout model's API (model.external_model's variables)."""
     monkeypatch.setenv("OPENAI_BASE_URL", api_url)
     monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+
+
+def test_an_external_rollout_model_is_evaluated_in_explore_mode(
+    tmp_path, micro_model, arithmetic_data, ray_cluster, rollout_api
+):
     overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
         "mode=explore",
         "model.external_model.enable=true",
@@ -112,12 +117,10 @@ def test_an_external_rollout_model_is_evaluated_in_explore_mode(
 
 
 def test_an_external_rollout_model_is_benched_once(
-    tmp_path, micro_model, arithmetic_data, ray_cluster, api_url, monkeypatch
+    tmp_path, micro_model, arithmetic_data, ray_cluster, rollout_api
 ):
     """0.5.2's bench example evaluates an API model: it has no checkpoints, so it is evaluated
-    once, as step 0, whatever checkpoints the job folder holds."""
-    monkeypatch.setenv("OPENAI_BASE_URL", api_url)
-    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    once, as step 0."""
     overrides = base_overrides(tmp_path, micro_model, arithmetic_data) + [
         "mode=bench",
         "model.external_model.enable=true",
