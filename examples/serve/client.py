@@ -70,8 +70,9 @@ def ask(client: openai.OpenAI, model: str, question: str) -> Any:
             model=model, messages=[{"role": "user", "content": question}], max_tokens=8
         )
     except openai.APIStatusError as exc:
-        if exc.status_code == 503:
-            raise Stopped(exc.message) from None
+        if exc.status_code == 503:  # the server's own words, not openai's "Error code: 503 - ..."
+            body = exc.body if isinstance(exc.body, dict) else {}
+            raise Stopped(body.get("message") or exc.message) from None
         raise
     except openai.APIConnectionError as exc:
         raise Stopped(str(exc)) from None
