@@ -49,6 +49,7 @@ from trinity.preflight.model_folders import (
 )
 from trinity.preflight.monitor_checks import monitor_problems
 from trinity.preflight.operators import operator_problems
+from trinity.preflight.precision import warn_half_precision
 from trinity.preflight.ranks import warn_ranks
 from trinity.preflight.serve_checks import port_problems
 from trinity.preflight.served_engines import served_engine_problems
@@ -120,6 +121,7 @@ def check_before_start(
     for stage in stages:
         warn_inert(stage)
         warn_ranks(stage)
+        warn_half_precision(stage)
     return stages
 
 

@@ -32,6 +32,7 @@ from trinity.tinker.sampler import Sampler
 from trinity.tinker.service import Served, TinkerService
 from trinity.utils import openmp
 from trinity.utils.access import Secret, is_loopback, read_secret
+from trinity.utils.device import cpu_supports
 from trinity.utils.loop_host import LoopHost
 
 logger = logging.getLogger(__name__)
@@ -143,6 +144,13 @@ def build_service(options: ServeOptions, path: str) -> TinkerService:
     device = options.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if options.dtype not in _DTYPES:
         raise ValueError(f"--dtype {options.dtype}: choose one of {sorted(_DTYPES)}")
+    if device == "cpu" and options.dtype != "float32" and not cpu_supports(options.dtype):
+        logger.warning(
+            "--dtype %s: this CPU has no %s instructions (torch's oneDNN reports none), so "
+            "the model computes emulated, about 100x slower than --dtype float32",
+            options.dtype,
+            options.dtype,
+        )
     config = AutoConfig.from_pretrained(path)
     max_len = options.max_model_len or getattr(config, "max_position_embeddings", 2048)
     engine = TransformersEngine(
