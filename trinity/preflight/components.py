@@ -217,13 +217,21 @@ def _declared_args_problems(path: str, storage: StorageConfig, workflow: Any) ->
 def _judge_problems(
     config: Config, path: str, storage: StorageConfig, workflow: Any, is_eval: bool
 ) -> List[str]:
-    """A judged workflow needs a judge model, and one that scores a task's answers together
+    """A judged workflow needs a judge model, one whose ``auxiliary_models_needed`` says its
+    ``workflow_args`` use some needs that many, and one that scores a task's answers together
     needs them in one run (``explorer.max_repeat_times_per_runner`` splits training tasks)."""
     key = origin_of(config, path, storage, "default_workflow_type")
     name, problems = storage.default_workflow_type, []
     if getattr(workflow, "needs_judge", False) and not config.explorer.auxiliary_models:
         problems.append(
             f"{key} = {name} needs a judge: set explorer.auxiliary_models (the first one judges)"
+        )
+    needed = getattr(workflow, "auxiliary_models_needed", None)
+    count = needed(storage.workflow_args or {}) if needed is not None else 0
+    if count > len(config.explorer.auxiliary_models):
+        problems.append(
+            f"{path}.workflow_args asks {name} for {count} auxiliary model(s), and "
+            f"explorer.auxiliary_models has {len(config.explorer.auxiliary_models)}: add them"
         )
     limit = config.explorer.max_repeat_times_per_runner
     repeats = storage.repeat_times or config.algorithm.repeat_times

@@ -23,6 +23,7 @@ from trinity.common.workflows.rubric import RubricWorkflow
 from trinity.common.workflows.rubric_judge import RubricJudgeAPIWorkflow, RubricJudgeWorkflow
 from trinity.common.workflows.ruler import RulerWorkflow
 from trinity.common.workflows.simple import MathWorkflow, SimpleWorkflow
+from trinity.common.workflows.textarena import TextArenaWorkflow
 from trinity.common.workflows.toolcall import ToolCallWorkflow
 from trinity.common.workflows.workflow import WORKFLOWS, Task, Workflow
 
@@ -39,6 +40,7 @@ __all__ = [
     "ToolCallWorkflow",
     "GuessNumberWorkflow",
     "FrozenLakeWorkflow",
+    "TextArenaWorkflow",
     "LLMJudgeWorkflow",
     "JudgedWorkflow",
     "JudgeReplyError",

@@ -32,7 +32,7 @@ from trinity.common.workflows.frozen_lake_env import (
     generate_map,
     parse_action,
 )
-from trinity.common.workflows.multiturn import merge_turns, turn_sampling
+from trinity.common.workflows.multiturn import merge_turns, reply_room, turn_sampling
 from trinity.common.workflows.workflow import WORKFLOWS, Task, Workflow
 
 # The row columns' defaults, the original's; a drawn lake needs its size.
@@ -152,7 +152,8 @@ class FrozenLakeWorkflow(Workflow):
             grid, moves_left = lake.render(), self.args.agent_max_steps - step
             text = turn_message(step, grid, grid == previous, moves_left)
             messages = messages + [{"role": "user", "content": text}]
-            room = await self._room(messages, calls)
+            budget = self.task.rollout_args.max_tokens
+            room = await reply_room(self.model, messages, calls, budget)
             if room is not None and room <= 0:
                 end = "max_tokens_reached"
                 break
@@ -168,16 +169,6 @@ class FrozenLakeWorkflow(Workflow):
                 end = "goal" if reward > 0 else "hole"
                 break
         return self._experience(calls, states, reward, done, end)
-
-    async def _room(self, messages: List[Dict[str, Any]], calls: List[Experience]) -> Optional[int]:
-        """Tokens the next reply may take: the walk's budget (``rollout_args.max_tokens``)
-        less what the conversation holds after its first prompt, the new message included;
-        None without a budget."""
-        budget = self.task.rollout_args.max_tokens
-        if budget is None or not calls:
-            return budget
-        prompt = await self.model.prompt_length_async(messages)
-        return budget - (prompt - calls[0].prompt_length)
 
     def _experience(
         self, calls: List[Experience], states: List[str], reward: float, done: bool, end: str

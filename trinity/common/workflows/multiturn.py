@@ -17,7 +17,7 @@ call, equal strings for equal states), which GiGPO's step-level groups need.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
@@ -91,3 +91,15 @@ def turn_sampling(args: GenerationConfig, **changes: Any) -> Dict[str, Any]:
         stop=args.stop or None,
     )
     return {**sampling, **changes}
+
+
+async def reply_room(
+    model: Any, messages: List[Dict[str, Any]], calls: Sequence[Experience], budget: Optional[int]
+) -> Optional[int]:
+    """Tokens the next reply of an episode may take: the episode's ``budget`` (a taskset's
+    ``rollout_args.max_tokens``) less what the conversation holds after its first prompt, the
+    new message included (``calls``: the episode's replies so far); None without a budget."""
+    if budget is None or not calls:
+        return budget
+    prompt = await model.prompt_length_async(messages)
+    return budget - (prompt - calls[0].prompt_length)

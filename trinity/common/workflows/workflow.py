@@ -61,6 +61,10 @@ class Workflow:
         needs_packages: the optional packages it imports (module name -> the extra of this
             project that installs it); the config check refuses a taskset naming the
             workflow where one is not installed (``missing_packages``).
+
+    A workflow may also define a classmethod ``auxiliary_models_needed(workflow_args) -> int``:
+    how many of ``explorer.auxiliary_models`` its tasks use with those ``workflow_args``; the
+    config check refuses a taskset that asks for more than are configured.
     """
 
     records_turn_states: bool = False
