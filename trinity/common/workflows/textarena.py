@@ -22,8 +22,11 @@ the last guess was; TowerOfHanoi: the share of disks on the last tower). Games o
 for a win, -1 for a loss, 0 for a draw. An invalid move is answered by the game with a
 message and one more try; a second invalid move in a row ends the game: -1 in games of two,
 the game's partial score in games of one. An episode the game does not end within
-``max_turns`` replies, or whose token budget (``rollout_args.max_tokens``) is spent, scores
-0. A game that raises fails its task (``GameError``), which the runner retries and counts.
+``max_turns`` replies, or whose token budget is spent, scores 0: the replies and the
+messages between them may take ``rollout_args.max_tokens`` tokens in all
+(``model.max_response_tokens`` unless the taskset sets it), each reply at most
+``max_reply_tokens`` of what is left. A game that raises fails its task (``GameError``),
+which the runner retries and counts (``rollout/tasks_failed``).
 """
 
 from __future__ import annotations
@@ -91,6 +94,12 @@ class TextArenaArgs(ConfigModel):
     )
     max_turns: int = Field(
         20, ge=1, description="Replies an episode may take; a game not over by then scores 0."
+    )
+    max_reply_tokens: Optional[int] = Field(
+        None,
+        ge=1,
+        description="Tokens one reply may take, within the episode's budget "
+        "(rollout_args.max_tokens); unset: all that is left of it.",
     )
     opponent: Optional[OpponentArgs] = Field(
         None, description="Who plays the other seat of a game of two (required there)."
@@ -227,6 +236,8 @@ class TextArenaWorkflow(Workflow):
             if room is not None and room <= 0:
                 end = "max_tokens"
                 break
+            cap = self.args.max_reply_tokens
+            room = cap if room is None else min(room, cap or room)
             sampling = turn_sampling(self.task.rollout_args, max_tokens=room)
             reply = (await self.model.chat_async(messages, **sampling))[0]
             calls.append(reply)
