@@ -21,9 +21,11 @@
   finished SFT stage is not run again) when both run in one call.
 - ``selectors``: task selectors compared by steps and seconds to a held-out accuracy target,
   GRPO from the quickstart's SFT warm-up with each (``bench/selector_check.py``).
-- ``smollm2`` (and ``smollm2_lora``, ``smollm2_sft``, ``smollm2_dpo``): the real model of
-  ``examples/smollm2`` (needs the ``smollm2`` extra), GRPO as shipped with held-out greedy
-  accuracy; SFT on chat ``messages``, held-out answer NLL; DPO, held-out margin.
+- ``smollm2`` (and ``smollm2_lora``, ``smollm2_tinker``, ``smollm2_sft``, ``smollm2_dpo``):
+  the real model of ``examples/smollm2`` (needs the ``smollm2`` extra), GRPO as shipped with
+  held-out greedy accuracy (``smollm2_tinker``: ``grpo_tinker.yaml`` through this project's
+  Tinker service, started here; needs the ``tinker`` extra); SFT on chat ``messages``,
+  held-out answer NLL; DPO, held-out margin.
 
 Usage::
 
@@ -200,7 +202,8 @@ def train_only(
 
 
 SMOLLM2 = os.path.join(ROOT, "examples", "smollm2", "grpo.yaml")
-SMOLLM2_CHECKS = ("smollm2", "smollm2_lora", "smollm2_sft", "smollm2_dpo")
+SMOLLM2_TINKER = os.path.join(ROOT, "examples", "smollm2", "grpo_tinker.yaml")
+SMOLLM2_CHECKS = ("smollm2", "smollm2_lora", "smollm2_tinker", "smollm2_sft", "smollm2_dpo")
 
 
 def smollm2_checks(args: argparse.Namespace, checks: List[str]) -> Dict[str, Dict]:
@@ -213,7 +216,9 @@ def smollm2_checks(args: argparse.Namespace, checks: List[str]) -> Dict[str, Dic
     model, results = paths["model_path"], {}
     for check in checks:
         start = time.monotonic()
-        if check in ("smollm2", "smollm2_lora"):
+        if check == "smollm2_tinker":
+            results[check] = smollm2_tinker(root, args)
+        elif check in ("smollm2", "smollm2_lora"):
             lora = [*LORA_OVERRIDES, f"algorithm.optimizer.lr={args.lora_lr}"]
             results[check] = smollm2_grpo(root, args, lora if check == "smollm2_lora" else [])
         elif check == "smollm2_sft":
@@ -247,14 +252,17 @@ def smollm2_checks(args: argparse.Namespace, checks: List[str]) -> Dict[str, Dic
     return results
 
 
-def smollm2_grpo(root: str, args: argparse.Namespace, extra: List[str]) -> Dict[str, Any]:
-    """examples/smollm2/grpo.yaml (``--steps`` and ``--override`` change it); curves."""
-    name = "word_problems_grpo" + ("_lora" if extra else "")
+def smollm2_grpo(
+    root: str, args: argparse.Namespace, extra: List[str], config: str = SMOLLM2, name: str = ""
+) -> Dict[str, Any]:
+    """examples/smollm2/grpo.yaml, or ``config`` (``--steps`` and ``--override`` change it);
+    curves."""
+    name = name or "word_problems_grpo" + ("_lora" if extra else "")
     overrides = [f"checkpoint_root_dir={root}", f"name={name}", *extra, *args.override]
     if args.steps:
         interval = max(1, args.steps // 4)
         overrides += [f"buffer.total_steps={args.steps}", f"explorer.eval_interval={interval}"]
-    (result,) = run(SMOLLM2, overrides, [])
+    (result,) = run(config, overrides, [])
     explorer = read_metrics(os.path.join(result.job_dir, "monitor", "explorer.jsonl"))
     heldout = curve(explorer, "eval/word_problems_test/accuracy/mean")
     return {
@@ -266,6 +274,22 @@ def smollm2_grpo(root: str, args: argparse.Namespace, extra: List[str]) -> Dict[
         "train_success": curve(explorer, "rollout/accuracy/mean"),
         "settings": {"preset": "SmolLM2-135M-Instruct", "overrides": overrides},
     }
+
+
+def smollm2_tinker(root: str, args: argparse.Namespace) -> Dict[str, Any]:
+    """examples/smollm2/grpo_tinker.yaml against this project's Tinker service, started in
+    this process on 127.0.0.1 (fp32, the CPU default); curves."""
+    from trinity.tinker import ServeOptions, TinkerServer
+
+    os.environ.setdefault("TINKER_API_KEY", "tml-bench")
+    model = os.path.join(root, "model")
+    state = os.path.join(root, "tinker-state")
+    server = TinkerServer(ServeOptions(base_model=model, port=0, state_dir=state))
+    os.environ["TINKER_BASE_URL"] = server.url
+    try:
+        return smollm2_grpo(root, args, [], SMOLLM2_TINKER, "word_problems_grpo_tinker")
+    finally:
+        server.close()
 
 
 def main() -> None:

@@ -1,8 +1,12 @@
 """``model.tinker`` and ``engine_type: tinker`` before start (trinity/preflight/tinker_checks.py):
 what they derive, what they ignore and say so, what they refuse, and the service's answer."""
 
+import http.server
+import json
 import logging
 import textwrap
+import threading
+from importlib.metadata import version
 
 import pytest
 
@@ -161,6 +165,46 @@ def test_a_silent_service_is_named_after_bounded_attempts(tmp_path, monkeypatch)
         "not answer 4 attempts"
     )
     assert "Connect" in line
+
+
+class _OlderService(http.server.BaseHTTPRequestHandler):
+    """Capabilities as the SDK asks them, but no ``POST /api/v1/client/config``: a service
+    written for an SDK older than the installed one (as skyrl-tx 0.3.0 is for tinker 0.38)."""
+
+    def do_GET(self):
+        body = json.dumps({"supported_models": [{"model_name": "/tok"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_service_that_does_not_speak_this_sdk_version_is_refused_before_start(
+    tmp_path, monkeypatch
+):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _OlderService)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("TINKER_BASE_URL", url)
+    try:
+        config, _ = derived(tmp_path, [ON])
+        (line,) = service_problems(config)
+    finally:
+        server.shutdown()
+    assert line == (
+        f"model.tinker.enable: the Tinker service at {url} answered HTTP 404 to POST "
+        f"/api/v1/client/config, the first call of a session of the installed SDK (tinker "
+        f"{version('tinker')}): it does not speak this SDK version's API; install the SDK "
+        "version the service was written for, or use a service that takes this one"
+    )
 
 
 def test_a_base_model_the_service_does_not_list_is_named_with_what_it_lists():

@@ -10,9 +10,11 @@ bounded attempts ends the wait with ``TinkerUnavailable`` (``wait_result``). A s
 answers but is slow (a queue) is waited for as long as it keeps answering.
 
 The probe speaks the documented REST call ``GET /api/v1/get_server_capabilities`` with the
-SDK's ``X-API-Key`` header (httpx: the SDK itself imports torch, seconds that a config check
-should not cost); everything else goes through the SDK. ``tinker`` is imported on use only:
-naming the engine must not load it.
+SDK's ``X-API-Key`` header, and before start ``sdk_problem`` sends the SDK's first call of a
+session (``POST /api/v1/client/config``), which a service written for an older SDK lacks
+(httpx: the SDK itself imports torch, seconds that a config check should not cost);
+everything else goes through the SDK. ``tinker`` is imported on use only: naming the
+engine must not load it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ KEY_ENV = "TINKER_API_KEY"
 # The SDK's own default when TINKER_BASE_URL is unset (tinker/lib/base_url.py).
 DEFAULT_URL = "https://tinker.thinkingmachines.dev/services/tinker-prod"
 CAPABILITIES_PATH = "/api/v1/get_server_capabilities"
+CLIENT_CONFIG_PATH = "/api/v1/client/config"  # the SDK's first call of a session
 
 PROBE_ATTEMPTS = 4  # bounded retries of a service that does not answer
 PROBE_TIMEOUT_S = 10.0  # one attempt's connect + read time
@@ -81,6 +84,39 @@ def probe(url: Optional[str] = None, attempts: int = PROBE_ATTEMPTS) -> Dict[str
         f"the Tinker service at {url} ({URL_ENV}) did not answer {attempts} attempts over "
         f"{sum(PROBE_BACKOFF_S[: attempts - 1]):g}s (last: {errors[-1]})"
     )
+
+
+def sdk_problem(url: Optional[str] = None) -> Optional[str]:
+    """A line when the service does not take the SDK's first call of a session (``POST
+    /api/v1/client/config`` with the SDK's version, as ``tinker`` sends it before any other):
+    a service written for another SDK version answers 404, and no client can start."""
+    import httpx
+
+    url = url or service_url()
+    version = _sdk_version()
+    reply = httpx.post(
+        url + CLIENT_CONFIG_PATH,
+        json={"sdk_version": version},
+        headers={"X-API-Key": os.environ.get(KEY_ENV, "")},
+        timeout=PROBE_TIMEOUT_S,
+    )
+    if reply.status_code < 400:
+        return None
+    return (
+        f"the Tinker service at {url} answered HTTP {reply.status_code} to POST "
+        f"{CLIENT_CONFIG_PATH}, the first call of a session of the installed SDK (tinker "
+        f"{version}): it does not speak this SDK version's API; install the SDK version the "
+        "service was written for, or use a service that takes this one"
+    )
+
+
+def _sdk_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tinker")
+    except PackageNotFoundError:
+        return "not installed"
 
 
 def model_names(capabilities: Dict[str, Any]) -> List[str]:

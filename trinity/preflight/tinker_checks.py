@@ -31,6 +31,8 @@ from trinity.engine.tinker_service import (
     TinkerUnavailable,
     base_model_problem,
     probe,
+    sdk_problem,
+    service_url,
 )
 from trinity.trainer.tinker_mapping import entropy_term_is_zero
 
@@ -185,10 +187,17 @@ def service_problems(config: Config) -> List[str]:
             f"model.tinker.enable: the environment variable {KEY_ENV} is not set; the Tinker "
             "SDK sends it to the service (a service that checks no key takes any tml- value)"
         ]
+    import httpx  # the tinker extra's, as the SDK's
+
     try:
         capabilities = probe()
+        sdk = sdk_problem()
     except (TinkerUnavailable, PermissionError) as exc:
         return [f"model.tinker.enable: {exc}"]
+    except httpx.HTTPError as exc:  # it answered the probe a moment ago
+        return [f"model.tinker.enable: the Tinker service at {service_url()}: {exc}"]
+    if sdk:
+        return [f"model.tinker.enable: {sdk}"]
     problem = base_model_problem(
         capabilities, config.model.tinker.base_model, "model.tinker.base_model"
     )
