@@ -109,8 +109,7 @@ class ReasoningGymDataset(ConfigModel):
 
 
 class ReasoningGymConfig(ConfigModel):
-    """``reasoning_gym``: the tasks of a ``storage_type: reasoning_gym`` taskset, generated
-    by the reasoning-gym package (docs/guides/environments.md)."""
+    """``reasoning_gym``: the reasoning-gym tasks of a ``storage_type: reasoning_gym`` taskset."""
 
     datasets: Dict[str, ReasoningGymDataset] = Field(
         default_factory=dict,
