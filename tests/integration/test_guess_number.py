@@ -19,11 +19,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 CONFIG = os.path.join(ROOT, "examples", "guess_number", "guess_number.yaml")
 
 
-def stored_experiences(job_dir: str) -> list:
-    """Every experience the explorer wrote to the queue's store, trained on or not."""
-    engine = sa.create_engine(f"sqlite:///{job_dir}/buffer/guess_number_buffer.db")
+def stored_experiences(job_dir: str, name: str = "guess_number_buffer") -> list:
+    """Every experience the explorer wrote to the queue ``name``'s store, trained on or not."""
+    engine = sa.create_engine(f"sqlite:///{job_dir}/buffer/{name}.db")
     with engine.connect() as conn:
-        rows = conn.execute(sa.text("SELECT data FROM guess_number_buffer ORDER BY id")).fetchall()
+        rows = conn.execute(sa.text(f"SELECT data FROM {name} ORDER BY id")).fetchall()
     return [decode_experience(row.data) for row in rows]
 
 

@@ -291,7 +291,7 @@ def test_not_supported_values_are_reported_together(tmp_path):
         "model.lora_configs[0].lora_dtype = int8 is not supported yet (supported: auto, "
         "float32, bfloat16, float16)",
         "buffer.explorer_input.tasksets[0].storage_type = queue is not supported yet "
-        "(supported: file, sql)",
+        "(supported: file, reasoning_gym, sql)",
         "trainer.trainer_strategy = megatron is not supported yet: the Megatron backend is not "
         "built; the trainer shards with FSDP2 (supported: fsdp, fsdp2)",
         "monitor.monitor_type: unknown monitor_type 'neptune' (known: mlflow, tensorboard, wandb)",
@@ -316,7 +316,7 @@ def test_a_name_registered_nowhere_is_unknown_with_the_closest_not_a_planned_fea
         "algorithm.algorithm_type: unknown algorithm_type 'grpoo'; did you mean 'grpo'? "
         "(known: grpo, sft)" + plugin,
         "buffer.explorer_input.tasksets[0].storage_type: unknown storage_type 'fiel'; did you "
-        "mean 'file'? (known: file, sql)" + plugin,
+        "mean 'file'? (known: file, reasoning_gym, sql)" + plugin,
         "buffer.trainer_input.experience_buffer.storage_type: unknown storage_type 'sqll'; did "
         "you mean 'sql'? (known: queue, sql)" + plugin,
         "explorer.rollout_model.engine_type: unknown engine_type 'transformer'; did you mean "

@@ -449,8 +449,8 @@ def test_storage_example_serves_where_rows_are_read_only(plugins):
     tasks = {"explorer_input": {"taskset": {"storage_type": "tsvv"}}}
     assert refused("both", tasks) == [
         "buffer.explorer_input.tasksets[0].storage_type: unknown storage_type 'tsvv'; did you "
-        "mean 'tsv'? (known: file, sql, tsv); a plugin's class is registered once its file is "
-        "loaded with --plugin-dir"
+        "mean 'tsv'? (known: file, reasoning_gym, sql, tsv); a plugin's class is registered "
+        "once its file is loaded with --plugin-dir"
     ]
 
 

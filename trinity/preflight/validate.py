@@ -27,6 +27,7 @@ from trinity.preflight.components import bind_problems, is_builtin
 from trinity.preflight.decoupled import decoupled_problems
 from trinity.preflight.hardware import hardware_problems
 from trinity.preflight.ranks import rank_problems, unsplit_sequences
+from trinity.preflight.reasoning_gym_checks import reasoning_gym_problems
 from trinity.preflight.serve_checks import serve_problems
 from trinity.preflight.storage_names import name_problem
 from trinity.preflight.support import (
@@ -62,6 +63,7 @@ def check_consistency(config: Config) -> List[str]:
     problems += _check_external(config)
     problems += _check_batches(config)
     problems += _check_datasets(config)
+    problems += reasoning_gym_problems(config, storages_of(config))
     problems += _check_buffer_path(config)
     problems += buffer_component_problems(config)
     problems += decoupled_problems(config)

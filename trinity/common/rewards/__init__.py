@@ -12,6 +12,7 @@ from trinity.common.rewards.boxed import MathBoxedReward
 from trinity.common.rewards.countdown import CountdownReward
 from trinity.common.rewards.dapo import MathDAPOReward
 from trinity.common.rewards.math import AccuracyReward, FormatReward, MathReward
+from trinity.common.rewards.reasoning_gym import ReasoningGymReward
 from trinity.common.rewards.toolcall import ToolCallReward
 from trinity.common.rewards.verified import MathVerifyReward
 
@@ -26,5 +27,6 @@ __all__ = [
     "CountdownReward",
     "MathBoxedReward",
     "MathDAPOReward",
+    "ReasoningGymReward",
     "ToolCallReward",
 ]

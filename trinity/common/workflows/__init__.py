@@ -19,6 +19,7 @@ from trinity.common.workflows.qwen_math import (
     OnPolicyDistillMathWorkflow,
     OnPolicyDistillWorkflow,
 )
+from trinity.common.workflows.reasoning_gym import ReasoningGymWorkflow
 from trinity.common.workflows.rubric import RubricWorkflow
 from trinity.common.workflows.rubric_judge import RubricJudgeAPIWorkflow, RubricJudgeWorkflow
 from trinity.common.workflows.ruler import RulerWorkflow
@@ -41,6 +42,7 @@ __all__ = [
     "GuessNumberWorkflow",
     "FrozenLakeWorkflow",
     "TextArenaWorkflow",
+    "ReasoningGymWorkflow",
     "LLMJudgeWorkflow",
     "JudgedWorkflow",
     "JudgeReplyError",

@@ -16,10 +16,10 @@ from typing import Any, Dict, List
 
 from pydantic import Field
 
-from trinity.common.config.base import ConfigError, ConfigModel, validate_model
+from trinity.common.config.base import ConfigModel
 from trinity.common.experience import Experience
 from trinity.common.workflows.simple import SimpleWorkflow, with_default_system
-from trinity.common.workflows.workflow import WORKFLOWS, Task
+from trinity.common.workflows.workflow import WORKFLOWS, Task, read_workflow_args
 
 # Qwen2.5-Math's chain-of-thought instruction, which the original uses as its default.
 BOXED_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -60,10 +60,7 @@ class MathBoxedWorkflow(SimpleWorkflow):
     args_model = BoxedArgs
 
     def reset(self, task: Task) -> None:
-        try:
-            self.args = validate_model(BoxedArgs, task.workflow_args, "workflow_args")
-        except ConfigError as exc:
-            raise ValueError(f"taskset '{task.taskset_name}': {'; '.join(exc.problems)}") from None
+        self.args = read_workflow_args(BoxedArgs, task)
         super().reset(task)
 
     def prompt_messages(self, task: Task) -> List[Dict[str, Any]]:

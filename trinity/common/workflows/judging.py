@@ -19,9 +19,9 @@ from typing import Any, Collection, List, Optional
 
 from pydantic import Field
 
-from trinity.common.config.base import ConfigError, ConfigModel, validate_model
+from trinity.common.config.base import ConfigModel
 from trinity.common.workflows.simple import PromptWorkflow
-from trinity.common.workflows.workflow import Task
+from trinity.common.workflows.workflow import Task, read_workflow_args
 
 _NUMBER = r"\d+(?:\.\d+)?"
 # One RULER line: "3: 7", "answer 3: 7.5", "#3 = 7"; explanations on other lines are skipped.
@@ -148,11 +148,7 @@ class JudgedWorkflow(PromptWorkflow):
     def reset(self, task: Task) -> None:
         super().reset(task)
         self.question = self.messages[-1]["content"]
-        try:
-            self.args = validate_model(self.args_model, task.workflow_args, "workflow_args")
-        except ConfigError as exc:
-            problems = "; ".join(exc.problems)
-            raise ValueError(f"taskset '{task.taskset_name}': {problems}") from None
+        self.args = read_workflow_args(self.args_model, task)
 
     def ask_judge(self, prompt: str, system: Optional[str] = None) -> str:
         """The judge's reply to one user message (after ``system``, if given)."""

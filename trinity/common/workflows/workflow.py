@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from trinity.common.config import FormatConfig, GenerationConfig
+from trinity.common.config.base import ConfigError, validate_model
 from trinity.common.experience import Experience
 from trinity.common.registry import Registry
 
@@ -119,3 +120,12 @@ def missing_packages(workflow: Any) -> List[str]:
         for module, extra in getattr(workflow, "needs_packages", {}).items()
         if importlib.util.find_spec(module) is None
     ]
+
+
+def read_workflow_args(args_model: type, task: Task) -> Any:
+    """``task.workflow_args`` as ``args_model`` (a workflow's ``args_model``); a ValueError
+    naming the taskset and each bad key."""
+    try:
+        return validate_model(args_model, task.workflow_args, "workflow_args")
+    except ConfigError as exc:
+        raise ValueError(f"taskset '{task.taskset_name}': {'; '.join(exc.problems)}") from None
