@@ -84,7 +84,9 @@ DEMOS: Dict[str, Demo] = {
         [
             "examples/smollm2/grpo.yaml",
             "examples/smollm2/grpo_vllm.yaml",
+            "examples/smollm2/grpo_tinker.yaml",
             "examples/environments/reasoning_gym.yaml",
+            "examples/environments/textarena.yaml",
         ],
     ),
 }
