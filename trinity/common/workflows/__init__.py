@@ -14,6 +14,7 @@ from trinity.common.workflows.judge import LLMJudgeWorkflow
 from trinity.common.workflows.judging import JudgedWorkflow, JudgeReplyError
 from trinity.common.workflows.math_ruler import MathRulerWorkflow
 from trinity.common.workflows.math_trainable_ruler import MathTrainableRulerWorkflow
+from trinity.common.workflows.openenv import OpenEnvWorkflow
 from trinity.common.workflows.qwen_math import (
     MathEvalWorkflow,
     OnPolicyDistillMathWorkflow,
@@ -42,6 +43,7 @@ __all__ = [
     "GuessNumberWorkflow",
     "FrozenLakeWorkflow",
     "TextArenaWorkflow",
+    "OpenEnvWorkflow",
     "ReasoningGymWorkflow",
     "LLMJudgeWorkflow",
     "JudgedWorkflow",
