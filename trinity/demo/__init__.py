@@ -87,6 +87,7 @@ DEMOS: Dict[str, Demo] = {
             "examples/smollm2/grpo_tinker.yaml",
             "examples/environments/reasoning_gym.yaml",
             "examples/environments/textarena.yaml",
+            "examples/environments/openenv.yaml",
         ],
     ),
 }
