@@ -1,6 +1,7 @@
 """``openenv_workflow``: episodes of an OpenEnv environment (openenv-core), one experience each.
 
-The environment is a server: one that runs already (``workflow_args.url``), or an app this
+The environment is a server: one that runs already (``workflow_args.url``, or the row's
+``url`` column, which overrides both), or an app this
 workflow serves itself (``app``, a dotted path of what openenv's ``create_app`` returned,
 started once per process on a free port of 127.0.0.1 and stopped when the process exits).
 Each episode is one WebSocket session of the environment's client (``client``; unset:
@@ -47,7 +48,9 @@ class OpenEnvArgs(ConfigModel):
     """``workflow_args`` of ``openenv_workflow``."""
 
     url: Optional[str] = Field(
-        None, description="A running OpenEnv server (http://host:port); or set app."
+        None,
+        description="A running OpenEnv server (http://host:port); or set app. A row's url "
+        "column overrides both.",
     )
     app_dir: Optional[str] = Field(
         None, description="A folder put first on the import path of app (an app not installed)."
@@ -182,7 +185,9 @@ class OpenEnvWorkflow(Workflow):
         self.task = task
         where = f"taskset '{task.taskset_name}' row {task.index}"
         try:
-            self.args: OpenEnvArgs = validate_model(OpenEnvArgs, task.workflow_args, "workflow_args")
+            self.args: OpenEnvArgs = validate_model(
+                OpenEnvArgs, task.workflow_args, "workflow_args"
+            )
         except ConfigError as exc:
             raise ValueError(f"{where}: {'; '.join(exc.problems)}") from None
         row, self.reset_kwargs = task.raw_task, dict(self.args.reset_args)
@@ -195,6 +200,9 @@ class OpenEnvWorkflow(Workflow):
         if not isinstance(extra, dict):
             raise ValueError(f"{where}: column 'reset_args' must be a mapping, got {extra!r}")
         self.reset_kwargs.update(extra)
+        self.url = row.get("url") or self.args.url
+        if not isinstance(self.url, (str, type(None))):
+            raise ValueError(f"{where}: column 'url' must be a server URL, got {self.url!r}")
         args = self.args
         self.client_cls = load_object(args.client) if args.client else None
         self.action_cls = load_object(args.action_type) if args.action_type else None
@@ -203,12 +211,10 @@ class OpenEnvWorkflow(Workflow):
 
     async def run_async(self) -> List[Experience]:
         """``rollout_args.n`` episodes, one after the other (``run`` runs this on its loop)."""
-        url = self.args.url
+        url = self.url
         if url is None:  # started (or found) in a thread: starting waits for the server
             args = self.args
-            url = await asyncio.to_thread(
-                served_url, args.app, args.app_dir, args.startup_timeout
-            )
+            url = await asyncio.to_thread(served_url, args.app, args.app_dir, args.startup_timeout)
         return [await self._episode(url) for _ in range(self.task.rollout_args.n)]
 
     async def _episode(self, url: str) -> Experience:
@@ -219,7 +225,9 @@ class OpenEnvWorkflow(Workflow):
         )
         try:
             result = await _call(url, "reset", client.reset(**self.reset_kwargs))
-            messages = [{"role": "system", "content": args.system_prompt}] if args.system_prompt else []
+            messages = (
+                [{"role": "system", "content": args.system_prompt}] if args.system_prompt else []
+            )
             calls: List[Experience] = []
             rewards: List[float] = []
             end = "done"

@@ -96,7 +96,9 @@ def load_object(path: str, folder: Optional[str] = None) -> Any:
         ) from None
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise ValueError(f"importing '{module_name}' raised {type(exc).__name__}: {first}") from None
+        raise ValueError(
+            f"importing '{module_name}' raised {type(exc).__name__}: {first}"
+        ) from None
     if not hasattr(module, attr):
         names = [name for name in vars(module) if not name.startswith("_")]
         raise ValueError(f"module '{module_name}' has no '{attr}'{did_you_mean(attr, names)}")
@@ -193,7 +195,9 @@ def served_url(app: str, app_dir: Optional[str], startup_timeout: float) -> str:
 
 
 # ---- the client ----------------------------------------------------------------------------
-async def connect(client_cls: Any, url: str, tries: int, timeout: float, step_timeout: float) -> Any:
+async def connect(
+    client_cls: Any, url: str, tries: int, timeout: float, step_timeout: float
+) -> Any:
     """A client of ``client_cls`` (an ``EnvClient`` subclass; None: openenv's
     ``GenericEnvClient``) connected to ``url``, tried ``tries`` times, a second more between
     tries each time; ``EnvError`` naming the URL when none answered."""
