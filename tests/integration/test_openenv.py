@@ -93,7 +93,9 @@ def test_two_grpo_steps_against_an_openenv_server(tmp_path, monkeypatch, micro_m
         assert exp.action_mask.tolist() == expected_mask(tokenizer, exp, max_tokens=REPLY)
         said = replies(tokenizer, exp)
         assert len(said) == exp.info["turns"] == exp.metrics["turns"]
-        shown, rewards = replay(said, exp.info["seed"])
+        # what the environment got: the reply text without the special tokens it holds
+        sent = [tokenizer.decode(tokenizer.encode(r), skip_special_tokens=True) for r in said]
+        shown, rewards = replay(sent, exp.info["seed"])
         assert exp.reward == pytest.approx(sum(rewards))
         messages = [{"role": "system", "content": system}]
         for text, reply in zip(shown[:-1], said, strict=True):  # the last one: after the end
