@@ -121,7 +121,7 @@ def test_build_a_grpo_config_from_scratch_save_and_load(
     kinds = browser.find_elements(
         By.CSS_SELECTOR, f'datalist[id="runs-{taskset}.storage_type"] option'
     )
-    assert sorted(k.get_attribute("value") for k in kinds) == ["file", "sql"]
+    assert sorted(k.get_attribute("value") for k in kinds) == ["file", "reasoning_gym", "sql"]
     _type(browser, f"{taskset}.name", "arithmetic")
     _type(browser, f"{taskset}.path", arithmetic_data["rl"])
     _type(browser, f"{taskset}.split", "train")

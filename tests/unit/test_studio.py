@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import types
+import typing
 
 from omegaconf import OmegaConf
 from pydantic import BaseModel, Field
@@ -18,13 +20,16 @@ QUICKSTART = os.path.join(ROOT, "examples", "quickstart", "arithmetic.yaml")
 
 
 def _all_models(model: type, seen: dict) -> dict:
+    """The sections under ``model``: fields that are a model or a list of them (optional or
+    not). A mapping of models (``reasoning_gym.datasets``) is one YAML field on the form."""
     seen[model.__name__] = model
     for field in model.model_fields.values():
-        for tp in (field.annotation, *getattr(field.annotation, "__args__", ())):
-            for inner in (tp, *getattr(tp, "__args__", ())):
-                if isinstance(inner, type) and issubclass(inner, BaseModel):
-                    if inner.__name__ not in seen:
-                        _all_models(inner, seen)
+        union = typing.get_origin(field.annotation) in (typing.Union, types.UnionType)
+        for tp in typing.get_args(field.annotation) if union else (field.annotation,):
+            inner = typing.get_args(tp)[0] if typing.get_origin(tp) is list else tp
+            if isinstance(inner, type) and issubclass(inner, BaseModel):
+                if inner.__name__ not in seen:
+                    _all_models(inner, seen)
     return seen
 
 
