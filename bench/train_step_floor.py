@@ -55,7 +55,13 @@ def sample_batch(smollm2: str, prompts: int, n: int, max_tokens: int) -> List[Ex
 
     with open(os.path.join(smollm2, "data", "rl", "train.jsonl")) as f:
         rows = [json.loads(line) for line in itertools.islice(f, prompts)]
-    engine = TransformersEngine(os.path.join(smollm2, "model"), seed=0)
+    engine = TransformersEngine(
+        os.path.join(smollm2, "model"),
+        seed=0,
+        max_model_len=2048,
+        max_prompt_tokens=96,
+        max_response_tokens=max_tokens,
+    )
     encoded = [
         engine.apply_chat_template([{"role": "user", "content": r["question"]}]) for r in rows
     ]
