@@ -3,7 +3,7 @@
 Workload: one GRPO step of ``examples/smollm2/grpo.yaml`` (8 word problems x 8 samples, up to
 32 response tokens): real rollouts of SmolLM2-135M-Instruct, sampled once by the
 transformers engine at the example's temperature and kept in ``--batch`` (a torch file) so
-that every run measures the same rows; reward 1 where the reply holds the answer's number.
+that every run measures the same rows; rewarded by the example's ``math_verify_reward``.
 
 Sides, alternating in each of ``--repeats`` rounds after a warm-up of each:
 
@@ -30,7 +30,6 @@ import functools
 import itertools
 import json
 import os
-import re
 import statistics
 import tempfile
 import time
@@ -49,8 +48,9 @@ PARAM_DTYPE = "trainer.trainer_config.actor_rollout_ref.actor.fsdp_config.mixed_
 
 
 def sample_batch(smollm2: str, prompts: int, n: int, max_tokens: int) -> List[Experience]:
-    """``prompts`` word problems x ``n`` replies from the engine, rewarded by the answer."""
+    """``prompts`` word problems x ``n`` replies from the engine, rewarded as the example is."""
     from trinity.common.models.sampling import SamplingParams
+    from trinity.common.rewards.verified import MathVerifyReward
     from trinity.engine.hf_engine import TransformersEngine
 
     with open(os.path.join(smollm2, "data", "rl", "train.jsonl")) as f:
@@ -66,19 +66,18 @@ def sample_batch(smollm2: str, prompts: int, n: int, max_tokens: int) -> List[Ex
         engine.apply_chat_template([{"role": "user", "content": r["question"]}]) for r in rows
     ]
     params = [SamplingParams(n=n, temperature=0.8, max_tokens=max_tokens) for _ in rows]
-    out = []
+    reward, out = MathVerifyReward(), []
     for group, (row, samples) in enumerate(
         zip(rows, engine.generate(encoded, params), strict=True)
     ):
         for sample in samples:
             text = engine.tokenizer.decode(sample.token_ids, skip_special_tokens=True)
-            right = str(row["answer"]) in re.findall(r"-?\d+", text)
             out.append(
                 Experience(
                     tokens=sample.prompt_token_ids + sample.token_ids,
                     prompt_length=len(sample.prompt_token_ids),
                     logprobs=sample.logprobs,
-                    reward=float(right),
+                    reward=reward(text, str(row["answer"]))["accuracy"],
                     group_id=str(group),
                 )
             )
