@@ -13,7 +13,9 @@ job's experience store and metrics::
     trained   experiences the final trainer history trained on (sample/experience_count)
     dropped   experiences dropped as stale (staleness/dropped, plus those read after the
               last train step, when only stale rows were left)
-    lost      rows no train step read (consumed_by is null)
+    lost      rows no train step read though a newer row was read (skipped)
+    unread    rows newer than every row read: committed (serve) after the last train step
+              took its batch; they stay in the store and a continued run reads them first
     twice     trained + dropped - written, when positive; steps logged twice
 
     python bench/kill_matrix.py --kills 5 --out docs/results/kill_matrix.json
@@ -150,9 +152,11 @@ def accounting(job_dir: str) -> Dict:
         count = lambda where, *a: db.execute(  # noqa: E731
             f"SELECT COUNT(*) FROM {table} WHERE {where}", a
         ).fetchone()[0]
-        written, lost, late = (
+        newest_read = f"(SELECT MAX(id) FROM {table} WHERE consumed_by IS NOT NULL)"
+        written, lost, unread, late = (
             count("1"),
-            count("consumed_by IS NULL"),
+            count(f"consumed_by IS NULL AND id < {newest_read}"),
+            count(f"consumed_by IS NULL AND id > {newest_read}"),
             count("consumed_by > ?", last),
         )
     trained = sum(r["sample/experience_count"] for r in trainer)
@@ -162,6 +166,7 @@ def accounting(job_dir: str) -> Dict:
         "trained": trained,
         "dropped_as_stale": dropped,
         "lost": lost,
+        "unread": unread,
         "twice": max(0, trained + dropped - written),
         "train_steps_logged_twice": len(steps) - len(set(steps)),
         "explore_steps_logged_twice": len(explored) - len(set(explored)),
