@@ -113,6 +113,37 @@ class GrowingLayer(DynamicLayer):
         self._k, self._v = self._k[indices], self._v[indices]
         self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
 
+    def append_rows(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Add rows (N, kv heads, ``length``, d) after the current ones (rows joining a
+        running batch; their columns are already aligned to this cache's)."""
+        if self._k is None:  # nothing stored yet: the first update brings every row
+            return
+        rows = []
+        for buffer, new in ((self._k, keys), (self._v, values)):
+            # zeros, not empty: a masked column still meets a 0 weight, and 0 * nan is nan
+            row = buffer.new_zeros((len(new), *buffer.shape[1:]))
+            row[:, :, : self.length] = new
+            rows.append(torch.cat([buffer, row]))
+        self._k, self._v = rows
+        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
+
+    def shift(self, columns: int) -> None:
+        """Drop the first ``columns`` columns of every row, or, when negative, put that many
+        zero columns in front (left padding grown for a longer row joining)."""
+        if self._k is None:
+            return
+        keep = max(0, columns)
+        front = max(0, -columns)
+        self.length = self.length - keep + front
+        capacity = max(self.length, self._k.shape[2])
+        moved = []
+        for buffer in (self._k, self._v):
+            shifted = buffer.new_zeros((*buffer.shape[:2], capacity, buffer.shape[-1]))
+            shifted[:, :, front : self.length] = buffer[:, :, keep : self.length - front + keep]
+            moved.append(shifted)
+        self._k, self._v = moved
+        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
+
 
 def supports_shared_prefix(model: PreTrainedModel) -> bool:
     """Whether ``model`` can decode with ``SharedPrefixDecoder``: every layer is plain full
@@ -146,6 +177,10 @@ class _PrefixCache(DynamicCache):
         # Set for one packed pass (``SharedPrefixDecoder.extend`` with ``lengths``): the
         # padded (row * width + column) slot of each packed token, and the width.
         self.packed: Optional[Tuple[torch.Tensor, int]] = None
+        # Rows that joined mid-decode hold no own keys before their first token: a row's own
+        # columns before ``own_start`` are masked, when ``ragged`` says some row has any.
+        self.own_start = torch.zeros(len(source), dtype=torch.long, device=source.device)
+        self.ragged = False
         self.set_rows(source)
 
     def set_rows(self, source: torch.Tensor) -> None:
@@ -176,7 +211,71 @@ class _PrefixCache(DynamicCache):
         for layer in self.layers:
             if layer.is_initialized:
                 layer.batch_select_indices(keep)
-        self.set_rows(self.source[keep])
+        self.own_start = self.own_start[keep]
+        self.source = self.source[keep]
+        if self.ragged or len(self.prefix_bias) > 1:
+            self._compact()
+        self.set_rows(self.source)
+
+    def add(self, joining: _PrefixCache) -> None:
+        """Append the rows of ``joining`` (a prefill of other prompts): their prompts become
+        groups here, the narrower prompts' left padding growing to the wider width, and their
+        own columns start empty at this cache's current column."""
+        width = max(self.prompt_mask.shape[1], joining.prompt_mask.shape[1])
+
+        def both(mine: torch.Tensor, theirs: torch.Tensor, dim: int, pad: Any) -> torch.Tensor:
+            parts = [_pad_front(t, width - t.shape[dim], dim, pad) for t in (mine, theirs)]
+            return torch.cat(parts)
+
+        self.prefix = [
+            (both(k, jk, 2, 0), both(v, jv, 2, 0))
+            for (k, v), (jk, jv) in zip(self.prefix, joining.prefix, strict=True)
+        ]
+        self.prompt_mask = both(self.prompt_mask, joining.prompt_mask, 1, False)
+        self.prefix_bias = both(self.prefix_bias, joining.prefix_bias, 1, float("-inf"))
+        own = self.layers[0].get_seq_length()
+        for layer, (keys, values) in zip(self.layers, joining.prefix, strict=True):
+            empty = (len(joining.source), keys.shape[1], own, keys.shape[-1])
+            layer.append_rows(keys.new_zeros(empty), values.new_zeros(empty))
+        self.own_start = torch.cat([self.own_start, torch.full_like(joining.source, own)])
+        self.ragged = self.ragged or own > 0
+        self.source = torch.cat([self.source, joining.source + self.groups])
+        self.groups += joining.groups
+        self.set_rows(self.source)
+
+    def _compact(self) -> None:
+        """Forget what no running row reads: prompts without rows (once they are half of
+        all, so the copying stays amortised), prompt columns that are padding in every
+        kept prompt, and own columns before every row's first."""
+        used = torch.bincount(self.source, minlength=self.groups) > 0
+        kept = int(used.sum())
+        if 0 < kept <= self.groups // 2:
+            index = used.nonzero().squeeze(1)
+            self.prefix = [(k[index], v[index]) for k, v in self.prefix]
+            self.prompt_mask, self.prefix_bias = self.prompt_mask[index], self.prefix_bias[index]
+            self.source = (used.cumsum(0) - 1)[self.source]
+            self.groups = kept
+            first = int(self.prompt_mask.any(dim=0).int().argmax())
+            if first:
+                self.prefix = [(k[:, :, first:], v[:, :, first:]) for k, v in self.prefix]
+                self.prompt_mask = self.prompt_mask[:, first:]
+                self.prefix_bias = self.prefix_bias[:, first:]
+        if self.ragged and len(self.own_start):
+            start = int(self.own_start.min())
+            if start and 2 * start >= self.layers[0].get_seq_length():
+                for layer in self.layers:
+                    layer.shift(start)
+                self.own_start = self.own_start - start
+            self.ragged = bool(self.own_start.any())
+
+
+def _pad_front(t: torch.Tensor, count: int, dim: int, value: Any) -> torch.Tensor:
+    """``t`` with ``count`` columns of ``value`` put in front along ``dim``."""
+    if count == 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = count
+    return torch.cat([t.new_full(shape, value), t], dim=dim)
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor]):
@@ -217,12 +316,16 @@ def _cascade_attention(cache: _PrefixCache, layer_idx: int, query, key, value, s
     part_p = part_p.reshape(groups * width, *part_p.shape[2:])  # (B, Hkv, G*Q, Dv + 2)
     if not cache.dense:
         part_p = part_p[cache.slot]
-    causal = None
+    bias = None
     if width_q > 1:  # new token i sees the row's earlier tokens and new tokens 0..i
         allowed = torch.ones((width_q, own), dtype=torch.bool, device=q.device)
         allowed = allowed.tril(diagonal=own - width_q).repeat(heads // kv_heads, 1)
-        causal = torch.zeros(allowed.shape, device=q.device).masked_fill_(~allowed, float("-inf"))
-    part_s = _attend(q, key, value, causal)  # (B, Hkv, G*Q, Dv + 2)
+        bias = torch.zeros(allowed.shape, device=q.device).masked_fill_(~allowed, float("-inf"))
+    if cache.ragged:  # a row that joined late has no own keys before its first token
+        before = torch.arange(own, device=q.device) < cache.own_start[:, None]
+        late = torch.zeros(before.shape, device=q.device).masked_fill_(before, float("-inf"))
+        bias = late[:, None, None, :] if bias is None else bias + late[:, None, None, :]
+    part_s = _attend(q, key, value, bias)  # (B, Hkv, G*Q, Dv + 2)
     # Rescale both parts to their common max: exactly softmax over prompt + own keys.
     top = torch.maximum(part_p[..., -2:-1], part_s[..., -2:-1])
     w_p, w_s = (part_p[..., -2:-1] - top).exp(), (part_s[..., -2:-1] - top).exp()
@@ -300,7 +403,10 @@ register_attention(ATTENTION, sdpa_unless("shared_prefix_cache", _shared_prefix_
 
 
 class SharedPrefixDecoder:
-    """Decode with one cache copy per distinct prompt (see the module docstring)."""
+    """Decode with one cache copy per distinct prompt (see the module docstring); rows of
+    other prompts can ``join`` mid-decode."""
+
+    joinable = True
 
     def __init__(
         self,
@@ -319,23 +425,36 @@ class SharedPrefixDecoder:
             model.set_attn_implementation(ATTENTION)
         self.model = model if body is None else body
         self.hidden = body is not None
-        self.cache = _PrefixCache(model.config, mask.bool(), source, min(steps, FIRST_CAPACITY))
+        self.capacity = min(steps, FIRST_CAPACITY)
+        self.cache, self.logits = self._prefill(ids, mask, source)  # (B, V) (B, H with body)
+        self.position = mask.sum(dim=-1)[source]  # (B,) position of the next token
+
+    def _prefill(self, ids, mask, source) -> Tuple[_PrefixCache, torch.Tensor]:
+        """A cache holding prompts ``ids``/``mask`` (P, W), and rows ``source``' logits."""
+        cache = _PrefixCache(self.model.config, mask.bool(), source, self.capacity)
         # The decoder has no head, so nothing to skip: it returns every prompt position.
         keep = {} if self.hidden else {"logits_to_keep": 1}
         out = self.model(
             input_ids=ids,
             position_ids=(mask.cumsum(dim=-1) - 1).clamp(min=0),
-            **cache_kwargs(self.model, self.cache),
+            **cache_kwargs(self.model, cache),
             use_cache=True,
-            shared_prefix_cache=self.cache,
+            shared_prefix_cache=cache,
             **keep,
         )
-        self.cache.decoding = True
-        self.logits = self._output(out)[:, -1, :][source]  # (B, V) logits (B, H with body)
-        self.position = mask.sum(dim=-1)[source]  # (B,) position of the next token
+        cache.decoding = True
+        return cache, self._output(out)[:, -1, :][source]
 
     def _output(self, out: Any) -> torch.Tensor:
         return out.last_hidden_state if self.hidden else out.logits
+
+    def join(self, ids, mask, source) -> torch.Tensor:
+        """Prefill other prompts ``ids``/``mask`` (P', W') and append rows ``source`` (B',)
+        of them after the running ones; returns the new rows' next-token logits (B', V)."""
+        joining, logits = self._prefill(ids, mask, source)
+        self.cache.add(joining)
+        self.position = torch.cat([self.position, mask.sum(dim=-1)[source]])
+        return logits
 
     def select(self, keep: torch.Tensor) -> None:
         """Keep only rows ``keep`` (indices into the current rows)."""
