@@ -37,8 +37,6 @@ RUNNERS = 2  # examples/smollm2/grpo.yaml: runner_per_model
 def run_steps(spec: Dict[str, Any]) -> Dict[str, Any]:
     """In the child: ``spec["steps"]`` steps (after one warm-up step) through an engine
     built from the ``trinity`` on ``sys.path``; the figures of each."""
-    from trinity.common.config import FormatConfig, GenerationConfig
-    from trinity.common.workflows import Task
     from trinity.engine.local import LocalEngine
     from trinity.explorer.runner import WorkflowRunner
 
@@ -56,51 +54,56 @@ def run_steps(spec: Dict[str, Any]) -> Dict[str, Any]:
     )
     params = {"max_tokens": spec["max_tokens"], "min_tokens": 0}
     runners = [WorkflowRunner(engine, default_params=params) for _ in range(RUNNERS)]
+    tasks = spec["tasks"]
+    run_step(runners, rows[spec["steps"] * tasks :][:tasks], spec)  # warm-up, unmeasured rows
+    return {
+        "steps": [run_step(runners, rows[i * tasks :][:tasks], spec) for i in range(spec["steps"])]
+    }
 
-    def step(index: int) -> Dict[str, Any]:
-        first = index * spec["tasks"]
-        tasks = [
-            Task(
-                workflow="math_workflow",
-                reward_fn="math_verify_reward",
-                raw_task=row,
-                format_args=FormatConfig(prompt_key="question", response_key="answer"),
-                rollout_args=GenerationConfig(n=spec["samples"], temperature=1.0),
-                index=first + i,
-                task_id=f"{index}/{i}",
-            )
-            for i, row in enumerate(rows[first : first + spec["tasks"]])
-        ]
-        returned: List[float] = [0.0] * len(tasks)
-        results: List[Any] = [None] * len(tasks)
-        start = time.perf_counter()
 
-        def run(i: int) -> None:
-            results[i] = runners[i % RUNNERS].run_task(tasks[i])
-            returned[i] = time.perf_counter() - start
+def run_step(runners: List[Any], rows: List[Dict[str, Any]], spec: Dict[str, Any]) -> Dict:
+    """One step: a math_workflow task per row, all in flight at once, dealt to the runners."""
+    from trinity.common.config import FormatConfig, GenerationConfig
+    from trinity.common.workflows import Task
 
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(tasks))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        wall = time.perf_counter() - start
-        errors = [r.error for r in results if r.error]
-        if errors:
-            raise RuntimeError(errors[0])
-        experiences = [e for r in results for e in r.experiences]
-        tokens = sum(len(e.tokens) - e.prompt_length for e in experiences)
-        return {
-            "wall_s": round(wall, 3),
-            "rows_per_s": round(len(experiences) / wall, 2),
-            "tokens_per_s": round(tokens / wall, 1),
-            "tokens": tokens,
-            "median_task_return_s": round(statistics.median(returned), 3),
-            "first_task_return_s": round(min(returned), 3),
-        }
+    tasks = [
+        Task(
+            workflow="math_workflow",
+            reward_fn="math_verify_reward",
+            raw_task=row,
+            format_args=FormatConfig(prompt_key="question", response_key="answer"),
+            rollout_args=GenerationConfig(n=spec["samples"], temperature=1.0),
+            task_id=str(i),
+        )
+        for i, row in enumerate(rows)
+    ]
+    returned: List[float] = [0.0] * len(tasks)
+    results: List[Any] = [None] * len(tasks)
+    start = time.perf_counter()
 
-    step(spec["steps"])  # warm-up, on rows no measured step uses
-    return {"steps": [step(i) for i in range(spec["steps"])]}
+    def run(i: int) -> None:
+        results[i] = runners[i % len(runners)].run_task(tasks[i])
+        returned[i] = time.perf_counter() - start
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(tasks))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - start
+    errors = [r.error for r in results if r.error]
+    if errors:
+        raise RuntimeError(errors[0])
+    experiences = [e for r in results for e in r.experiences]
+    tokens = sum(len(e.tokens) - e.prompt_length for e in experiences)
+    return {
+        "wall_s": round(wall, 3),
+        "rows_per_s": round(len(experiences) / wall, 2),
+        "tokens_per_s": round(tokens / wall, 1),
+        "tokens": tokens,
+        "median_task_return_s": round(statistics.median(returned), 3),
+        "first_task_return_s": round(min(returned), 3),
+    }
 
 
 def export_before(commit: str, where: str) -> str:
@@ -131,6 +134,30 @@ def summary(steps: List[Dict[str, Any]]) -> Dict[str, Any]:
     return {k: round(statistics.median(s[k] for s in steps), 3) for k in keys}
 
 
+def compare(sides: Dict[str, str], args: Any, tasks: int, max_tokens: int) -> Dict[str, Any]:
+    """Both sides on steps of ``tasks`` tasks, ``args.repeats`` times, in alternating order."""
+    spec = dict(
+        model=args.model,
+        data=args.data,
+        tasks=tasks,
+        samples=args.samples,
+        max_tokens=max_tokens,
+        slots=args.slots,
+        dtype=args.dtype,
+        steps=args.steps,
+    )
+    steps: Dict[str, List[Dict[str, Any]]] = {"before": [], "after": []}
+    for repeat in range(args.repeats):
+        for side in ["before", "after"] if repeat % 2 == 0 else ["after", "before"]:
+            steps[side] += run_side(sides[side], spec)["steps"]
+    run = {"tasks": tasks, "max_tokens": max_tokens, "rows": tasks * args.samples}
+    run.update({side: {"median": summary(s), "steps": s} for side, s in steps.items()})
+    print(json.dumps({k: run[k] for k in ("tasks", "max_tokens")}), flush=True)
+    for side in ("before", "after"):
+        print(f"  {side}: {run[side]['median']}", flush=True)
+    return run
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -150,30 +177,11 @@ def main() -> None:
         print(json.dumps(run_steps(json.loads(args.child))))
         return
     sides = {"before": export_before(args.before, tempfile.mkdtemp()), "after": ROOT}
-    runs = []
-    for tasks in args.tasks:
-        for max_tokens in args.max_tokens:
-            spec = dict(
-                model=args.model,
-                data=args.data,
-                tasks=tasks,
-                samples=args.samples,
-                max_tokens=max_tokens,
-                slots=args.slots,
-                dtype=args.dtype,
-                steps=args.steps,
-            )
-            steps: Dict[str, List[Dict[str, Any]]] = {"before": [], "after": []}
-            for repeat in range(args.repeats):
-                order = ["before", "after"] if repeat % 2 == 0 else ["after", "before"]
-                for side in order:
-                    steps[side] += run_side(sides[side], spec)["steps"]
-            run = {"tasks": tasks, "max_tokens": max_tokens, "rows": tasks * args.samples}
-            run.update({side: {"median": summary(s), "steps": s} for side, s in steps.items()})
-            runs.append(run)
-            print(json.dumps({k: run[k] for k in ("tasks", "max_tokens")}), flush=True)
-            for side in ("before", "after"):
-                print(f"  {side}: {run[side]['median']}", flush=True)
+    runs = [
+        compare(sides, args, tasks, max_tokens)
+        for tasks in args.tasks
+        for max_tokens in args.max_tokens
+    ]
     result = {
         "what": "a GRPO step's requests (math_workflow, 2 runners, every task in a thread) "
         "through the transformers engine: main before continuous batching vs after",

@@ -23,12 +23,8 @@ from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
 from trinity.ops import attention
-from trinity.ops.attention import (
-    GrowingLayer,
-    SharedPrefixDecoder,
-    cache_kwargs,
-    supports_shared_prefix,
-)
+from trinity.ops.attention import SharedPrefixDecoder, cache_kwargs, supports_shared_prefix
+from trinity.ops.kv_cache import GrowingLayer
 
 __all__ = [
     "ExpandedDecoder",

@@ -11,9 +11,8 @@ times is the saving; it also skips ``transformers``' per-step mask building.
 Two callers, which is why this sits below both (``trinity.ops``): the rollout engine decodes
 with it (``trinity/engine/decoding.py``, where the other decoder is), and the trainer scores
 GRPO groups with ``SharedPrefixDecoder.extend``, which feeds many tokens per row in one
-differentiable pass (``trinity/trainer/shared_prefix.py``). ``GrowingLayer`` grows a per-row
-cache in place; ``cache_kwargs`` / ``output_cache`` pass and read a KV cache under the name the
-installed ``transformers`` uses.
+differentiable pass (``trinity/trainer/shared_prefix.py``). ``cache_kwargs`` /
+``output_cache`` pass and read a KV cache under the name the installed ``transformers`` uses.
 """
 
 from __future__ import annotations
@@ -28,6 +27,8 @@ from transformers import AttentionInterface, DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from trinity.ops.kv_cache import GrowingLayer, pad_front
 
 
 @functools.cache
@@ -50,7 +51,6 @@ def output_cache(output: Any) -> Any:
 
 
 __all__ = [
-    "GrowingLayer",
     "SharedPrefixDecoder",
     "cache_kwargs",
     "output_cache",
@@ -62,87 +62,6 @@ __all__ = [
 ATTENTION = "trinity_shared_prefix"  # the name registered in transformers' AttentionInterface
 FIRST_CAPACITY = 64  # room for 64 new tokens first: most responses are short, buffers double
 _NO_MASK = torch.ones((1, 1, 1, 1), dtype=torch.bool)  # see SharedPrefixDecoder._forward
-
-
-class GrowingLayer(DynamicLayer):
-    """A ``DynamicLayer`` that writes into a buffer which doubles when full.
-
-    The stock layer grows by ``torch.cat`` every step, copying the whole cache per token
-    (a third of decode time on the tiny model). Here a step writes one column in place
-    and the amortised copy cost is O(1) per token, while memory stays within twice the
-    longest running sequence (reserving ``max_tokens`` up front would not fit long
-    generations on a GPU).
-    """
-
-    def __init__(self, capacity: int) -> None:
-        super().__init__()
-        self.capacity = capacity
-        self.length = 0
-        self._k: Optional[torch.Tensor] = None
-        self._v: Optional[torch.Tensor] = None
-
-    def _reserve(self, end: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        if self._k is not None and end <= self._k.shape[2]:
-            return
-        capacity = max(end, self.capacity if self._k is None else 2 * self._k.shape[2])
-        batch, heads = key_states.shape[:2]
-        k = key_states.new_empty((batch, heads, capacity, key_states.shape[-1]))
-        v = value_states.new_empty((batch, heads, capacity, value_states.shape[-1]))
-        if self.length:
-            k[:, :, : self.length] = self.keys
-            v[:, :, : self.length] = self.values
-        self._k, self._v = k, v
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
-    ) -> Tuple[torch.Tensor, torch.Tensor]:
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        end = self.length + key_states.shape[-2]
-        self._reserve(end, key_states, value_states)
-        self._k[:, :, self.length : end] = key_states
-        self._v[:, :, self.length : end] = value_states
-        self.length = end
-        self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
-        return self.keys, self.values
-
-    def get_seq_length(self) -> int:
-        return self.length
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self._k, self._v = self._k[indices], self._v[indices]
-        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
-
-    def append_rows(self, keys: torch.Tensor, values: torch.Tensor) -> None:
-        """Add rows (N, kv heads, ``length``, d) after the current ones (rows joining a
-        running batch; their columns are already aligned to this cache's)."""
-        if self._k is None:  # nothing stored yet: the first update brings every row
-            return
-        rows = []
-        for buffer, new in ((self._k, keys), (self._v, values)):
-            # zeros, not empty: a masked column still meets a 0 weight, and 0 * nan is nan
-            row = buffer.new_zeros((len(new), *buffer.shape[1:]))
-            row[:, :, : self.length] = new
-            rows.append(torch.cat([buffer, row]))
-        self._k, self._v = rows
-        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
-
-    def shift(self, columns: int) -> None:
-        """Drop the first ``columns`` columns of every row, or, when negative, put that many
-        zero columns in front (left padding grown for a longer row joining)."""
-        if self._k is None:
-            return
-        keep = max(0, columns)
-        front = max(0, -columns)
-        self.length = self.length - keep + front
-        capacity = max(self.length, self._k.shape[2])
-        moved = []
-        for buffer in (self._k, self._v):
-            shifted = buffer.new_zeros((*buffer.shape[:2], capacity, buffer.shape[-1]))
-            shifted[:, :, front : self.length] = buffer[:, :, keep : self.length - front + keep]
-            moved.append(shifted)
-        self._k, self._v = moved
-        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
 
 
 def supports_shared_prefix(model: PreTrainedModel) -> bool:
@@ -224,7 +143,7 @@ class _PrefixCache(DynamicCache):
         width = max(self.prompt_mask.shape[1], joining.prompt_mask.shape[1])
 
         def both(mine: torch.Tensor, theirs: torch.Tensor, dim: int, pad: Any) -> torch.Tensor:
-            parts = [_pad_front(t, width - t.shape[dim], dim, pad) for t in (mine, theirs)]
+            parts = [pad_front(t, width - t.shape[dim], dim, pad) for t in (mine, theirs)]
             return torch.cat(parts)
 
         self.prefix = [
@@ -267,15 +186,6 @@ class _PrefixCache(DynamicCache):
                     layer.shift(start)
                 self.own_start = self.own_start - start
             self.ragged = bool(self.own_start.any())
-
-
-def _pad_front(t: torch.Tensor, count: int, dim: int, value: Any) -> torch.Tensor:
-    """``t`` with ``count`` columns of ``value`` put in front along ``dim``."""
-    if count == 0:
-        return t
-    shape = list(t.shape)
-    shape[dim] = count
-    return torch.cat([t.new_full(shape, value), t], dim=dim)
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor]):
