@@ -44,10 +44,10 @@ with open(os.path.join(os.path.dirname(__file__), "data", "engine_main_outputs.j
 TOLERANCE = {"shared": 2e-4, "expanded": 2e-4, "static": 2e-3}
 
 
-def engine_for(model_dir, decoder: str, slots: int):  # noqa: F811
-    engine = make_engine(
-        model_dir, max_num_seqs=slots, decoder="static" if decoder == "static" else "auto"
-    )
+def engine_for(model_dir, decoder: str, slots: int, device: str = "cpu"):  # noqa: F811
+    """``decoder``: shared (prefix), expanded, static or graphs (CUDA)."""
+    choice = decoder if decoder in ("static", "graphs") else "auto"
+    engine = make_engine(model_dir, max_num_seqs=slots, decoder=choice, device=device)
     engine.shared_prefix = decoder == "shared"
     return sharpened(engine)
 
@@ -79,6 +79,23 @@ def test_requests_sample_as_before_together_or_through_fewer_slots(model_dir, de
         [prompts[q] for q, _ in REQUESTS], [SamplingParams(**kw) for _, kw in REQUESTS]
     )
     assert_as_main(results, decoder)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("decoder", ["expanded", "static", "graphs"])
+def test_cuda_requests_through_fewer_slots_sample_as_in_one_batch(model_dir, decoder):  # noqa: F811
+    """On CUDA (expanded: the GPU's growing decoder; static and graphs: a batch at a time),
+    20 rows through 4 slots sample what they sample in one batch."""
+    requests = [SamplingParams(**kw) for _, kw in REQUESTS]
+    outputs = []
+    for slots in (256, 4):
+        engine = engine_for(model_dir, decoder, slots, device="cuda")
+        prompts = chat(engine)
+        outputs.append(engine.generate([prompts[q] for q, _ in REQUESTS], requests))
+    for together, streamed in zip(*outputs, strict=True):
+        for a, b in zip(together, streamed, strict=True):
+            assert a.token_ids == b.token_ids
+            torch.testing.assert_close(a.logprobs, b.logprobs, atol=2e-3, rtol=0)
 
 
 @pytest.mark.parametrize("decoder", ["shared", "expanded"])

@@ -143,11 +143,11 @@ class DecodeStream:
         return taken
 
     def _admit(self) -> None:
+        if self.queue and self.engine._released is not None:
+            raise RuntimeError("the engine's weights are released: load weights first")
         taken = self._take()
         if not taken:
             return
-        if self.engine._released is not None:
-            raise RuntimeError("the engine's weights are released: load weights first")
         requests = [r for _, r in taken]
         params = [r.params for r in requests]
         owners = [next(self._ids) for _ in taken]

@@ -145,7 +145,7 @@ class TransformersInferenceModel(InferenceModel):
         try:
             while True:
                 if not self._hold:
-                    self._feed(stream)
+                    self._feed(stream, loop)
                 if not stream.busy:
                     break
                 for request, samples in stream.step():
@@ -165,11 +165,14 @@ class TransformersInferenceModel(InferenceModel):
             len(self._pending),
         )
 
-    def _feed(self, stream: Any) -> None:
+    def _feed(self, stream: Any, loop: asyncio.AbstractEventLoop) -> None:
         """Move pending requests into ``stream`` while its slots have room (in order; a
-        request wider than every slot goes alone into an empty stream)."""
+        request wider than every slot goes alone into an empty stream). A request of another
+        loop (a local caller's next ``asyncio.run``) is left to that loop's decode run."""
         while self._pending:
             request = self._pending[0]
+            if request.future.get_loop() is not loop:
+                return
             if stream.busy and stream.room() < request.params.n:
                 return
             self._pending.popleft()
