@@ -50,6 +50,7 @@ def run_steps(spec: Dict[str, Any]) -> Dict[str, Any]:
         max_model_len=96 + spec["max_tokens"],
         max_prompt_tokens=96,
         max_response_tokens=spec["max_tokens"],
+        num_threads=spec["threads"],
         **({"max_num_seqs": spec["slots"]} if spec["slots"] else {}),
     )
     params = {"max_tokens": spec["max_tokens"], "min_tokens": 0}
@@ -146,6 +147,7 @@ def compare(sides: Dict[str, str], args: Any, tasks: int, max_tokens: int) -> Di
         max_tokens=max_tokens,
         slots=args.slots,
         dtype=args.dtype,
+        threads=args.threads,
         steps=args.steps,
     )
     steps: Dict[str, List[Dict[str, Any]]] = {"before": [], "after": []}
@@ -171,6 +173,8 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, nargs="+", default=[32, 128])
     parser.add_argument("--slots", type=int, default=0, help="max_num_seqs (0: the default)")
     parser.add_argument("--dtype", default="float32")
+    # One: on a shared 2-core machine two OpenMP threads made a step 10x slower (busy cores)
+    parser.add_argument("--threads", type=int, default=1, help="the engine's torch threads")
     parser.add_argument("--steps", type=int, default=2, help="measured steps per run")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out")
@@ -192,6 +196,7 @@ def main() -> None:
         "samples_per_task": args.samples,
         "temperature": 1.0,
         "dtype": args.dtype,
+        "threads": args.threads,
         "max_num_seqs": args.slots or "default (256)",
         "steps_per_run": args.steps,
         "repeats": args.repeats,
