@@ -71,7 +71,7 @@ def assert_as_main(results, decoder):
 @pytest.mark.parametrize("decoder", ["shared", "expanded", "static"])
 @pytest.mark.parametrize("slots", [256, 4])
 def test_requests_sample_as_before_together_or_through_fewer_slots(model_dir, decoder, slots):  # noqa: F811
-    """All at once (20 rows): in 256 slots, one batch as before; in 4 slots, queued
+    """All at once (17 rows): in 256 slots, one batch as before; in 4 slots, queued
     requests' rows join as others end (the static decoder: a batch once all have ended)."""
     engine = engine_for(model_dir, decoder, slots)
     prompts = chat(engine)
@@ -85,7 +85,7 @@ def test_requests_sample_as_before_together_or_through_fewer_slots(model_dir, de
 @pytest.mark.parametrize("decoder", ["expanded", "static", "graphs"])
 def test_cuda_requests_through_fewer_slots_sample_as_in_one_batch(model_dir, decoder):  # noqa: F811
     """On CUDA (expanded: the GPU's growing decoder; static and graphs: a batch at a time),
-    20 rows through 4 slots sample what they sample in one batch."""
+    17 rows through 4 slots sample what they sample in one batch."""
     requests = [SamplingParams(**kw) for _, kw in REQUESTS]
     outputs = []
     for slots in (256, 4):
