@@ -72,12 +72,19 @@ def test_decoder_steps_match_full_forward(kv_heads, shared, device, monkeypatch)
         check_steps(model, decoder, rows, 40, {2: [1, 2, 4, 6], 20: [0, 3]}, gen)
 
 
-def check_steps(model, decoder, rows, steps, drops, gen):
-    """Feed random tokens for ``steps`` steps, dropping rows as ``drops`` ({step: keep}) says;
-    every step's logits must be a full forward's of the rows so far."""
+def check_steps(model, decoder, rows, steps, drops, gen, joins=None):
+    """Feed random tokens for ``steps`` steps, dropping rows as ``drops`` ({step: keep}) says
+    and appending rows of the prompts ``joins`` ({step: (prompts, source)}) says; every
+    step's logits must be a full forward's of the rows so far."""
     device = model.device
     logits = decoder.logits
     for step in range(steps):
+        if step in (joins or {}):
+            prompts, source = joins[step]
+            ids, mask = (t.to(device) for t in padded(prompts))
+            source = torch.tensor(source, device=device)
+            logits = torch.cat([logits, decoder.join(ids, mask, source)])
+            rows = rows + [list(prompts[s]) for s in source.tolist()]
         torch.testing.assert_close(logits, reference_logits(model, rows), atol=2e-4, rtol=1e-4)
         if step in drops:
             keep = torch.tensor(drops[step], device=device)
@@ -87,6 +94,37 @@ def check_steps(model, decoder, rows, steps, drops, gen):
         for row, tok in zip(rows, tokens.tolist(), strict=True):
             row.append(tok)
         logits = decoder.step(tokens)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kv_heads", [4, 2])
+@pytest.mark.parametrize("shared", [True, False])
+def test_rows_joining_mid_decode_match_full_forward(kv_heads, shared, device, monkeypatch):
+    """Rows of new prompts join at steps 2, 9 and 12 (wider and narrower than the running
+    ones, one prompt asked again) between drops; what no row reads any more is let go:
+    prompts without rows and, once they are half the cache, leading columns."""
+    monkeypatch.setattr(attention, "FIRST_CAPACITY", 8)
+    model = small_llama(kv_heads).to(device)
+    prompts = [[5, 6, 7], [4]]
+    source = torch.tensor([0, 1, 0], device=device)
+    ids, mask = (t.to(device) for t in padded(prompts))
+    rows = [list(prompts[s]) for s in source.tolist()]
+    joins = {
+        2: ([[9, 3, 3, 8, 1, 2]], [0, 0]),
+        9: ([[1, 2, 3, 4, 5, 6, 7, 8, 9], [5, 6, 7]], [0, 1, 0]),
+        12: ([[8]], [0]),
+    }
+    # rows: step 2 -> A A C B B; 5 -> B B; 9 -> B B D A D; 11 -> D A D; 12 -> D A D F;
+    # 14 -> A F; 30 -> F
+    drops = {5: [3, 4], 11: [2, 3, 4], 14: [1, 3], 30: [1]}
+    gen = torch.Generator().manual_seed(3)
+    with torch.inference_mode():
+        decoder = make_decoder(model, ids, mask, source, steps=40, shared=shared)
+        check_steps(model, decoder, rows, 40, drops, gen, joins)
+    if shared:  # one prompt kept of the 6 asked; own columns from step 9 on (cut at 11)
+        assert decoder.cache.groups == 1 and decoder.cache.layers[0].get_seq_length() == 40 - 9
+    else:  # 3 + 1 (the wider prompt at step 2) + 40 columns, less 10 no row read at step 14
+        assert decoder.columns == 34
 
 
 @pytest.mark.parametrize(

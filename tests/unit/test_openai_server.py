@@ -22,6 +22,8 @@ from trinity.engine.tool_calls import arguments_as_objects, parse_tool_calls
 from trinity.engine.transformers_model import TransformersInferenceModel
 from trinity.utils.loop_host import LoopHost
 
+from .joins import record_joins
+
 # Hermes-style: tools listed in a system turn, calls written as <tool_call>{json}</tool_call>.
 HERMES_TEMPLATE = (
     "{%- if tools %}<|im_start|>system\n<tools>"
@@ -377,14 +379,7 @@ def test_the_server_listens_on_loopback_only(local):
 def test_concurrent_clients_and_direct_calls_share_engine_batches(micro_model):
     # A generous gathering window: on a loaded machine the threads still land together.
     model = make_engine(micro_model, batch_wait_s=5.0, batch_idle_s=1.0)
-    batches: List[List[List[int]]] = []
-    generate = model._generate
-
-    def counting(prompts, params):
-        batches.append([list(p) for p in prompts])
-        return generate(prompts, params)
-
-    model._generate = counting
+    batches = record_joins(model.engine)  # the prompts that joined the decode loop at a step
     host = LocalServer(model, micro_model)
     try:
         client = host.client()
@@ -410,7 +405,7 @@ def test_concurrent_clients_and_direct_calls_share_engine_batches(micro_model):
     assert sum(len(b) for b in batches) == 6
     assert len(batches) < 6
     direct_ids = model.engine.apply_chat_template(direct_messages)
-    # Some batch held requests of both kinds: HTTP requests join direct calls' batches.
+    # Some step took requests of both kinds: HTTP requests join direct calls' batches.
     assert any(direct_ids in b and len(b) > b.count(direct_ids) for b in batches)
 
 

@@ -1,9 +1,10 @@
 """AsyncWorkflowRunner (``concurrent_mode: asynchronous``): many tasks on one event loop.
 
 The runner shares its retry loop with ``WorkflowRunner``; these tests pin what the async
-body must add: tasks really overlap on one loop (their model calls land in one engine batch),
-a raising coroutine is retried, each task's experiences carry the versions *it* saw although
-all tasks share one thread, and blocking workflows still run (in worker threads).
+body must add: tasks really overlap on one loop (their model calls join the engine's batch
+together), a raising coroutine is retried, each task's experiences carry the versions *it*
+saw although all tasks share one thread, and blocking workflows still run (in worker
+threads).
 """
 
 import asyncio
@@ -16,6 +17,8 @@ from trinity.common.experience import Experience
 from trinity.common.workflows import Task, Workflow
 from trinity.engine.transformers_model import TransformersInferenceModel
 from trinity.explorer.runner import AsyncWorkflowRunner, WorkflowRunner
+
+from .joins import record_joins
 
 
 @pytest.fixture()
@@ -58,20 +61,15 @@ class ThreeTurns(Workflow):
 
 
 def test_tasks_overlap_on_one_loop_and_their_turns_batch_together(engine):
-    batches: List[int] = []
-    generate = engine._generate
-
-    def recording(prompts, params):
-        batches.append(len(prompts))
-        return generate(prompts, params)
-
-    engine._generate = recording
+    joins = record_joins(engine.engine)
     threads: set = set()
     results = asyncio.run(_run_all(_runner(engine), _tasks(ThreeTurns, 8, threads=threads)))
     assert all(r.error is None and r.attempts == 1 for r in results)
     assert [r.experiences[0].group_id for r in results] == [f"t{i}" for i in range(8)]
-    # every task's turn k went into one engine batch: 8 tasks in flight at once, 3 batches
-    assert batches == [8, 8, 8]
+    # the 8 first turns joined at one step (one prefill): 8 tasks in flight at once; later
+    # turns join as the task's previous reply ends, several at a step
+    batches = [len(joined) for joined in joins]
+    assert batches[0] == 8 and sum(batches) == 24 and len(batches) < 24
     assert threads == {threading.get_ident()}  # all on the loop's thread
 
 

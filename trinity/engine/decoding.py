@@ -9,22 +9,22 @@ Two decoders do the same job:
   layers, logit soft-capping, attention implementations that bypass the interface) and
   GPUs, where small decode steps are bound by kernel launches, not by memory.
 
-Both grow their per-row cache in place (``GrowingLayer``) and can drop finished rows.
+Both grow their per-row cache in place (``GrowingLayer``), drop finished rows and take in
+the rows of requests that arrive mid-decode (``join``), so a batch's slots refill.
 """
 
 from __future__ import annotations
 
+from typing import Tuple
+
 import torch
+import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
 from trinity.ops import attention
-from trinity.ops.attention import (
-    GrowingLayer,
-    SharedPrefixDecoder,
-    cache_kwargs,
-    supports_shared_prefix,
-)
+from trinity.ops.attention import SharedPrefixDecoder, cache_kwargs, supports_shared_prefix
+from trinity.ops.kv_cache import GrowingLayer
 
 __all__ = [
     "ExpandedDecoder",
@@ -40,29 +40,67 @@ class ExpandedDecoder:
 
     def __init__(self, model: PreTrainedModel, ids, mask, source, steps: int) -> None:
         self.model = model
-        width = ids.shape[1]
-        self.cache = DynamicCache(config=model.config)
-        self.cache.layers = [
-            GrowingLayer(width + min(steps, attention.FIRST_CAPACITY))
-            if type(layer) is DynamicLayer
-            else layer
-            for layer in self.cache.layers
-        ]
-        out = prefill(model, ids, mask, self.cache)
-        self.cache.batch_select_indices(source)
-        self.logits = out.logits[:, -1, :][source]
+        self.room = min(steps, attention.FIRST_CAPACITY)
+        self.cache, self.logits = self._prefill(ids, mask, source)
+        self.columns = ids.shape[1]
         self.attention = torch.ones(
-            (len(source), width + steps), dtype=mask.dtype, device=mask.device
+            (len(source), self.columns + self.room), dtype=mask.dtype, device=mask.device
         )
-        self.attention[:, :width] = mask[source]
-        self.columns = width
+        self.attention[:, : self.columns] = mask[source]
         self.position = mask.sum(dim=-1)[source]
+        # Rows join by aligning their caches column for column, which a layer that keeps a
+        # sliding window of its own cannot do.
+        self.joinable = all(isinstance(layer, GrowingLayer) for layer in self.cache.layers)
+
+    def _prefill(self, ids, mask, source) -> Tuple[DynamicCache, torch.Tensor]:
+        """A cache of prompts ``ids``/``mask`` (P, W) copied to rows ``source``, and the
+        rows' next-token logits."""
+        cache = DynamicCache(config=self.model.config)
+        cache.layers = [
+            GrowingLayer(ids.shape[1] + self.room) if type(layer) is DynamicLayer else layer
+            for layer in cache.layers
+        ]
+        out = prefill(self.model, ids, mask, cache)
+        cache.batch_select_indices(source)
+        return cache, out.logits[:, -1, :][source]
+
+    def join(self, ids, mask, source) -> torch.Tensor:
+        """Prefill other prompts ``ids``/``mask`` (P', W') and append rows ``source`` (B',)
+        of them, their prompts ending at the running rows' last column (left padding grows
+        where a new prompt is longer); returns the new rows' next-token logits (B', V)."""
+        joining, logits = self._prefill(ids, mask, source)
+        width = ids.shape[1]
+        if width > self.columns:
+            for layer in self.cache.layers:
+                layer.shift(self.columns - width)
+            self.attention = F.pad(self.attention, (width - self.columns, 0))
+            self.columns = width
+        front = self.columns - width
+        rows = self.attention.new_ones((len(source), self.attention.shape[1]))
+        rows[:, : self.columns] = F.pad(mask[source], (front, 0))
+        for layer, new in zip(self.cache.layers, joining.layers, strict=True):
+            layer.append_rows(*(F.pad(t, (0, 0, front, 0)) for t in (new.keys, new.values)))
+        self.attention = torch.cat([self.attention, rows])
+        self.position = torch.cat([self.position, mask.sum(dim=-1)[source]])
+        return logits
 
     def select(self, keep: torch.Tensor) -> None:
         self.cache.batch_select_indices(keep)
         self.attention, self.position = self.attention[keep], self.position[keep]
+        if not self.joinable or not len(keep):
+            return
+        # Columns no running row attends to any more (left padding of prompts that left,
+        # or of a longer prompt that joined) are dropped once they are half of the cache.
+        first = int(self.attention[:, : self.columns].any(dim=0).int().argmax())
+        if first and 2 * first >= self.columns:
+            for layer in self.cache.layers:
+                layer.shift(first)
+            self.attention = self.attention[:, first:]
+            self.columns -= first
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        if self.columns == self.attention.shape[1]:  # room for more tokens: ones, doubled
+            self.attention = F.pad(self.attention, (0, self.columns), value=1)
         self.columns += 1
         logits = self.model(
             input_ids=tokens[:, None],

@@ -1,11 +1,11 @@
 """The embedded rollout engine: batched sampling with ``transformers`` and a KV cache.
 
-``TransformersEngine`` is a plain class (the Ray actor wrapping lives elsewhere). One
-``generate`` call prefills every distinct prompt once, shares its cache among its ``n``
-samples (``decoding.py``), and then runs one forward pass per new token for the whole
-running batch.
-Rows that finish are dropped from the batch, and sampling is vectorised over rows, so
-requests with different ``SamplingParams`` share the same forward passes.
+``TransformersEngine`` is a plain class (the Ray actor wrapping lives elsewhere). Requests
+stream through ``max_num_seqs`` row slots (``streaming.py``): each distinct prompt is
+prefilled once and its cache shared among its ``n`` samples (``decoding.py``), then one
+forward pass per new token runs for the whole running batch. Rows that finish are dropped
+and queued requests' rows take their slots at the next step; sampling is vectorised over
+rows, so requests with different ``SamplingParams`` share the same forward passes.
 
 Logprobs are those of the sampled tokens under ``log_softmax(logits / T)`` (``T = 1``
 for greedy rows), taken before top-k/top-p, repetition penalty and min-token masking:
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -28,8 +27,8 @@ from trinity.common.weight_transfer import WeightReceiver, unheld
 from trinity.common.weights import WeightSyncError
 from trinity.engine.decoding import make_decoder, supports_shared_prefix
 from trinity.engine.prompts import PromptSide
-from trinity.engine.sampling import RowSampler
 from trinity.engine.static_decoding import StaticDecoder, StaticSlots, bucket_rows, static_columns
+from trinity.engine.streaming import DecodeStream, Request, SampleOutput
 from trinity.utils.device import attention_kwargs
 
 __all__ = ["SampleOutput", "SamplingParams", "TransformersEngine"]
@@ -38,24 +37,6 @@ logger = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _DECODERS = ("auto", "static", "graphs")
-
-
-@dataclass
-class SampleOutput:
-    """One sampled response; a stop/eos token that ended it is included in ``token_ids``."""
-
-    token_ids: List[int]
-    logprobs: List[float]
-    finish_reason: str  # "stop" (eos, a stop id or a stop string) | "length" (max_tokens)
-    prompt_token_ids: List[int] = field(default_factory=list)  # the prompt used, after truncation
-    # per response token, the ``top_logprobs`` most likely (token id, logprob), when asked
-    top_logprobs: Optional[List[List[Tuple[int, float]]]] = None
-
-
-@dataclass
-class _Request:
-    prompt: List[int]  # after truncation
-    params: SamplingParams  # with max_tokens/min_tokens resolved
 
 
 def _set_cpu_threads(num_threads: Optional[int]) -> None:
@@ -156,75 +137,25 @@ class TransformersEngine(PromptSide):
     ) -> List[List[SampleOutput]]:
         """Sample ``params[i].n`` responses to each ``prompts[i]`` (token ids).
 
-        Returns one list per prompt, in order, each with ``params[i].n`` outputs.
+        Returns one list per prompt, in order, each with ``params[i].n`` outputs. The
+        requests stream through ``max_num_seqs`` slots (``streaming.py``).
         """
         if len(prompts) != len(params):
             raise ValueError(f"got {len(prompts)} prompts but {len(params)} SamplingParams")
         if self._released is not None:
             raise RuntimeError("the engine's weights are released: load weights first")
-        requests = [_Request(*self.fit(list(x), p)) for x, p in zip(prompts, params, strict=True)]
-        results: List[List[SampleOutput]] = []
-        for chunk in self._chunks(requests) if requests else []:
-            results.extend(self._generate_chunk(chunk))
+        stream = self.stream()
+        for index, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
+            stream.add(prompt, p, index)
+        results: List[List[SampleOutput]] = [[] for _ in prompts]
+        while stream.busy:
+            for index, samples in stream.step():
+                results[index] = samples
         return results
 
-    def _chunks(self, requests: List[_Request]) -> List[List[_Request]]:
-        """Split requests so a chunk runs at most ``max_num_seqs`` rows (bounds KV memory)."""
-        chunks: List[List[_Request]] = [[]]
-        rows = 0
-        for req in requests:
-            if chunks[-1] and rows + req.params.n > self.max_num_seqs:
-                chunks.append([])
-                rows = 0
-            chunks[-1].append(req)
-            rows += req.params.n
-        return chunks
-
-    @torch.inference_mode()
-    def _generate_chunk(self, requests: List[_Request]) -> List[List[SampleOutput]]:
-        n_rows = sum(r.params.n for r in requests)
-        steps = max(r.params.max_tokens for r in requests)
-        tokens = torch.full((n_rows, steps), self.pad_id, dtype=torch.long, device=self.device)
-        logprobs = torch.zeros((n_rows, steps), dtype=torch.float32, device=self.device)
-        lengths = torch.zeros(n_rows, dtype=torch.long, device=self.device)
-        stopped = torch.zeros(n_rows, dtype=torch.bool, device=self.device)
-
-        ids, mask, source = self._distinct_prompts(requests)
-        decoder = self._decoder(ids, mask, source, steps)
-        logits = decoder.logits
-        sampler = RowSampler.build(
-            [r.params for r in requests],
-            self.eos_ids,
-            self.repetition_penalty,
-            self._seen(ids, mask, source),
-            self.device,
-        )
-        top = _TopBuffer(n_rows, steps, sampler.top_logprobs, self.device)
-        texts = _StopStrings(self.tokenizer, requests)
-        for t in range(steps):
-            tok, lp, best = sampler.sample(logits, t, self._generator)
-            tokens[sampler.out, t] = tok
-            logprobs[sampler.out, t] = lp
-            top.write(sampler.out, t, best)
-            is_stop, done = sampler.finished(tok, t)
-            hit = texts.hits(sampler.out, tok)
-            if hit is not None:
-                is_stop, done = is_stop | hit, done | hit
-            stopped[sampler.out[is_stop]] = True
-            lengths[sampler.out[done]] = t + 1
-            n_done = int(done.sum())  # the one host sync per step
-            if n_done == len(done):
-                break
-            if n_done:  # drop finished rows: they would cost a full row of compute each step
-                keep = (~done).nonzero().squeeze(1)
-                decoder.select(keep)
-                sampler.select(keep)
-                tok = tok[keep]
-            sampler.observe(tok)
-            logits = decoder.step(tok)
-        outputs = self._collect(requests, tokens, logprobs, lengths, stopped)
-        top.attach(requests, outputs)
-        return outputs
+    def stream(self) -> DecodeStream:
+        """A decode loop that requests join while it runs (continuous batching)."""
+        return DecodeStream(self)
 
     def _decoder(self, ids: torch.Tensor, mask: torch.Tensor, source: torch.Tensor, steps: int):
         """Prefill the distinct prompts (P, W) for rows ``source`` (B,) with this engine's
@@ -239,7 +170,7 @@ class TransformersEngine(PromptSide):
         return StaticDecoder(self.model, ids, mask, source, self._slots)
 
     def _distinct_prompts(
-        self, requests: List[_Request]
+        self, requests: List[Request]
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Left-padded distinct prompts: ids and mask (P, W), and the prompt of each output
         row (B,), rows laid out request by request, ``n`` each."""
@@ -269,33 +200,6 @@ class TransformersEngine(PromptSide):
         rows = torch.arange(len(prompt_ids), device=self.device)[:, None].expand_as(prompt_ids)
         seen[rows[real], prompt_ids[real]] = True
         return seen
-
-    def _collect(
-        self,
-        requests: List[_Request],
-        tokens: torch.Tensor,
-        logprobs: torch.Tensor,
-        lengths: torch.Tensor,
-        stopped: torch.Tensor,
-    ) -> List[List[SampleOutput]]:
-        tokens_l, logprobs_l = tokens.tolist(), logprobs.tolist()  # one device sync in total
-        lengths_l, stopped_l = lengths.tolist(), stopped.tolist()
-        results, first = [], 0
-        for req in requests:  # rows are laid out request by request, n rows each
-            rows = range(first, first + req.params.n)
-            results.append(
-                [
-                    SampleOutput(
-                        token_ids=tokens_l[row][: lengths_l[row]],
-                        logprobs=logprobs_l[row][: lengths_l[row]],
-                        finish_reason="stop" if stopped_l[row] else "length",
-                        prompt_token_ids=list(req.prompt),
-                    )
-                    for row in rows
-                ]
-            )
-            first += req.params.n
-        return results
 
     # ----------------------------------------------------------------- weights
 
@@ -396,67 +300,3 @@ class TransformersEngine(PromptSide):
                 f"of model version {version} as the trainer sent them, e.g. {wrong[:3]}: its "
                 "samples would come from other weights than the trainer's"
             )
-
-
-class _TopBuffer:
-    """The ``top_logprobs`` alternatives of every row and step, when some request asks."""
-
-    def __init__(self, rows: int, steps: int, k: int, device: torch.device) -> None:
-        self.k = k
-        if k:
-            self.values = torch.zeros((rows, steps, k), dtype=torch.float32, device=device)
-            self.ids = torch.zeros((rows, steps, k), dtype=torch.long, device=device)
-
-    def write(self, out: torch.Tensor, step: int, best: Any) -> None:
-        if best is not None:
-            self.values[out, step] = best.values
-            self.ids[out, step] = best.indices
-
-    def attach(self, requests: List[_Request], outputs: List[List[SampleOutput]]) -> None:
-        """Give each output its rows' alternatives, cut to its request's ``top_logprobs``."""
-        if not self.k:
-            return
-        values, ids = self.values.tolist(), self.ids.tolist()
-        row = 0
-        for req, group in zip(requests, outputs, strict=True):
-            k = req.params.top_logprobs
-            for out in group:
-                if k:
-                    out.top_logprobs = [
-                        list(zip(ids[row][t][:k], values[row][t][:k], strict=True))
-                        for t in range(len(out.token_ids))
-                    ]
-                row += 1
-
-
-class _StopStrings:
-    """Rows whose request has ``stop`` strings: their text is checked after every token.
-
-    Matching decodes each such row's tokens so far (skipping special tokens, as the reply
-    text is shown), so it costs a host sync per step, paid only when stop strings are set.
-    """
-
-    def __init__(self, tokenizer: Any, requests: List[_Request]) -> None:
-        self.tokenizer = tokenizer
-        self.stops: Dict[int, List[str]] = {}
-        first = 0
-        for req in requests:
-            for row in range(first, first + req.params.n):
-                if req.params.stop:
-                    self.stops[row] = list(req.params.stop)
-            first += req.params.n
-        self.generated: Dict[int, List[int]] = {row: [] for row in self.stops}
-
-    def hits(self, out: torch.Tensor, tokens: torch.Tensor) -> Optional[torch.Tensor]:
-        """(B,) bool: running rows whose text now contains one of their stop strings."""
-        if not self.stops:
-            return None
-        hit = []
-        for row, token in zip(out.tolist(), tokens.tolist(), strict=True):
-            if row not in self.stops:
-                hit.append(False)
-                continue
-            self.generated[row].append(token)
-            text = self.tokenizer.decode(self.generated[row], skip_special_tokens=True)
-            hit.append(any(stop in text for stop in self.stops[row]))
-        return torch.tensor(hit, dtype=torch.bool, device=tokens.device)

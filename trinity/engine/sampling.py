@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 
 from trinity.common.models.sampling import SamplingParams
 
@@ -91,23 +92,39 @@ def exponential_noise(
 
 @dataclass
 class _SeededRows:
-    generator: torch.Generator  # noise source of rows [first, first + n) only
-    first: int
+    generator: torch.Generator  # noise source of one request's rows only
+    owner: int  # the request's id in ``RowSampler.owner``
     n: int
 
 
-_ROW_TENSORS = ("out", "temperature", "top_p", "top_k", "min_tokens", "max_tokens", "stop_ids")
+_ROW_TENSORS = (
+    "out",
+    "owner",
+    "nth",
+    "steps",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_tokens",
+    "max_tokens",
+    "stop_ids",
+)
 
 
 @dataclass
 class RowSampler:
-    """Sampling settings and limits of each running row (one row per sample).
+    """Sampling settings, limits and progress of each running row (one row per sample).
 
-    Built once per batch from the requests' ``SamplingParams`` (with ``max_tokens`` and
-    ``min_tokens`` already resolved); ``select`` keeps the rows still running.
+    Built from requests' ``SamplingParams`` (with ``max_tokens`` and ``min_tokens`` already
+    resolved); ``join`` appends the rows of requests that arrive while others decode,
+    ``select`` keeps the rows still running. Each row counts its own steps, so a row's
+    limits and its seeded noise do not depend on when it joined.
     """
 
     out: torch.Tensor  # (B,) long: the output row each running row writes to
+    owner: torch.Tensor  # (B,) long: the id of the request the row samples for
+    nth: torch.Tensor  # (B,) long: which of its request's ``n`` samples the row is
+    steps: torch.Tensor  # (B,) long: tokens the row has sampled so far
     temperature: torch.Tensor  # (B,) float
     top_p: torch.Tensor  # (B,) float
     top_k: torch.Tensor  # (B,) long
@@ -117,22 +134,25 @@ class RowSampler:
     seen: Optional[torch.Tensor]  # (B, V) bool tokens so far; only with a repetition penalty
     repetition_penalty: float
     seeded: List[_SeededRows]
-    # Batch-wide facts decided on the host once, so decoding steps need no device syncs.
+    # Batch-wide facts decided on the host, so decoding steps need no device syncs.
     any_filter: bool  # some row uses top-k or top-p
     any_sampled: bool  # some row has temperature > 0
-    suppress_steps: int  # largest min_tokens: stop ids are masked before this step
+    suppress_steps: int  # stop ids may be masked (min_tokens) for this many more steps
     top_logprobs: int  # largest top_logprobs asked for: that many alternatives per step
 
     @classmethod
     def build(
         cls,
         params: List[SamplingParams],
+        owners: List[int],
+        out: torch.Tensor,
         eos_ids: List[int],
         repetition_penalty: float,
         seen: Optional[torch.Tensor],
-        device: torch.device,
     ) -> RowSampler:
-        """Rows for ``params`` in order, ``params[i].n`` consecutive rows each."""
+        """Rows for ``params`` in order, ``params[i].n`` consecutive rows each, of the
+        requests ``owners`` (ids unique among running requests), writing to rows ``out``."""
+        device = out.device
         counts = torch.tensor([p.n for p in params])
 
         def per_row(values: list, dtype: torch.dtype) -> torch.Tensor:
@@ -140,9 +160,12 @@ class RowSampler:
 
         stops = [sorted(set(eos_ids) | set(p.stop_token_ids or [])) for p in params]
         width = max(1, max(len(s) for s in stops))
-        firsts = (counts.cumsum(0) - counts).tolist()
+        firsts = (counts.cumsum(0) - counts).repeat_interleave(counts)
         return cls(
-            out=torch.arange(int(counts.sum()), device=device),
+            out=out,
+            owner=per_row(owners, torch.long),
+            nth=(torch.arange(int(counts.sum())) - firsts).to(device),
+            steps=torch.zeros(len(out), dtype=torch.long, device=device),
             temperature=per_row([p.temperature for p in params], torch.float32),
             top_p=per_row([p.top_p for p in params], torch.float32),
             top_k=per_row([p.top_k for p in params], torch.long),
@@ -152,8 +175,8 @@ class RowSampler:
             seen=seen,
             repetition_penalty=repetition_penalty,
             seeded=[
-                _SeededRows(torch.Generator(device=device).manual_seed(p.seed), first, p.n)
-                for p, first in zip(params, firsts, strict=True)
+                _SeededRows(torch.Generator(device=device).manual_seed(p.seed), owner, p.n)
+                for p, owner in zip(params, owners, strict=True)
                 if p.seed is not None
             ],
             any_filter=any(p.top_k > 0 or p.top_p < 1 for p in params),
@@ -162,6 +185,21 @@ class RowSampler:
             top_logprobs=max(p.top_logprobs for p in params),
         )
 
+    def join(self, other: RowSampler) -> None:
+        """Append ``other``'s rows (requests arriving mid-decode) after the running ones."""
+        width = max(self.stop_ids.shape[1], other.stop_ids.shape[1])
+        for rows in (self, other):
+            rows.stop_ids = F.pad(rows.stop_ids, (0, width - rows.stop_ids.shape[1]), value=-1)
+        for name in _ROW_TENSORS:
+            setattr(self, name, torch.cat([getattr(self, name), getattr(other, name)]))
+        if self.seen is not None:
+            self.seen = torch.cat([self.seen, other.seen])
+        self.seeded += other.seeded
+        self.any_filter |= other.any_filter
+        self.any_sampled |= other.any_sampled
+        self.suppress_steps = max(self.suppress_steps, other.suppress_steps)
+        self.top_logprobs = max(self.top_logprobs, other.top_logprobs)
+
     def select(self, keep: torch.Tensor) -> None:
         """Keep only rows ``keep`` (a (B',) index tensor), in that order."""
         for name in _ROW_TENSORS:
@@ -169,18 +207,25 @@ class RowSampler:
         if self.seen is not None:
             self.seen = self.seen[keep]
 
-    def observe(self, tokens: torch.Tensor) -> None:
-        """Record the tokens just fed to the model (for the repetition penalty)."""
+    def forget(self, owners: List[int]) -> None:
+        """Requests ``owners`` are done: their seeded generators draw no more."""
+        self.seeded = [rows for rows in self.seeded if rows.owner not in owners]
+
+    def advance(self, tokens: torch.Tensor) -> None:
+        """Count the step every running row just sampled, and record the tokens fed back to
+        the model (for the repetition penalty)."""
+        self.steps = self.steps + 1
+        self.suppress_steps = max(0, self.suppress_steps - 1)
         if self.seen is not None:
             self.seen[torch.arange(len(tokens), device=tokens.device), tokens] = True
 
-    def finished(self, tokens: torch.Tensor, step: int) -> Tuple[torch.Tensor, torch.Tensor]:
-        """(stopped, done) per row after sampling ``tokens`` at 0-based ``step``."""
+    def finished(self, tokens: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(stopped, done) per row after sampling ``tokens`` at each row's own step."""
         stopped = (tokens[:, None] == self.stop_ids).any(dim=-1)
-        return stopped, stopped | (step + 1 >= self.max_tokens)
+        return stopped, stopped | (self.steps + 1 >= self.max_tokens)
 
     def sample(
-        self, logits: torch.Tensor, step: int, generator: torch.Generator
+        self, logits: torch.Tensor, generator: torch.Generator
     ) -> Tuple[torch.Tensor, torch.Tensor, Optional[Tuple[torch.Tensor, torch.Tensor]]]:
         """One token per row, its logprob under ``log_softmax(logits / T)`` (T=1 if greedy),
         and, when a row asked for ``top_logprobs``, the most likely tokens and their logprobs.
@@ -197,8 +242,8 @@ class RowSampler:
         if self.seen is not None:
             penalised = apply_repetition_penalty(logits, self.seen, self.repetition_penalty)
             scores = penalised / temperature
-        if step < self.suppress_steps:  # min_tokens: no eos/stop id yet
-            suppress = (self.stop_ids >= 0) & (step < self.min_tokens)[:, None]
+        if self.suppress_steps:  # min_tokens: no eos/stop id yet
+            suppress = (self.stop_ids >= 0) & (self.steps < self.min_tokens)[:, None]
             rows = torch.arange(len(logits), device=logits.device)[:, None].expand_as(suppress)
             scores = scores.clone() if scores is logp else scores
             scores[rows[suppress], self.stop_ids[suppress]] = float("-inf")
@@ -213,10 +258,9 @@ class RowSampler:
         """Exponential(1) noise (B, V): the shared generator, or a request's own seed."""
         noise = exponential_noise(scores.shape, generator, scores.device)
         for rows in self.seeded:
-            # Draw for all n samples every step, so a sample's noise depends only on
-            # (seed, sample, step), never on which other rows are still running.
+            # Draw for all n samples at each of the request's steps, so a sample's noise
+            # depends only on (seed, sample, step), never on which other rows are running.
             draw = exponential_noise((rows.n, scores.shape[1]), rows.generator, scores.device)
-            offset = self.out - rows.first
-            mine = (offset >= 0) & (offset < rows.n)
-            noise[mine] = draw[offset[mine]]
+            mine = self.owner == rows.owner
+            noise[mine] = draw[self.nth[mine]]
         return noise

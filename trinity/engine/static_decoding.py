@@ -167,7 +167,15 @@ register_attention(ATTENTION, sdpa_unless("static_slots", _static_step))
 
 class StaticDecoder:
     """The decoder interface of ``decoding.py`` over ``StaticSlots``: ``select`` only
-    records which rows still run; every step computes all of them."""
+    records which rows still run; every step computes all of them.
+
+    Rows cannot join mid-decode (``joinable``): the slots share one column counter and a
+    fixed column count, so a late row would need its prompt moved to the running column and
+    the buffers shifted when the columns run out. The engine's stream instead starts the
+    next batch once every row has ended (``streaming.py``).
+    """
+
+    joinable = False
 
     def __init__(self, model: PreTrainedModel, ids, mask, source, slots: StaticSlots) -> None:
         if model.config._attn_implementation != ATTENTION:

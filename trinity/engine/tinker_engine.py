@@ -173,14 +173,11 @@ class TinkerInferenceModel(TransformersInferenceModel):
 
     async def load_weights(self, weights: Any, version: int) -> None:
         """``weights``: the ``save_weights_for_sampler`` path of model version ``version``."""
-        import asyncio
-
         if not isinstance(weights, str):
             raise TypeError(f"the tinker engine loads a sampler path, got {type(weights).__name__}")
         self._loading = version
         try:
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._executor, self._load, weights, version)
+            await self._exclusive(self._load, weights, version)
         finally:
             self._loading = None
         logger.info("rollout engine now at model version %d (%s)", version, weights)

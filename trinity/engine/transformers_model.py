@@ -1,19 +1,23 @@
 """The embedded rollout engine behind ``InferenceModel``: ``TransformersEngine`` + batching.
 
-Workflow runners call ``chat``/``generate`` concurrently; requests that arrive close
-together (or while a batch is being generated) are sampled together in one batched call,
-which is what makes a small CPU model fast. A batch closes once no new request came for
-``batch_idle_s``, or ``batch_wait_s`` after its first request at the latest.
+Workflow runners call ``chat``/``generate`` concurrently. On the one worker thread a decode
+loop (the engine's ``stream``, ``streaming.py``) samples every request in flight together:
+a request that arrives while others decode joins them at the next step when slots are free,
+and each caller gets its samples as soon as its own rows end. When the loop is idle, the
+first request waits until no new one came for ``batch_idle_s`` (``batch_wait_s`` at most),
+so the runners' concurrent requests share one prefill. An engine without ``stream`` (the
+tinker engine) gets the requests gathered so far as one ``generate`` call per step
+(``_WholeBatches``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Deque, Dict, List, Optional, Tuple, Union
 
 from trinity.common.adapter_weights import Adapter, read_sync_weights
 from trinity.common.experience import Experience
@@ -61,11 +65,14 @@ class TransformersInferenceModel(InferenceModel):
         self.max_batch_rows = max_batch_rows
         self._version = 0
         self._loading: Optional[int] = None  # the version being loaded (sync_phase)
-        self._pending: List[_Request] = []
+        self._pending: Deque[_Request] = deque()  # appended on the loop, taken by the worker
         self._wakeup: Optional[asyncio.Event] = None
         self._loop_task: Optional[asyncio.Task] = None
-        # One worker thread: generation and weight loading never overlap.
+        # One worker thread: generation and weight loading never overlap. While a load or
+        # release waits for it (``_hold``), the decode loop takes no new request and ends
+        # once its rows do, so no request's rows mix two model versions.
         self._executor = ThreadPoolExecutor(max_workers=1)
+        self._hold = 0
         self._conversations: OrderedDict = OrderedDict()  # session -> Conversation
         self._receiver: Any = None  # sync_method nccl: this engine's end of the trainer's group
 
@@ -108,16 +115,6 @@ class TransformersInferenceModel(InferenceModel):
         self._wakeup.set()
         return await request.future
 
-    def _take_batch(self) -> List[_Request]:
-        batch, rows = [], 0
-        while self._pending and (
-            not batch or rows + self._pending[0].params.n <= self.max_batch_rows
-        ):
-            request = self._pending.pop(0)
-            batch.append(request)
-            rows += request.params.n
-        return batch
-
     async def _gather(self) -> None:
         """Let concurrent runners' requests arrive: return once none came for
         ``batch_idle_s`` or ``batch_wait_s`` has passed."""
@@ -132,41 +129,65 @@ class TransformersInferenceModel(InferenceModel):
         while True:
             await self._wakeup.wait()
             await self._gather()
-            batch = self._take_batch()
-            if not self._pending:
-                self._wakeup.clear()
-            if not batch:
-                continue
-            try:
-                start = loop.time()
-                version, outputs = await loop.run_in_executor(
-                    self._executor,
-                    self._generate,
-                    [r.prompt_ids for r in batch],
-                    [r.params for r in batch],
-                )
-                logger.debug(
-                    "generated %d request(s), %d row(s) in %.3fs; %d waiting",
-                    len(batch),
-                    sum(r.params.n for r in batch),
-                    loop.time() - start,
-                    len(self._pending),
-                )
-            except Exception as exc:  # hand the failure to every waiting caller
-                for r in batch:
-                    r.future.set_exception(exc)
-                continue
-            for r, out in zip(batch, outputs, strict=True):
-                r.future.set_result((version, out))
+            self._wakeup.clear()  # before the check: a later request sets it again
+            if self._pending and not self._hold:
+                await loop.run_in_executor(self._executor, self._decode, loop)
 
-    # Both run on the one worker thread, so a batch's version is the weights that sampled it.
-    # Each then frees the thread's OpenMP workers: in a one-process stage the trainer's ops
-    # would otherwise run throttled (utils/openmp.py).
-    def _generate(self, prompts: List[List[int]], params: List[SamplingParams]) -> tuple:
+    def _stream(self) -> Any:
+        stream = getattr(self.engine, "stream", None)
+        return stream() if stream is not None else _WholeBatches(self.engine, self.max_batch_rows)
+
+    # On the one worker thread, so a request's version is the weights that sampled it: loads
+    # wait for this loop, which ends once nothing runs or, with a load waiting, its rows end.
+    def _decode(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Run the decode loop until it is empty, feeding it the pending requests."""
+        stream, version, start, served = self._stream(), self._version, loop.time(), [0, 0]
         try:
-            return self._version, self.engine.generate(prompts, params)
+            while True:
+                if not self._hold:
+                    self._feed(stream, loop)
+                if not stream.busy:
+                    break
+                for request, samples in stream.step():
+                    served[0], served[1] = served[0] + 1, served[1] + len(samples)
+                    loop.call_soon_threadsafe(_settle, request.future, (version, samples), None)
+        except Exception as exc:  # hand the failure to every caller in the loop
+            for request in stream.tags():
+                loop.call_soon_threadsafe(_settle, request.future, None, exc)
         finally:
+            # Frees the thread's OpenMP workers: in a one-process stage the trainer's ops
+            # would otherwise run throttled (utils/openmp.py).
             release_workers()
+        logger.debug(
+            "generated %d request(s), %d row(s) in %.3fs; %d waiting",
+            *served,
+            loop.time() - start,
+            len(self._pending),
+        )
+
+    def _feed(self, stream: Any, loop: asyncio.AbstractEventLoop) -> None:
+        """Move pending requests into ``stream`` while its slots have room (in order; a
+        request wider than every slot goes alone into an empty stream). A request of another
+        loop (a local caller's next ``asyncio.run``) is left to that loop's decode run."""
+        while self._pending:
+            request = self._pending[0]
+            if request.future.get_loop() is not loop:
+                return
+            if stream.busy and stream.room() < request.params.n:
+                return
+            self._pending.popleft()
+            stream.add(request.prompt_ids, request.params, request)
+
+    async def _exclusive(self, work: Any, *args: Any) -> Any:
+        """Run ``work`` on the worker thread once the decode loop in hand has ended; the
+        loop admits nothing new meanwhile, and resumes after."""
+        self._hold += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, work, *args)
+        finally:
+            self._hold -= 1
+            if self._wakeup is not None:
+                self._wakeup.set()
 
     def _load(self, weights: Union[Dict[str, torch.Tensor], Adapter], version: int) -> None:
         try:
@@ -286,9 +307,7 @@ class TransformersInferenceModel(InferenceModel):
                 weights = read_sync_weights(weights)
             elif weights and isinstance(next(iter(weights.values())), tuple):  # memory sync
                 weights = unpack_state(weights)
-            loop = asyncio.get_running_loop()
-            # waits for the generation batch in hand: the executor runs one thing at a time
-            await loop.run_in_executor(self._executor, load, weights, version)
+            await self._exclusive(load, weights, version)
         finally:
             self._loading = None
         logger.info("rollout engine now at model version %d", version)
@@ -300,8 +319,44 @@ class TransformersInferenceModel(InferenceModel):
 
     async def release(self) -> int:
         """Free the weights' device memory until the next ``load_weights`` (bytes freed)."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.engine.release)
+        return await self._exclusive(self.engine.release)
 
     async def model_version(self) -> int:
         return self._version
+
+
+def _settle(future: asyncio.Future, result: Any, error: Optional[BaseException]) -> None:
+    """Resolve a caller's future on its loop (a caller that gave up has cancelled it)."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+class _WholeBatches:
+    """The stream surface over an engine that has ``generate`` only: the requests added
+    before a step (``max_rows`` rows at most) are sampled by one ``generate`` call."""
+
+    def __init__(self, engine: Any, max_rows: int) -> None:
+        self.engine, self.max_rows = engine, max_rows
+        self.queue: List[Tuple[List[int], SamplingParams, Any]] = []
+
+    def add(self, prompt: List[int], params: SamplingParams, tag: Any) -> None:
+        self.queue.append((prompt, params, tag))
+
+    def room(self) -> int:
+        return self.max_rows - sum(params.n for _, params, _ in self.queue)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.queue)
+
+    def tags(self) -> List[Any]:
+        return [tag for _, _, tag in self.queue]
+
+    def step(self) -> List[Tuple[Any, List[Any]]]:
+        outputs = self.engine.generate([q[0] for q in self.queue], [q[1] for q in self.queue])
+        done, self.queue = self.tags(), []
+        return list(zip(done, outputs, strict=True))

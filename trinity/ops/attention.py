@@ -11,9 +11,8 @@ times is the saving; it also skips ``transformers``' per-step mask building.
 Two callers, which is why this sits below both (``trinity.ops``): the rollout engine decodes
 with it (``trinity/engine/decoding.py``, where the other decoder is), and the trainer scores
 GRPO groups with ``SharedPrefixDecoder.extend``, which feeds many tokens per row in one
-differentiable pass (``trinity/trainer/shared_prefix.py``). ``GrowingLayer`` grows a per-row
-cache in place; ``cache_kwargs`` / ``output_cache`` pass and read a KV cache under the name the
-installed ``transformers`` uses.
+differentiable pass (``trinity/trainer/shared_prefix.py``). ``cache_kwargs`` /
+``output_cache`` pass and read a KV cache under the name the installed ``transformers`` uses.
 """
 
 from __future__ import annotations
@@ -28,6 +27,8 @@ from transformers import AttentionInterface, DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from trinity.ops.kv_cache import GrowingLayer, pad_front
 
 
 @functools.cache
@@ -50,7 +51,6 @@ def output_cache(output: Any) -> Any:
 
 
 __all__ = [
-    "GrowingLayer",
     "SharedPrefixDecoder",
     "cache_kwargs",
     "output_cache",
@@ -62,56 +62,6 @@ __all__ = [
 ATTENTION = "trinity_shared_prefix"  # the name registered in transformers' AttentionInterface
 FIRST_CAPACITY = 64  # room for 64 new tokens first: most responses are short, buffers double
 _NO_MASK = torch.ones((1, 1, 1, 1), dtype=torch.bool)  # see SharedPrefixDecoder._forward
-
-
-class GrowingLayer(DynamicLayer):
-    """A ``DynamicLayer`` that writes into a buffer which doubles when full.
-
-    The stock layer grows by ``torch.cat`` every step, copying the whole cache per token
-    (a third of decode time on the tiny model). Here a step writes one column in place
-    and the amortised copy cost is O(1) per token, while memory stays within twice the
-    longest running sequence (reserving ``max_tokens`` up front would not fit long
-    generations on a GPU).
-    """
-
-    def __init__(self, capacity: int) -> None:
-        super().__init__()
-        self.capacity = capacity
-        self.length = 0
-        self._k: Optional[torch.Tensor] = None
-        self._v: Optional[torch.Tensor] = None
-
-    def _reserve(self, end: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        if self._k is not None and end <= self._k.shape[2]:
-            return
-        capacity = max(end, self.capacity if self._k is None else 2 * self._k.shape[2])
-        batch, heads = key_states.shape[:2]
-        k = key_states.new_empty((batch, heads, capacity, key_states.shape[-1]))
-        v = value_states.new_empty((batch, heads, capacity, value_states.shape[-1]))
-        if self.length:
-            k[:, :, : self.length] = self.keys
-            v[:, :, : self.length] = self.values
-        self._k, self._v = k, v
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
-    ) -> Tuple[torch.Tensor, torch.Tensor]:
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        end = self.length + key_states.shape[-2]
-        self._reserve(end, key_states, value_states)
-        self._k[:, :, self.length : end] = key_states
-        self._v[:, :, self.length : end] = value_states
-        self.length = end
-        self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
-        return self.keys, self.values
-
-    def get_seq_length(self) -> int:
-        return self.length
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self._k, self._v = self._k[indices], self._v[indices]
-        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
 
 
 def supports_shared_prefix(model: PreTrainedModel) -> bool:
@@ -146,6 +96,10 @@ class _PrefixCache(DynamicCache):
         # Set for one packed pass (``SharedPrefixDecoder.extend`` with ``lengths``): the
         # padded (row * width + column) slot of each packed token, and the width.
         self.packed: Optional[Tuple[torch.Tensor, int]] = None
+        # Rows that joined mid-decode hold no own keys before their first token: a row's own
+        # columns before ``own_start`` are masked, when ``ragged`` says some row has any.
+        self.own_start = torch.zeros(len(source), dtype=torch.long, device=source.device)
+        self.ragged = False
         self.set_rows(source)
 
     def set_rows(self, source: torch.Tensor) -> None:
@@ -176,7 +130,62 @@ class _PrefixCache(DynamicCache):
         for layer in self.layers:
             if layer.is_initialized:
                 layer.batch_select_indices(keep)
-        self.set_rows(self.source[keep])
+        self.own_start = self.own_start[keep]
+        self.source = self.source[keep]
+        if self.ragged or len(self.prefix_bias) > 1:
+            self._compact()
+        self.set_rows(self.source)
+
+    def add(self, joining: _PrefixCache) -> None:
+        """Append the rows of ``joining`` (a prefill of other prompts): their prompts become
+        groups here, the narrower prompts' left padding growing to the wider width, and their
+        own columns start empty at this cache's current column."""
+        width = max(self.prompt_mask.shape[1], joining.prompt_mask.shape[1])
+
+        def both(mine: torch.Tensor, theirs: torch.Tensor, dim: int, pad: Any) -> torch.Tensor:
+            parts = [pad_front(t, width - t.shape[dim], dim, pad) for t in (mine, theirs)]
+            return torch.cat(parts)
+
+        self.prefix = [
+            (both(k, jk, 2, 0), both(v, jv, 2, 0))
+            for (k, v), (jk, jv) in zip(self.prefix, joining.prefix, strict=True)
+        ]
+        self.prompt_mask = both(self.prompt_mask, joining.prompt_mask, 1, False)
+        self.prefix_bias = both(self.prefix_bias, joining.prefix_bias, 1, float("-inf"))
+        own = self.layers[0].get_seq_length()
+        for layer, (keys, values) in zip(self.layers, joining.prefix, strict=True):
+            empty = (len(joining.source), keys.shape[1], own, keys.shape[-1])
+            layer.append_rows(keys.new_zeros(empty), values.new_zeros(empty))
+        self.own_start = torch.cat([self.own_start, torch.full_like(joining.source, own)])
+        self.ragged = self.ragged or own > 0
+        self.source = torch.cat([self.source, joining.source + self.groups])
+        self.groups += joining.groups
+        self.set_rows(self.source)
+
+    def _compact(self) -> None:
+        """Forget what no running row reads: prompts without rows (once they are half of
+        all, so the copying stays amortised), prompt columns that are padding in every
+        kept prompt, and own columns before every row's first."""
+        used = torch.bincount(self.source, minlength=self.groups) > 0
+        kept = int(used.sum())
+        if 0 < kept <= self.groups // 2:
+            index = used.nonzero().squeeze(1)
+            self.prefix = [(k[index], v[index]) for k, v in self.prefix]
+            self.prompt_mask, self.prefix_bias = self.prompt_mask[index], self.prefix_bias[index]
+            self.source = (used.cumsum(0) - 1)[self.source]
+            self.groups = kept
+            first = int(self.prompt_mask.any(dim=0).int().argmax())
+            if first:
+                self.prefix = [(k[:, :, first:], v[:, :, first:]) for k, v in self.prefix]
+                self.prompt_mask = self.prompt_mask[:, first:]
+                self.prefix_bias = self.prefix_bias[:, first:]
+        if self.ragged and len(self.own_start):
+            start = int(self.own_start.min())
+            if start and 2 * start >= self.layers[0].get_seq_length():
+                for layer in self.layers:
+                    layer.shift(start)
+                self.own_start = self.own_start - start
+            self.ragged = bool(self.own_start.any())
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor]):
@@ -217,12 +226,16 @@ def _cascade_attention(cache: _PrefixCache, layer_idx: int, query, key, value, s
     part_p = part_p.reshape(groups * width, *part_p.shape[2:])  # (B, Hkv, G*Q, Dv + 2)
     if not cache.dense:
         part_p = part_p[cache.slot]
-    causal = None
+    bias = None
     if width_q > 1:  # new token i sees the row's earlier tokens and new tokens 0..i
         allowed = torch.ones((width_q, own), dtype=torch.bool, device=q.device)
         allowed = allowed.tril(diagonal=own - width_q).repeat(heads // kv_heads, 1)
-        causal = torch.zeros(allowed.shape, device=q.device).masked_fill_(~allowed, float("-inf"))
-    part_s = _attend(q, key, value, causal)  # (B, Hkv, G*Q, Dv + 2)
+        bias = torch.zeros(allowed.shape, device=q.device).masked_fill_(~allowed, float("-inf"))
+    if cache.ragged:  # a row that joined late has no own keys before its first token
+        before = torch.arange(own, device=q.device) < cache.own_start[:, None]
+        late = torch.zeros(before.shape, device=q.device).masked_fill_(before, float("-inf"))
+        bias = late[:, None, None, :] if bias is None else bias + late[:, None, None, :]
+    part_s = _attend(q, key, value, bias)  # (B, Hkv, G*Q, Dv + 2)
     # Rescale both parts to their common max: exactly softmax over prompt + own keys.
     top = torch.maximum(part_p[..., -2:-1], part_s[..., -2:-1])
     w_p, w_s = (part_p[..., -2:-1] - top).exp(), (part_s[..., -2:-1] - top).exp()
@@ -300,7 +313,10 @@ register_attention(ATTENTION, sdpa_unless("shared_prefix_cache", _shared_prefix_
 
 
 class SharedPrefixDecoder:
-    """Decode with one cache copy per distinct prompt (see the module docstring)."""
+    """Decode with one cache copy per distinct prompt (see the module docstring); rows of
+    other prompts can ``join`` mid-decode."""
+
+    joinable = True
 
     def __init__(
         self,
@@ -319,23 +335,36 @@ class SharedPrefixDecoder:
             model.set_attn_implementation(ATTENTION)
         self.model = model if body is None else body
         self.hidden = body is not None
-        self.cache = _PrefixCache(model.config, mask.bool(), source, min(steps, FIRST_CAPACITY))
+        self.capacity = min(steps, FIRST_CAPACITY)
+        self.cache, self.logits = self._prefill(ids, mask, source)  # (B, V) (B, H with body)
+        self.position = mask.sum(dim=-1)[source]  # (B,) position of the next token
+
+    def _prefill(self, ids, mask, source) -> Tuple[_PrefixCache, torch.Tensor]:
+        """A cache holding prompts ``ids``/``mask`` (P, W), and rows ``source``' logits."""
+        cache = _PrefixCache(self.model.config, mask.bool(), source, self.capacity)
         # The decoder has no head, so nothing to skip: it returns every prompt position.
         keep = {} if self.hidden else {"logits_to_keep": 1}
         out = self.model(
             input_ids=ids,
             position_ids=(mask.cumsum(dim=-1) - 1).clamp(min=0),
-            **cache_kwargs(self.model, self.cache),
+            **cache_kwargs(self.model, cache),
             use_cache=True,
-            shared_prefix_cache=self.cache,
+            shared_prefix_cache=cache,
             **keep,
         )
-        self.cache.decoding = True
-        self.logits = self._output(out)[:, -1, :][source]  # (B, V) logits (B, H with body)
-        self.position = mask.sum(dim=-1)[source]  # (B,) position of the next token
+        cache.decoding = True
+        return cache, self._output(out)[:, -1, :][source]
 
     def _output(self, out: Any) -> torch.Tensor:
         return out.last_hidden_state if self.hidden else out.logits
+
+    def join(self, ids, mask, source) -> torch.Tensor:
+        """Prefill other prompts ``ids``/``mask`` (P', W') and append rows ``source`` (B',)
+        of them after the running ones; returns the new rows' next-token logits (B', V)."""
+        joining, logits = self._prefill(ids, mask, source)
+        self.cache.add(joining)
+        self.position = torch.cat([self.position, mask.sum(dim=-1)[source]])
+        return logits
 
     def select(self, keep: torch.Tensor) -> None:
         """Keep only rows ``keep`` (indices into the current rows)."""
