@@ -165,8 +165,8 @@ def compare(sides: Dict[str, str], args: Any, tasks: int, max_tokens: int) -> Di
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--model", default="/work/smollm2/model")
-    parser.add_argument("--data", default="/work/smollm2/data/rl/train.jsonl")
+    parser.add_argument("--model", default="./smollm2/model", help="prepare-quickstart's")
+    parser.add_argument("--data", default="./smollm2/data/rl/train.jsonl")
     parser.add_argument("--before", default="31c5d4e", help="main's commit before the change")
     parser.add_argument("--tasks", type=int, nargs="+", default=[8], help="tasks per step")
     parser.add_argument("--samples", type=int, default=8)
@@ -182,6 +182,7 @@ def main() -> None:
     if args.child:
         print(json.dumps(run_steps(json.loads(args.child))))
         return
+    load_start = os.getloadavg()[0]
     sides = {"before": export_before(args.before, tempfile.mkdtemp()), "after": ROOT}
     runs = [
         compare(sides, args, tasks, max_tokens)
@@ -201,6 +202,7 @@ def main() -> None:
         "steps_per_run": args.steps,
         "repeats": args.repeats,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "load_average": {"start": load_start, "end": os.getloadavg()[0]},
         "date": time.strftime("%Y-%m-%d"),
         "runs": runs,
     }

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -71,7 +72,11 @@ class TransformersInferenceModel(InferenceModel):
         # One worker thread: generation and weight loading never overlap. While a load or
         # release waits for it (``_hold``), the decode loop takes no new request and ends
         # once its rows do, so no request's rows mix two model versions.
-        self._executor = ThreadPoolExecutor(max_workers=1)
+        # Named after the thread that builds it (a ``LocalEngine``'s loop carries the
+        # engine's name), so what it logs goes to the engine's file (``roles.RoleLogs``).
+        self._executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=threading.current_thread().name
+        )
         self._hold = 0
         self._conversations: OrderedDict = OrderedDict()  # session -> Conversation
         self._receiver: Any = None  # sync_method nccl: this engine's end of the trainer's group
