@@ -183,6 +183,8 @@ def main() -> None:
         print(json.dumps(run_steps(json.loads(args.child))))
         return
     load_start = os.getloadavg()[0]
+    # each side's child runs in its own code folder: paths given here are read from here
+    args.model, args.data = os.path.abspath(args.model), os.path.abspath(args.data)
     sides = {"before": export_before(args.before, tempfile.mkdtemp()), "after": ROOT}
     runs = [
         compare(sides, args, tasks, max_tokens)
