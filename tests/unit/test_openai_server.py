@@ -201,7 +201,6 @@ def test_errors_are_openai_shaped_with_the_reason(client):
     unknown = _error(lambda: _chat(client, model="gpt-4o"))
     assert isinstance(unknown, openai.NotFoundError) and unknown.code == "model_not_found"
     cases = {
-        "stream": dict(stream=True),
         "top_p": dict(top_p=2.0),
         "max_tokens": dict(max_tokens=MAX_MODEL_LEN),
         "n": dict(n=0),
@@ -213,7 +212,7 @@ def test_errors_are_openai_shaped_with_the_reason(client):
         error = _error(lambda kwargs=kwargs: _chat(client, **kwargs))
         assert isinstance(error, openai.BadRequestError), param
         assert error.body["param"] == param and error.body["type"] == "invalid_request_error"
-    assert "not supported yet" in _error(lambda: _chat(client, stream=True)).message
+    assert "not supported yet" in _error(lambda: _chat(client, presence_penalty=0.5)).message
     typed = _error(lambda: _chat(client, extra_body={"n": "many"}))
     assert typed.status_code == 400 and typed.body["param"] == "n"
     ids = _error(lambda: client.completions.create(model=client.model_path, prompt=[10**6]))

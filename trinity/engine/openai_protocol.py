@@ -2,7 +2,7 @@
 
 Requests are read into pydantic models that keep unknown fields (clients send many the
 server may ignore, such as ``user`` or ``store``); a field that would change what is sampled
-and that the engine cannot honour (``presence_penalty``, ``logit_bias``, ``stream``...) is a
+and that the engine cannot honour (``presence_penalty``, ``logit_bias``...) is a
 400 error, never silently dropped. Replies are the shapes of the OpenAI API: ``choices`` with
 ``message`` (chat) or ``text`` (completions), ``finish_reason``, optional ``logprobs`` and
 ``usage``.
@@ -108,8 +108,6 @@ class _Request(BaseModel):
 
     def unsupported(self) -> None:
         """Raise for a field whose value the engine would not honour."""
-        if self.stream:
-            raise APIError(400, "stream: true is not supported yet; send stream: false", "stream")
         for name in ("presence_penalty", "frequency_penalty"):
             if getattr(self, name):
                 raise APIError(400, f"{name} is not supported yet; leave it unset or 0", name)

@@ -5,7 +5,10 @@
 ``generate_ids`` call per prompt on the engine, the call ``ModelWrapper.chat`` makes too, so
 requests from many clients batch in the engine exactly as direct calls do. ``RunningServer``
 serves the app with uvicorn as a task on the running event loop (the engine actor's), on a
-socket bound before the task starts: port 0 gives a free port, known at once.
+socket bound before the task starts: port 0 gives a free port, known at once. A request
+with ``stream: true`` gets its finished reply as server-sent events (``sse.py``); one with
+``RECORD_HEADER`` leaves its token data on the server for ``POST /trinity/records/take``
+(``records.py``).
 
 Errors are OpenAI-shaped (``{"error": {"message", "type", "param", "code"}}``): 400 for a
 prompt that leaves no room in ``max_model_len``, a bad or unsupported parameter, or messages
@@ -35,11 +38,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from trinity.common.config.schema_explorer import APIServerConfig
-from trinity.common.models.reply_tokens import SESSION_HEADER, TOKENS_HEADER
+from trinity.common.models.reply_tokens import RECORD_HEADER, SESSION_HEADER, TOKENS_HEADER
 from trinity.common.models.sampling import SamplingParams
 from trinity.engine.conversation import Conversation, record_turn
 from trinity.engine.guard import Guard, head_deadline_protocol
@@ -59,12 +62,14 @@ from trinity.engine.openai_protocol import (
     usage,
 )
 from trinity.engine.reasoning import split_reasoning
+from trinity.engine.records import RecordStore, add_record_routes
 from trinity.engine.request_checks import check_chat, check_sampling
 from trinity.engine.serve_routes import (
     ServeHooks,
     add_serve_routes,
     sample_at_training_temperature,
 )
+from trinity.engine.sse import streamed
 from trinity.engine.tool_calls import arguments_as_objects, parse_tool_calls
 from trinity.utils.access import Secret
 
@@ -201,6 +206,8 @@ def build_app(
     created = int(time.time())
     if hooks is not None:
         add_serve_routes(app, hooks, served.model)
+    records = RecordStore()
+    add_record_routes(app, records)
     _add_error_handlers(app)
 
     @app.get("/v1/models")
@@ -215,12 +222,14 @@ def build_app(
         return _JSON({"object": "list", "data": [card]})
 
     @app.post("/v1/chat/completions")
-    async def chat(body: ChatRequest, request: Request) -> _JSON:
-        return await _chat(served, hooks, limits, body, request)
+    async def chat(body: ChatRequest, request: Request) -> Response:
+        reply, sampled = await _chat(served, hooks, limits, body, request)
+        return _respond(request, body, reply, sampled, records)
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request) -> _JSON:
-        return await _completions(served, hooks, limits, body, request)
+    async def completions(body: CompletionRequest, request: Request) -> Response:
+        reply, sampled = await _completions(served, hooks, limits, body)
+        return _respond(request, body, reply, sampled, records)
 
     return app
 
@@ -231,8 +240,8 @@ async def _chat(
     limits: APIServerConfig,
     body: ChatRequest,
     request: Request,
-) -> _JSON:
-    """``POST /v1/chat/completions``."""
+) -> Tuple[Dict[str, Any], List[Sampled]]:
+    """``POST /v1/chat/completions``: the reply and what was sampled for it."""
     served.check_name(body.model)
     body.unsupported()
     check_chat(body, limits, served.vocab_size)
@@ -256,7 +265,7 @@ async def _chat(
         record_turn(conversation, messages, body.tools, pairs)
     reply = {**envelope("chat.completion", served.name), "choices": choices}
     await _record(hooks, reply["id"], [sampled])
-    return _JSON(_with_tokens(request, reply, [sampled], usage([sampled])))
+    return reply, [sampled]
 
 
 async def _completions(
@@ -264,9 +273,8 @@ async def _completions(
     hooks: Optional[ServeHooks],
     limits: APIServerConfig,
     body: CompletionRequest,
-    request: Request,
-) -> _JSON:
-    """``POST /v1/completions``."""
+) -> Tuple[Dict[str, Any], List[Sampled]]:
+    """``POST /v1/completions``: the reply and what was sampled for it."""
     served.check_name(body.model)
     body.unsupported()
     await _before_sampling(hooks, body)
@@ -284,7 +292,7 @@ async def _completions(
     choices = [_completion_choice(served, body, i, exp) for i, exp in enumerate(exps)]
     reply = {**envelope("text_completion", served.name), "choices": choices}
     await _record(hooks, reply["id"], sampled)
-    return _JSON(_with_tokens(request, reply, sampled, usage(sampled)))
+    return reply, sampled
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -374,17 +382,29 @@ def _completion_choice(
     }
 
 
-def _with_tokens(
-    request: Request, reply: Dict[str, Any], sampled: List[Sampled], counts: Dict[str, int]
-) -> Dict[str, Any]:
-    """``reply`` with ``usage``, and the exact token data when the request asked for it."""
-    reply["usage"] = counts
-    if TOKENS_HEADER in request.headers:
-        reply["trinity"] = {"prompts": prompt_blocks(sampled)}
+def _respond(
+    request: Request,
+    body: Any,
+    reply: Dict[str, Any],
+    sampled: List[Sampled],
+    records: RecordStore,
+) -> Response:
+    """``reply`` with ``usage`` as JSON or as a stream (``stream: true``); its exact token
+    data attached when the request asked for it (``TOKENS_HEADER``) and kept under the
+    request's record key (``RECORD_HEADER``, ``records.py``)."""
+    reply["usage"] = usage(sampled)
+    key = request.headers.get(RECORD_HEADER)
+    if key or TOKENS_HEADER in request.headers:
+        prompts = {"prompts": prompt_blocks(sampled)}
         pairs = [(p, e) for p, group in enumerate(sampled) for e in group.experiences]
-        for choice, (prompt_index, exp) in zip(reply["choices"], pairs, strict=True):
-            choice["trinity"] = token_block(prompt_index, exp)
-    return reply
+        blocks = [token_block(prompt_index, exp) for prompt_index, exp in pairs]
+        if key:
+            records.add(key, {"trinity": prompts, "choices": [{"trinity": b} for b in blocks]})
+        if TOKENS_HEADER in request.headers:
+            reply["trinity"] = prompts
+            for choice, block in zip(reply["choices"], blocks, strict=True):
+                choice["trinity"] = block
+    return streamed(reply, body) if body.stream else _JSON(reply)
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -142,3 +142,15 @@ def openai_async_client(
     client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=api_key or API_KEY, **options)
     client.model_path = model
     return client
+
+
+async def take_recorded(url: str, key: str, api_key: Optional[str] = None) -> List[Experience]:
+    """The replies the server at ``url`` kept under record ``key`` (``RECORD_HEADER``), as the
+    engine's ``Experience``s in the order the replies were made; the server forgets them."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async with httpx.AsyncClient(timeout=60) as http:
+        answer = await http.post(f"{url}/trinity/records/take", json={"key": key}, headers=headers)
+    answer.raise_for_status()
+    return [exp for reply in answer.json()["replies"] for exp in experiences_from_reply(reply)]

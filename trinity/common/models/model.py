@@ -28,6 +28,7 @@ from dataclasses import fields
 from typing import Any, ClassVar, Dict, Iterator, List, Optional, Tuple
 
 from trinity.common.experience import Experience
+from trinity.common.models.reply_tokens import RECORD_HEADER, SESSION_HEADER
 from trinity.common.models.sampling import SamplingParams
 
 _PARAM_NAMES = {f.name for f in fields(SamplingParams)}
@@ -303,6 +304,34 @@ class ModelWrapper:
     def get_openai_async_client(self) -> Any:
         """``get_openai_client`` for asyncio code: an ``openai.AsyncOpenAI``."""
         return self._client("async")
+
+    def endpoint(self, record_key: Optional[str] = None) -> Dict[str, Any]:
+        """The engine's OpenAI-compatible server for a program the workflow starts (an agent
+        harness, a subprocess with its own HTTP client): ``base_url`` (ending in ``/v1``),
+        ``model``, ``api_key`` (None where none is checked) and the ``headers`` its requests
+        carry: this wrapper's session (a conversation continues from its exact tokens) and,
+        with ``record_key``, the key the server keeps each reply under for ``take_recorded``."""
+        api = self._api_address()
+        key = api.get("api_key")
+        headers = {SESSION_HEADER: self.session}
+        if record_key is not None:
+            headers[RECORD_HEADER] = record_key
+        return {
+            "base_url": f"{api['url']}/v1",
+            "model": api["model"],
+            "api_key": key.reveal() if key else None,
+            "headers": headers,
+        }
+
+    async def take_recorded(self, record_key: str) -> List[Experience]:
+        """The replies the server kept under ``record_key`` (see ``endpoint``), oldest first,
+        as the engine returned them; with ``enable_history`` they join the history too."""
+        from trinity.common.models.client import take_recorded
+
+        api = self._api_address()
+        key = api.get("api_key")
+        found = await take_recorded(api["url"], record_key, key.reveal() if key else None)
+        return self._seen(self._record(found))
 
     def extract_experience_from_history(self, clear_history: bool = True) -> List[Experience]:
         """Every recorded call's experiences, in the order the replies arrived, exactly as the

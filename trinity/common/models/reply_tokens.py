@@ -14,6 +14,9 @@ from typing import Any, Dict, List
 from trinity.common.experience import Experience
 
 TOKENS_HEADER = "x-trinity-return-tokens"
+# Keeps the reply's token data on the server under this key, for the caller to take later
+# (``trinity.engine.records``): calls made by a program the workflow cannot hook.
+RECORD_HEADER = "x-trinity-record"
 # Names the caller's conversations: a chat request continuing one of the session's recent
 # turns is continued from its tokens (``trinity.engine.conversation``).
 SESSION_HEADER = "x-trinity-session"
