@@ -156,7 +156,13 @@ def chat_sampling_corpus(model: str) -> List[Bad]:
         Bad("top_logprobs 100", CHAT, c(logprobs=True, top_logprobs=100), 400, "top_logprobs"),
         Bad("top_logprobs negative", CHAT, c(logprobs=True, top_logprobs=-1), 400, "top_logprobs"),
         Bad("stream a string", CHAT, c(stream="yes"), 400, "stream"),
-        Bad("stream", CHAT, c(stream=True), 400, "stream", "not supported"),
+        Bad(
+            "stream_options.include_usage a string",
+            CHAT,
+            c(stream=True, stream_options={"include_usage": "yes"}),
+            400,
+            "stream_options.include_usage",
+        ),
         Bad("presence_penalty a string", CHAT, c(presence_penalty="x"), 400, "presence_penalty"),
         Bad("logit_bias strings", CHAT, c(logit_bias={"1": "b"}), 400, "logit_bias.1"),
     ]

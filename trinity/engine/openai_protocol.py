@@ -83,6 +83,14 @@ def most_specific(errors: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     return max(errors, key=lambda error: len(error.get("loc", ())))
 
 
+class StreamOptions(BaseModel):
+    """``stream_options``: whether a streamed reply ends with a ``usage`` chunk."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    include_usage: Optional[bool] = None
+
+
 class _Request(BaseModel):
     """Fields shared by chat and completion requests (``None``: the client did not send it).
 
@@ -102,6 +110,7 @@ class _Request(BaseModel):
     stop_token_ids: Optional[List[int]] = None  # extra body field (vLLM's name)
     seed: Optional[int] = None
     stream: Optional[bool] = None
+    stream_options: Optional[StreamOptions] = None
     presence_penalty: Optional[float] = None
     frequency_penalty: Optional[float] = None
     logit_bias: Optional[Dict[str, float]] = None

@@ -70,8 +70,7 @@ def sse_events(reply: Dict[str, Any], include_usage: bool) -> List[str]:
 
 def include_usage(body: Any) -> bool:
     """Whether the request's ``stream_options`` asks for the closing ``usage`` chunk."""
-    options = (body.model_extra or {}).get("stream_options") or {}
-    return isinstance(options, dict) and options.get("include_usage") is True
+    return body.stream_options is not None and body.stream_options.include_usage is True
 
 
 def streamed(reply: Dict[str, Any], body: Any) -> StreamingResponse:
