@@ -25,10 +25,10 @@ CONFIG = os.path.join(ROOT, "examples", "environments", "textarena.yaml")
 REPLY = 8  # max_reply_tokens
 
 
-def stored_experiences(job_dir: str) -> list:
-    engine = sa.create_engine(f"sqlite:///{job_dir}/buffer/guess_buffer.db")
+def stored_experiences(job_dir: str, buffer: str = "guess_buffer") -> list:
+    engine = sa.create_engine(f"sqlite:///{job_dir}/buffer/{buffer}.db")
     with engine.connect() as conn:
-        rows = conn.execute(sa.text("SELECT data FROM guess_buffer ORDER BY id")).fetchall()
+        rows = conn.execute(sa.text(f"SELECT data FROM {buffer} ORDER BY id")).fetchall()
     return [decode_experience(row.data) for row in rows]
 
 

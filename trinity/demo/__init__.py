@@ -20,7 +20,7 @@ prints how to run the examples on ``ROOT`` (``run_commands``).
   played by an agent that only knows ``openai.OpenAI``, ``examples/calculator_agent``.
 - ``smollm2``: a real model, SmolLM2-135M-Instruct (imported from the ``smollm2`` extra's GGUF
   file), with word problems in plain English (``trinity.demo.word_problems``),
-  ``examples/smollm2``; ``examples/environments/reasoning_gym.yaml`` uses its model only.
+  ``examples/smollm2``; the ``examples/environments`` configs use its model only.
 
 To add an environment: write a module here with the environment (an episode object with an
 opening message and a ``step(reply)``, seeded, no network), a ``make_*`` function writing its
@@ -88,6 +88,7 @@ DEMOS: Dict[str, Demo] = {
             "examples/environments/reasoning_gym.yaml",
             "examples/environments/textarena.yaml",
             "examples/environments/openenv.yaml",
+            "examples/environments/verifiers.yaml",
         ],
     ),
 }

@@ -134,6 +134,7 @@ def _taskset_problems(config: Config) -> List[str]:
             problems += _workflow_args_problems(config, path, storage, is_eval)
         if workflow is not None:
             problems += _package_problems(config, path, storage, workflow)
+            problems += _api_problems(config, path, storage, workflow)
             problems += _declared_args_problems(path, storage, workflow)
             problems += _judge_problems(config, path, storage, workflow, is_eval)
         if workflow is not None and not is_eval:
@@ -200,6 +201,20 @@ def _package_problems(
     key = origin_of(config, path, storage, "default_workflow_type")
     name = storage.default_workflow_type
     return [f"{key} = {name} {need}" for need in missing_packages(workflow)]
+
+
+def _api_problems(config: Config, path: str, storage: StorageConfig, workflow: Any) -> List[str]:
+    """A workflow whose model calls another program makes (``needs_openai_api``) needs the
+    rollout model's OpenAI-compatible server."""
+    if not getattr(workflow, "needs_openai_api", False):
+        return []
+    if config.explorer.rollout_model.enable_openai_api:
+        return []
+    key = origin_of(config, path, storage, "default_workflow_type")
+    return [
+        f"{key} = {storage.default_workflow_type} calls the rollout model over its "
+        "OpenAI-compatible API: set explorer.rollout_model.enable_openai_api: true"
+    ]
 
 
 def _declared_args_problems(path: str, storage: StorageConfig, workflow: Any) -> List[str]:

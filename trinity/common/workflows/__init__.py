@@ -27,6 +27,7 @@ from trinity.common.workflows.ruler import RulerWorkflow
 from trinity.common.workflows.simple import MathWorkflow, SimpleWorkflow
 from trinity.common.workflows.textarena import TextArenaWorkflow
 from trinity.common.workflows.toolcall import ToolCallWorkflow
+from trinity.common.workflows.verifiers import VerifiersWorkflow
 from trinity.common.workflows.workflow import WORKFLOWS, Task, Workflow
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "TextArenaWorkflow",
     "OpenEnvWorkflow",
     "ReasoningGymWorkflow",
+    "VerifiersWorkflow",
     "LLMJudgeWorkflow",
     "JudgedWorkflow",
     "JudgeReplyError",

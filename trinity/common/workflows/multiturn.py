@@ -79,6 +79,23 @@ def merge_turns(
     )
 
 
+def conversations(turns: Sequence[Experience]) -> List[List[Experience]]:
+    """``turns`` (recorded calls, oldest first) grouped into conversations: a call joins the
+    first conversation whose last call its tokens continue, else starts one. Calls of several
+    agents, or a conversation re-rendered mid-episode (a harness compacting its history), so
+    become several groups, each one ``merge_turns`` takes."""
+    groups: List[List[Experience]] = []
+    for turn in turns:
+        for group in groups:
+            last = group[-1].tokens
+            if len(turn.tokens) >= len(last) and torch.equal(turn.tokens[: len(last)], last):
+                group.append(turn)
+                break
+        else:
+            groups.append([turn])
+    return groups
+
+
 def turn_sampling(args: GenerationConfig, **changes: Any) -> Dict[str, Any]:
     """``model.chat``'s sampling arguments for one turn of an episode, from a taskset's
     ``rollout_args``: one reply (each episode is its own conversation), ``changes`` applied."""

@@ -62,6 +62,9 @@ class Workflow:
         needs_packages: the optional packages it imports (module name -> the extra of this
             project that installs it); the config check refuses a taskset naming the
             workflow where one is not installed (``missing_packages``).
+        needs_openai_api: its model calls go through the rollout model's OpenAI-compatible
+            server (a program it starts makes them); the config check then requires
+            ``explorer.rollout_model.enable_openai_api`` (default False).
 
     A workflow may also define a classmethod ``auxiliary_models_needed(workflow_args) -> int``:
     how many of ``explorer.auxiliary_models`` its tasks use with those ``workflow_args``; the
@@ -70,6 +73,7 @@ class Workflow:
 
     records_turn_states: bool = False
     needs_packages: Dict[str, str] = {}
+    needs_openai_api: bool = False
 
     def __init__(self, model: ModelWrapper, task: Task, auxiliary_models: Optional[List] = None):
         self.model = model
