@@ -124,17 +124,21 @@ def test_frozen_weights_are_cast_once_across_passes(micro_model):
     assert weights.casts == 2 * casts
 
 
-def test_gradient_checkpointing_falls_back_to_plain_autocast(micro_model):
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_gradient_checkpointing_recomputes_from_the_masters(micro_model, reentrant):
+    """The recomputation in backward runs after the pass put the masters back: autocast casts
+    them there to the same bf16 values the copies hold, and their gradients reach the
+    masters directly; the parts outside the checkpointed layers (the head) use the copies."""
     cached, plain = _pair(micro_model)
     for model in (cached, plain):
-        model.gradient_checkpointing_enable()
+        model.gradient_checkpointing_enable({"use_reentrant": reentrant})
         model.train()
     fns, batch = _fns(), _batch()
     opts = [torch.optim.SGD(m.parameters(), lr=0.0) for m in (cached, plain)]
-    _, g_c = _step(cached, opts[0], batch, fns)
-    _, g_p = _step(plain, opts[1], batch, fns)
-    assert compute_weights(cached).casts == 0
+    (m_c, g_c), (m_p, g_p) = _step(cached, opts[0], batch, fns), _step(plain, opts[1], batch, fns)
+    assert m_c["pg_loss"] == pytest.approx(m_p["pg_loss"], rel=1e-5, abs=1e-6)
     _close_grads(g_c, g_p)
+    assert compute_weights(cached).casts == len(compute_weights(cached).masters)
 
 
 def test_lora_adapter_refreshed_each_step_and_frozen_base_cast_once(micro_model):
@@ -163,3 +167,84 @@ def test_lora_adapter_refreshed_each_step_and_frozen_base_cast_once(micro_model)
         assert m_c["pg_loss"] == pytest.approx(m_p["pg_loss"], rel=1e-5, abs=1e-6)
         _close_grads(g_c, g_p)
         assert weights.casts == len(weights.masters) + trainable * step
+
+
+TRAINER_CONFIG = """
+project: tests
+name: bf16
+cluster: {{gpu_per_node: 0}}
+checkpoint_root_dir: {root}
+model: {{model_path: {model}, max_prompt_tokens: 40, max_response_tokens: 4}}
+algorithm:
+  algorithm_type: grpo
+  repeat_times: 2
+  optimizer: {{lr: 0.01}}
+  kl_loss_fn_args: {{kl_coef: 0.1}}
+buffer:
+  batch_size: 2
+  total_steps: 4
+  explorer_input:
+    default_workflow_type: math_workflow
+    taskset: {{name: train, path: {data}, split: train,
+               format: {{prompt_key: question, response_key: answer}}}}
+trainer:
+  trainer_config:
+    actor_rollout_ref:
+      actor: {{ppo_micro_batch_size_per_gpu: 1,
+               fsdp_config: {{mixed_precision: {{param_dtype: bf16}}}}}}
+      ref: {{fsdp_config: {{mixed_precision: {{param_dtype: bf16}}}}}}
+"""
+
+
+def _trainer(root, micro_model, arithmetic_data):
+    from trinity.common.config import load_config
+    from trinity.preflight.derive import finalize
+    from trinity.trainer.trainer import Trainer
+
+    path = root / "config.yaml"
+    root.mkdir()
+    text = TRAINER_CONFIG.format(root=root / "ck", model=micro_model, data=arithmetic_data["rl"])
+    path.write_text(text)
+    trainer = Trainer(finalize(load_config(str(path))), 4, log=lambda metrics, step: None)
+    trainer.prepare_model()
+    trainer.attach_reader(reader=None)
+    return trainer
+
+
+def _rows(tokenizer, step):
+    prompt = tokenizer.encode(f"{step}+1=")
+    return [
+        Experience(
+            tokens=prompt + tokenizer.encode(answer),
+            prompt_length=len(prompt),
+            reward=reward,
+            logprobs=[-1.0] * len(answer),
+            group_id="g",
+        )
+        for answer, reward in (("2", 1.0), ("37", 0.0), ("3", 0.0), ("41", 1.0))
+    ]
+
+
+def test_trainer_steps_match_autocast_and_save_fp32(tmp_path, micro_model, arithmetic_data):
+    """Trainer.train_step (micro-batches of one row, a bf16 reference model) twice, cached
+    against plain autocast: the same losses and grad norms; the checkpoint is fp32."""
+    from safetensors import safe_open
+
+    from trinity.common.weights import weights_path
+
+    cached = _trainer(tmp_path / "cached", micro_model, arithmetic_data)
+    plain = _trainer(tmp_path / "plain", micro_model, arithmetic_data)
+    plain_autocast(plain.model)
+    plain_autocast(plain.ref_model)
+    assert compute_weights(cached.ref_model) is not None
+    for step in (1, 2):
+        results = []
+        for trainer in (cached, plain):
+            trainer.step = step
+            results.append(trainer.train_step(_rows(trainer.tokenizer, step)))
+        for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):
+            assert results[0][key] == pytest.approx(results[1][key], rel=RTOL, abs=1e-6), key
+    assert compute_weights(cached.ref_model).casts == len(compute_weights(cached.ref_model).masters)
+    cached.save(final=True)
+    with safe_open(weights_path(cached.job_dir, 2), framework="pt") as f:
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.float32}

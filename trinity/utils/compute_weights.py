@@ -23,10 +23,14 @@ autocast's.
 - One copy per master: a tied weight (the output head sharing the embedding) is one master,
   hence one copy, and its gradients from each use are summed on the master.
 
-Nothing here when it does not apply (``applies``): fp32 compute (nothing to cast), sharded
-(DTensor) parameters, whose FSDP2 hooks gather and free the shards around each module, and
-gradient checkpointing, whose recomputation runs after the pass has swapped the masters
-back. Those keep plain autocast.
+- Gradient checkpointing: the recomputation in backward runs after the pass has put the
+  masters back, so it is plain autocast's (it casts the masters to the same values the
+  copies hold, and their gradients reach the masters directly); the forward and the
+  layers outside the checkpoints (the output head) still read the copies.
+
+Nothing here when it does not apply (``applies``): fp32 compute (nothing to cast) and sharded
+(DTensor) parameters, whose FSDP2 hooks gather and free the shards around each module, swap
+their own storage and cast under their own policy. Those keep plain autocast.
 """
 
 from __future__ import annotations
@@ -71,7 +75,8 @@ class ComputeWeights:
                     copies[id(master)] = self._copy_of(master)
                 self.slots.append((module, name, master, copies[id(master)]))
         self.masters = {id(s[2]): (s[2], copies[id(s[2])]) for s in self.slots}
-        self.versions: Dict[int, int] = {}  # master id -> its version when last copied
+        # master id -> (its version, its storage) when last copied
+        self.versions: Dict[int, Tuple[int, int]] = {}
         self.depth = 0  # swapped() nests: the decoder's pass inside the model's
         self.casts = 0  # copies made, for tests and benchmarks
 
@@ -103,21 +108,21 @@ class ComputeWeights:
     def refresh(self) -> None:
         """Copy every master whose version moved since its last copy (none: nothing)."""
         for key, (master, copy) in self.masters.items():
-            if self.versions.get(key) != master._version:
+            # ``.data`` replaced (``module.to``) leaves the version alone: the storage counts too
+            state = (master._version, master.data_ptr())
+            if self.versions.get(key) != state:
+                if copy.device != master.device:
+                    copy.data = torch.empty_like(master, dtype=self.dtype)
                 copy.copy_(master)
-                self.versions[key] = master._version
+                self.versions[key] = state
                 self.casts += 1
-
-    def _active(self) -> bool:
-        # Recomputation (gradient checkpointing) would run after the swap is undone.
-        return not getattr(self.model, "is_gradient_checkpointing", False)
 
     @contextlib.contextmanager
     def swapped(self) -> Iterator[None]:
         """The modules hold the copies inside; the masters again on leaving. The autograd
         graph built inside keeps the copies, so the backward after leaving still reaches them
         (and through the hook, the masters)."""
-        if self.depth or not self._active():
+        if self.depth:
             self.depth += 1
             try:
                 yield
