@@ -15,14 +15,13 @@ autocast's.
   Norm weights, embeddings and anything else stay the fp32 masters, as autocast runs them.
 - A copy is refreshed when its master changed, read from the master's version counter
   (``Tensor._version``: every in-place write bumps it: the optimizer step, ``load_state_dict``,
-  a resume, a weight sync). So the policy's copies are made by the first pass after each
+  a resume). So the policy's copies are made by the first pass after each
   optimizer step, and a frozen model's copies live until its weights are written.
 - A trainable copy's gradient is handed to its master after each backward (a
   post-accumulate-grad hook): added to the master's ``.grad`` in fp32, the copy's own grad
   cleared, so micro-batches accumulate in fp32 as they do under plain autocast.
 - One copy per master: a tied weight (the output head sharing the embedding) is one master,
   hence one copy, and its gradients from each use are summed on the master.
-
 - Gradient checkpointing: the recomputation in backward runs after the pass has put the
   masters back, so it is plain autocast's (it casts the masters to the same values the
   copies hold, and their gradients reach the masters directly); the forward and the
