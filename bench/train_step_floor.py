@@ -11,6 +11,10 @@ Sides, alternating in each of ``--repeats`` rounds after a warm-up of each:
   ``--dtype`` for the trainer's compute), each phase timed by wrapping the function the
   trainer calls: batching, advantages, the actor mask, the gradient accumulation (the
   passes), the gradient clip, the optimizer step, the metrics;
+- ``stage_autocast`` (with ``--autocast-side`` and a bf16/fp16 ``--dtype``): the same stage on
+  a second trainer whose passes cast every weight at each call under plain autocast, the
+  compute-weight cache (``trinity/utils/compute_weights.py``) off: the cache's own effect,
+  side by side with ``stage``;
 - ``floor``: what the step cannot do without, measured alone on the same model and rows:
   the forward and backward of the policy's logprobs over the same micro-batches (the same
   scoring path, a plain policy-gradient loss), then the optimizer's step.
@@ -21,6 +25,8 @@ nothing.
 Usage::
 
     python -m bench.train_step_floor --smollm2 ./smollm2 --out docs/results/train_step_floor.json
+    python -m bench.train_step_floor --smollm2 ./smollm2 --dtype bf16 --autocast-side \
+        --out docs/results/train_step_floor_bf16.json
 """
 
 from __future__ import annotations
@@ -129,6 +135,16 @@ def instrument(trainer: Any) -> Dict[str, float]:
     return phases
 
 
+def stage_round(trainer: Any, phases: Dict[str, float], rows: List[Experience]) -> Dict:
+    """One ``train_step`` of ``trainer``: its seconds, each phase's, the load average."""
+    load = os.getloadavg()[0]
+    phases.clear()
+    trainer.step += 1
+    start = time.perf_counter()
+    trainer.train_step(list(rows))
+    return {"train step": time.perf_counter() - start, **phases, "load average": load}
+
+
 def floor_step(trainer: Any, rows: List[Experience]) -> Dict[str, float]:
     """The passes and the optimizer step alone: (seconds of each)."""
     from trinity.trainer.policy_step import micro_batches, response_logprobs
@@ -158,31 +174,46 @@ def main() -> None:
     parser.add_argument("--batch", default=None, help="rows sampled once (default: in --smollm2)")
     parser.add_argument("--dtype", default="fp32", help="the trainer's param_dtype")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--autocast-side",
+        action="store_true",
+        help="also time the stage under plain autocast (no compute-weight cache): stage_autocast",
+    )
+    parser.add_argument("--rows", type=int, default=None, help="only the first ROWS rows")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     path = args.batch or os.path.join(args.smollm2, "floor_batch.pt")
     if not os.path.exists(path):
         torch.save(sample_batch(args.smollm2, 8, 8, 32), path)
-    rows = torch.load(path, weights_only=False)
+    rows = torch.load(path, weights_only=False)[: args.rows]
     os.environ["TRINITY_SMOLLM2_DIR"] = args.smollm2
     trainer = stage_trainer(args.smollm2, args.dtype, tempfile.mkdtemp(prefix="floor-"))
     phases = instrument(trainer)
+    side = None  # (trainer, phases) of stage_autocast: the same stage, the cache off
+    if args.autocast_side:
+        from trinity.utils.device import plain_autocast
+
+        other = stage_trainer(args.smollm2, args.dtype, tempfile.mkdtemp(prefix="floor-"))
+        plain_autocast(other.model)
+        # Module-level wrappers now add to both sides' phases; each round clears its own
+        # side's dict right before its step and copies it right after, so each keeps its own.
+        side = (other, instrument(other))
     stage: List[Dict[str, float]] = []
     floor: List[Dict[str, float]] = []
-    for round_ in range(args.repeats + 1):  # round 0 warms both up
-        load = os.getloadavg()[0]
-        phases.clear()
-        trainer.step += 1
-        start = time.perf_counter()
-        trainer.train_step(list(rows))
-        total = time.perf_counter() - start
-        stage_round = {"train step": total, **phases, "load average": load}
+    autocast: List[Dict[str, float]] = []
+    for round_ in range(args.repeats + 1):  # round 0 warms every side up
+        s_round = stage_round(trainer, phases, rows)
+        a_round = stage_round(side[0], side[1], rows) if side else None
         floor_round = floor_step(trainer, rows)
-        print(f"round {round_}: stage {stage_round}\n         floor {floor_round}", flush=True)
+        print(f"round {round_}: stage {s_round}\n         floor {floor_round}", flush=True)
+        if a_round is not None:
+            print(f"         stage_autocast {a_round}", flush=True)
         if round_:
-            stage.append(stage_round)
+            stage.append(s_round)
             floor.append(floor_round)
-    record = summary(rows, args, stage, floor)
+            if a_round is not None:
+                autocast.append(a_round)
+    record = summary(rows, args, stage, floor, autocast)
     print(json.dumps(record["medians"], indent=2))
     if args.out:
         with open(args.out, "w") as f:
@@ -190,13 +221,24 @@ def main() -> None:
 
 
 def summary(
-    rows: List[Experience], args: argparse.Namespace, stage: List[Dict], floor: List[Dict]
+    rows: List[Experience],
+    args: argparse.Namespace,
+    stage: List[Dict],
+    floor: List[Dict],
+    autocast: List[Dict],
 ) -> Dict[str, Any]:
     def medians(rounds: List[Dict[str, float]]) -> Dict[str, float]:
         return {key: statistics.median(r.get(key, 0.0) for r in rounds) for key in rounds[0]}
 
     stage_m, floor_m = medians(stage), medians(floor)
     floor_total = floor_m["passes"] + floor_m["optimizer step"]
+    side: Dict[str, Any] = {}
+    if autocast:  # the cache's effect: plain autocast's step over the cached one's
+        autocast_m = medians(autocast)
+        side = {
+            "stage_autocast": autocast_m,
+            "autocast_over_cache": autocast_m["train step"] / stage_m["train step"],
+        }
     return {
         "model": "SmolLM2-135M-Instruct",
         "dtype": args.dtype,
@@ -208,8 +250,13 @@ def summary(
             "stage": stage_m,
             "floor": {**floor_m, "total": floor_total},
             "ratio": stage_m["train step"] / floor_total,
+            **side,
         },
-        "rounds": {"stage": stage, "floor": floor},
+        "rounds": {
+            "stage": stage,
+            "floor": floor,
+            **({"stage_autocast": autocast} if autocast else {}),
+        },
     }
 
 

@@ -55,13 +55,17 @@ def response_logprobs(
             logits = model(**_model_inputs(batch)).logits[:, P - 1 : P + R - 1]
         return token_scores(logits, targets, temperature, with_entropy)
     decoder, head = parts
-    # The decoder is called past the model's own forward, so under the autocast it sets.
+    # The decoder and head are called past the model's own forward, so under the autocast
+    # it sets, and with its cached compute-dtype weights swapped in: the head's weight is
+    # read inside, so the head's product uses that copy too (no cast per micro-batch).
+    dtype = compute_dtype(model)
     with compute_context(model):
         hidden = shared_prefix_logits(model, batch, decoder) if share_prefix else None
         if hidden is None:
             hidden = decoder(**_model_inputs(batch)).last_hidden_state[:, P - 1 : P + R - 1]
-    dtype = compute_dtype(model)
-    return head_scores(hidden, head.weight, head.bias, targets, temperature, with_entropy, dtype)
+        return head_scores(
+            hidden, head.weight, head.bias, targets, temperature, with_entropy, dtype
+        )
 
 
 def _model_inputs(batch: ExperienceBatch) -> Dict[str, Any]:
