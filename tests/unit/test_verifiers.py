@@ -8,6 +8,7 @@ import asyncio
 import importlib.util
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, List
 
@@ -28,6 +29,7 @@ pytestmark = pytest.mark.skipif(
 )
 ENVS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vf_envs")
 ECHO, CALC = "vf_echo", "vf_calc"
+WORDS = ["apple", "river", "stone"]  # vf_echo's first tasks: "Say apple." ...
 NULL_HARNESS = {"agent": {"harness": {"id": "null"}}}
 
 
@@ -38,7 +40,7 @@ def local(micro_model):
     host.close()
 
 
-def play(engine: Any, env_id: str, row: dict, n: int = 1, **args: Any) -> List[Experience]:
+def workflow(engine: Any, env_id: str, row: dict, n: int = 1, **args: Any) -> Any:
     from trinity.common.workflows import Task
 
     task = Task(
@@ -49,7 +51,11 @@ def play(engine: Any, env_id: str, row: dict, n: int = 1, **args: Any) -> List[E
         taskset_name="vf",
         index=2,
     )
-    return task.to_workflow(ModelWrapper(engine)).run()
+    return task.to_workflow(ModelWrapper(engine))
+
+
+def play(engine: Any, env_id: str, row: dict, n: int = 1, **args: Any) -> List[Experience]:
+    return workflow(engine, env_id, row, n, **args).run()
 
 
 def test_single_turn_episodes_are_the_engines_tokens_scored_by_the_environment(local):
@@ -82,6 +88,37 @@ def test_a_dotted_module_path_is_loaded_as_the_environment(local, monkeypatch):
     text = exp.response_text
     assert exp.reward == pytest.approx(0.5 * min(len(text), 20) / 20)
     assert exp.info["env_id"] == dotted
+
+
+def test_tasks_that_overlap_on_one_environment_each_finish(local, monkeypatch):
+    """Runners run on threads of one process, each running tasks of one environment at once
+    on its own event loop (asynchronous mode): every task's episodes come back whole. Two
+    hazards of verifiers made this hang or raise: an environment keeps its serving
+    resources on itself (overlapping serving() tore down each other's), and its subprocess
+    runtime prepares a harness's uv script under one asyncio lock for all event loops."""
+    from verifiers.v1.runtimes.subprocess import SubprocessRuntime
+
+    from trinity.common.workflows import verifiers_env
+
+    # as in a fresh process: no harness script prepared yet, no task run to its end
+    monkeypatch.setattr(SubprocessRuntime, "_interpreters", {})
+    monkeypatch.setattr(SubprocessRuntime, "_locks", {})
+    monkeypatch.setattr(verifiers_env, "_PREPARED", set())
+
+    def runner(rounds: int) -> list:
+        async def at_once() -> list:
+            flows = [workflow(local, ECHO, {"task_index": i}, n=2) for i in range(3)]
+            return await asyncio.wait_for(asyncio.gather(*(f.run_async() for f in flows)), 170)
+
+        return [exps for _ in range(rounds) for exps in asyncio.run(at_once())]
+
+    with ThreadPoolExecutor(2) as pool:
+        results = [exps for done in pool.map(runner, [2, 2], timeout=600) for exps in done]
+    assert [len(exps) for exps in results] == [2] * 12
+    template = local.model.engine.apply_chat_template
+    prompts = [template([{"role": "user", "content": f"Say {w}."}], None) for w in WORDS]
+    for i, exps in enumerate(results):
+        assert all(e.tokens[: e.prompt_length].tolist() == prompts[i % 3] for e in exps)
 
 
 def test_a_row_without_task_index_is_the_tasks_data(local):

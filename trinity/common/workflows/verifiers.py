@@ -44,9 +44,12 @@ from trinity.common.experience import Experience
 from trinity.common.workflows.multiturn import conversations, merge_turns
 from trinity.common.workflows.verifiers_env import (
     EnvError,
+    env_key,
     episode_failure,
     load_env,
+    prepared_once,
     row_task,
+    serving,
     use_env_dir,
     uv_on_path,
     vf,
@@ -119,6 +122,7 @@ class VerifiersWorkflow(Workflow):
         self.args: VerifiersArgs = read_workflow_args(VerifiersArgs, task)
         args = self.args
         use_env_dir(args.env_dir)
+        self.env_key = env_key(args.env_id, args.env_args, args.env_config)
         self.env = load_env(args.env_id, args.env_args, args.env_config)
         where = f"taskset '{task.taskset_name}' row {task.index}"
         self.vf_task = row_task(self.env, task.raw_task, where)
@@ -126,7 +130,7 @@ class VerifiersWorkflow(Workflow):
     async def run_async(self) -> List[Experience]:
         """The episodes of this task, at once, inside the environment's serving resources."""
         uv_on_path()
-        async with self.env.serving():
+        async with prepared_once(self.env_key), serving(self.env):
             episodes = await asyncio.gather(
                 *(self._episode() for _ in range(self.task.rollout_args.n))
             )

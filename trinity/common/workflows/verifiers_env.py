@@ -8,6 +8,8 @@ environment's tasks. verifiers is imported when first needed (seconds), never at
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import importlib
 import json
@@ -16,7 +18,8 @@ import os
 import shutil
 import sys
 import threading
-from typing import Any, Dict, List, Optional, Sequence
+import weakref
+from typing import Any, AsyncIterator, Dict, List, Optional, Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -70,18 +73,109 @@ def loader_id(env_id: str) -> str:
 _LOCK = threading.Lock()
 
 
-@functools.lru_cache(maxsize=16)
-def _load(key: str) -> Any:
+@functools.lru_cache(maxsize=64)
+def _load(key: str, thread: int) -> Any:
     env_id, env_args, config = json.loads(key)
     return vf().load_environment(env_config(env_id, env_args, config))
 
 
+def env_key(env_id: str, env_args: Dict[str, Any], config: Dict[str, Any]) -> str:
+    """The arguments an environment is built from, as one string."""
+    return json.dumps([env_id, env_args, config], sort_keys=True)
+
+
 def load_env(env_id: str, env_args: Dict[str, Any], config: Dict[str, Any]) -> Any:
-    """The environment of these arguments, built once per process (its taskset is loaded
-    on first use of its tasks)."""
-    key = json.dumps([env_id, env_args, config], sort_keys=True)
+    """The environment of these arguments, built once per thread (its taskset is loaded on
+    first use of its tasks). Per thread: an environment keeps its serving resources on
+    itself, bound to the event loop that entered them, so threads do not share one."""
     with _LOCK:
-        return _load(key)
+        return _load(env_key(env_id, env_args, config), threading.get_ident())
+
+
+_PREPARED: set = set()  # env keys one of whose tasks has run to the end in this process
+_PREPARING: Dict[str, threading.Lock] = {}
+
+
+@contextlib.asynccontextmanager
+async def prepared_once(key: str) -> AsyncIterator[None]:
+    """The body alone in the process, across threads and event loops, until one run of it
+    has ended for ``key``. verifiers' subprocess runtime prepares a harness's uv script
+    under an asyncio lock that every event loop of the process shares (a class attribute):
+    two loops preparing at once raise or wait forever. Once a task has prepared it, the
+    script is cached process-wide and that lock is never taken again."""
+    if key in _PREPARED:
+        yield
+        return
+    with _LOCK:
+        gate = _PREPARING.setdefault(key, threading.Lock())
+    while not gate.acquire(blocking=False):  # polled: a blocking wait would stall the loop
+        await asyncio.sleep(0.05)
+    try:
+        yield
+        _PREPARED.add(key)
+    finally:
+        gate.release()
+
+
+class _Serving:
+    """One ``env.serving()`` for the episodes of one event loop that overlap: entered by the
+    first, left after the last, inside a task of its own. verifiers keeps a serving's
+    interception pool on the environment itself, so two overlapping ``serving()`` of one
+    environment tear down each other's (episodes then wait forever); and what it enters
+    must be left by the task that entered it."""
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.users = 0
+        self.lock = asyncio.Lock()
+        self.idle = asyncio.Event()
+        self.holder: Optional[asyncio.Task] = None
+
+    async def enter(self) -> None:
+        async with self.lock:
+            if self.users == 0:
+                ready = asyncio.Event()
+                self.idle = asyncio.Event()
+                self.holder = asyncio.create_task(self._hold(ready))
+                waiter = asyncio.ensure_future(ready.wait())
+                await asyncio.wait({self.holder, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                if not ready.is_set():  # serving() raised on the way in
+                    holder, self.holder = self.holder, None
+                    holder.result()
+            self.users += 1
+
+    async def leave(self) -> None:
+        async with self.lock:
+            self.users -= 1
+            if self.users == 0 and self.holder is not None:
+                self.idle.set()
+                holder, self.holder = self.holder, None
+                try:
+                    await holder
+                except Exception as exc:  # the episodes are done: their results stand
+                    logger.warning("verifiers environment teardown failed: %s", exc)
+
+    async def _hold(self, ready: asyncio.Event) -> None:
+        async with self.env.serving():
+            ready.set()
+            await self.idle.wait()
+
+
+_SERVINGS: weakref.WeakKeyDictionary[Any, Dict[int, _Serving]] = weakref.WeakKeyDictionary()
+
+
+@contextlib.asynccontextmanager
+async def serving(env: Any) -> AsyncIterator[None]:
+    """``env``'s serving resources for the episodes run inside, shared with the episodes
+    that overlap them on this event loop (see ``_Serving``)."""
+    per_env = _SERVINGS.setdefault(asyncio.get_running_loop(), {})
+    shared = per_env.setdefault(id(env), _Serving(env))
+    await shared.enter()
+    try:
+        yield
+    finally:
+        await shared.leave()
 
 
 def why_it_does_not_load(env_id: str, env_args: Dict[str, Any], config: Dict[str, Any]) -> str:
