@@ -90,8 +90,7 @@ def make_engine(micro_model: str, **kwargs: Any) -> TransformersInferenceModel:
         max_model_len=MAX_MODEL_LEN,
         max_prompt_tokens=None,
         max_response_tokens=8,
-        chat_template=HERMES_TEMPLATE,
-        **{"enable_auto_tool_choice": True, **kwargs},
+        **{"chat_template": HERMES_TEMPLATE, "enable_auto_tool_choice": True, **kwargs},
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any, List
 
 import pytest
 import torch
+from transformers import AutoTokenizer
 
 from tests.unit.test_openai_server import LocalServer, make_engine
 from trinity.common.config import GenerationConfig
@@ -156,10 +157,13 @@ class ScriptedEngine:
         ]
 
 
-def test_a_tool_episode_is_one_experience_with_the_tool_result_masked(micro_model):
-    engine = make_engine(micro_model)
-    call = '<tool_call>\n{"name": "calc_add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
-    replies = [call, "It is 5."]
+TOOL_CALL = '<tool_call>\n{"name": "calc_add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+
+
+def scripted_tool_episode(model_path: str, replies: List[str], **engine_args: Any) -> Experience:
+    """One episode of ``calc`` whose replies are ``replies``, written with the model's tokenizer
+    (its weights are not used) and ``make_engine``'s chat template unless given one."""
+    engine = make_engine(model_path, **engine_args)
     served = replace(  # room for the tools' system turn in characters
         ServedModel.from_transformers(engine, "scripted"),
         model=ScriptedEngine(engine, replies),
@@ -170,12 +174,17 @@ def test_a_tool_episode_is_one_experience_with_the_tool_result_masked(micro_mode
         (exp,) = play(host, CALC, {"task_index": 0})
     finally:
         host.close()
-    tokenizer = engine.engine.tokenizer
+    return exp
+
+
+def test_a_tool_episode_is_one_experience_with_the_tool_result_masked(micro_model):
+    exp = scripted_tool_episode(micro_model, [TOOL_CALL, "It is 5."])
+    tokenizer = AutoTokenizer.from_pretrained(micro_model)
     response = exp.tokens[exp.prompt_length :].tolist()
     mask = exp.action_mask.tolist()
     trained = tokenizer.decode([t for t, m in zip(response, mask, strict=True) if m])
     context = tokenizer.decode([t for t, m in zip(response, mask, strict=True) if not m])
-    assert trained == call + "<|im_end|>" + "It is 5." + "<|im_end|>"
+    assert trained == TOOL_CALL + "<|im_end|>" + "It is 5." + "<|im_end|>"
     assert "<|im_start|>tool\n5<|im_end|>" in context  # the tool's answer, not trained
     assert exp.logprobs[torch.tensor(mask, dtype=torch.bool)].eq(-0.5).all()
     assert exp.reward == 1.0 and exp.metrics == {"correct": 1.0, "turns": 2}

@@ -205,16 +205,27 @@ def _package_problems(
 
 def _api_problems(config: Config, path: str, storage: StorageConfig, workflow: Any) -> List[str]:
     """A workflow whose model calls another program makes (``needs_openai_api``) needs the
-    rollout model's OpenAI-compatible server."""
+    rollout model's OpenAI-compatible server, and tool calls parsed where those calls send
+    tools (``sends_tools``)."""
     if not getattr(workflow, "needs_openai_api", False):
         return []
-    if config.explorer.rollout_model.enable_openai_api:
+    rollout, name = config.explorer.rollout_model, storage.default_workflow_type
+    if not rollout.enable_openai_api:
+        key = origin_of(config, path, storage, "default_workflow_type")
+        return [
+            f"{key} = {name} calls the rollout model over its OpenAI-compatible API: set "
+            "explorer.rollout_model.enable_openai_api: true"
+        ]
+    sends_tools = getattr(workflow, "sends_tools", None)
+    if rollout.enable_auto_tool_choice or sends_tools is None:
         return []
-    key = origin_of(config, path, storage, "default_workflow_type")
-    return [
-        f"{key} = {storage.default_workflow_type} calls the rollout model over its "
-        "OpenAI-compatible API: set explorer.rollout_model.enable_openai_api: true"
-    ]
+    if sends_tools(storage.workflow_args or {}):
+        return [
+            f"{path}.workflow_args: {name} offers the model tools here: set "
+            "explorer.rollout_model.enable_auto_tool_choice: true (its tool_call_parser "
+            f"'{rollout.tool_call_parser}' reads the model's calls)"
+        ]
+    return []
 
 
 def _declared_args_problems(path: str, storage: StorageConfig, workflow: Any) -> List[str]:

@@ -44,6 +44,7 @@ from trinity.common.experience import Experience
 from trinity.common.workflows.multiturn import conversations, merge_turns
 from trinity.common.workflows.verifiers_env import (
     EnvError,
+    declares_tools,
     env_key,
     episode_failure,
     load_env,
@@ -113,6 +114,18 @@ class VerifiersWorkflow(Workflow):
     def __init__(self, model: Any, task: Task, auxiliary_models: Optional[List] = None) -> None:
         super().__init__(model, task, auxiliary_models)
         self.reset(task)
+
+    @classmethod
+    def sends_tools(cls, workflow_args: Dict[str, Any]) -> bool:
+        """Whether the environment declares tool servers (its harness's own are not known)."""
+        if not _installed():
+            return False
+        try:
+            args = VerifiersArgs.model_validate(workflow_args)
+        except ValueError:  # the args check reports it, naming the key
+            return False
+        use_env_dir(args.env_dir)
+        return declares_tools(load_env(args.env_id, args.env_args, args.env_config))
 
     def resettable(self) -> bool:
         return True

@@ -178,6 +178,14 @@ async def serving(env: Any) -> AsyncIterator[None]:
         await shared.leave()
 
 
+def declares_tools(env: Any) -> bool:
+    """Whether ``env``'s taskset or its tasks declare toolsets (tools offered to the model)."""
+    taskset = env.taskset
+    task_config = getattr(taskset.config, "task", None)
+    task_tools = task_config is not None and taskset.task_type().toolsets(task_config)
+    return bool(taskset.toolsets(taskset.config) or task_tools)
+
+
 def why_it_does_not_load(env_id: str, env_args: Dict[str, Any], config: Dict[str, Any]) -> str:
     """Why verifiers' loader refuses these arguments (one line naming the key), or ''."""
     from pydantic import ValidationError

@@ -68,7 +68,10 @@ class Workflow:
 
     A workflow may also define a classmethod ``auxiliary_models_needed(workflow_args) -> int``:
     how many of ``explorer.auxiliary_models`` its tasks use with those ``workflow_args``; the
-    config check refuses a taskset that asks for more than are configured.
+    config check refuses a taskset that asks for more than are configured. One with
+    ``needs_openai_api`` may define a classmethod ``sends_tools(workflow_args) -> bool``:
+    whether the program's calls offer the model tools; the config check then requires
+    ``explorer.rollout_model.enable_auto_tool_choice``.
     """
 
     records_turn_states: bool = False
