@@ -4,7 +4,8 @@ To add one: subclass ``Workflow``, implement ``run() -> List[Experience]`` (and 
 ``resettable``/``reset``), decorate it with ``@WORKFLOWS.register_module("my_workflow")``, and
 put the module in ``trinity/plugins/`` or a directory passed with ``--plugin-dir``. Name it
 in ``buffer.explorer_input.taskset.default_workflow_type``. Interface and a tested example:
-docs/extending.md.
+docs/extending.md. A built-in whose per-task state is all set by ``reset`` subclasses
+``workflow.ResettableWorkflow`` (its ``__init__`` calls ``reset``).
 """
 
 from trinity.common.workflows.boxed import MathBoxedWorkflow

@@ -14,11 +14,11 @@ the guesses left, ``GuessNumberEnv.state``) goes into the experience's ``turn_st
 
 from __future__ import annotations
 
-from typing import Any, Dict, Generator, List, Optional
+from typing import Any, Dict, Generator, List
 
 from trinity.common.experience import Experience
 from trinity.common.workflows.multiturn import merge_turns, turn_sampling
-from trinity.common.workflows.workflow import WORKFLOWS, Task, Workflow
+from trinity.common.workflows.workflow import WORKFLOWS, ResettableWorkflow, Task
 from trinity.demo.guess_number import GuessNumberEnv, GuessNumberTask
 
 Messages = List[Dict[str, Any]]
@@ -27,18 +27,11 @@ Episodes = Generator[Messages, Experience, List[Experience]]
 
 
 @WORKFLOWS.register_module("guess_number_workflow")
-class GuessNumberWorkflow(Workflow):
+class GuessNumberWorkflow(ResettableWorkflow):
     """Plays ``rollout_args.n`` episodes of one guess-the-number game (needs
     ``explorer.rollout_model.enable_history: true``)."""
 
     records_turn_states = True
-
-    def __init__(self, model: Any, task: Task, auxiliary_models: Optional[List] = None) -> None:
-        super().__init__(model, task, auxiliary_models)
-        self.reset(task)
-
-    def resettable(self) -> bool:
-        return True
 
     def reset(self, task: Task) -> None:
         self.task = task

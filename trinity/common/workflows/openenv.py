@@ -39,7 +39,7 @@ from trinity.common.workflows.openenv_env import (
     served_url,
     text_action,
 )
-from trinity.common.workflows.workflow import WORKFLOWS, Task, Workflow
+from trinity.common.workflows.workflow import WORKFLOWS, ResettableWorkflow, Task
 
 Messages = List[Dict[str, Any]]
 
@@ -168,18 +168,11 @@ def _installed() -> bool:
 
 
 @WORKFLOWS.register_module("openenv_workflow")
-class OpenEnvWorkflow(Workflow):
+class OpenEnvWorkflow(ResettableWorkflow):
     """Plays ``rollout_args.n`` episodes of one task's OpenEnv environment, each one experience."""
 
     args_model = OpenEnvArgs
     needs_packages = {"openenv": "openenv"}
-
-    def __init__(self, model: Any, task: Task, auxiliary_models: Optional[List] = None) -> None:
-        super().__init__(model, task, auxiliary_models)
-        self.reset(task)
-
-    def resettable(self) -> bool:
-        return True
 
     def reset(self, task: Task) -> None:
         self.task = task

@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional
 
 from trinity.common.experience import Experience
 from trinity.common.rewards import REWARD_FUNCTIONS, total_reward
-from trinity.common.workflows.workflow import WORKFLOWS, Task, Workflow
+from trinity.common.workflows.workflow import WORKFLOWS, ResettableWorkflow, Task
 
 
 def build_messages(task: Task) -> List[Dict[str, Any]]:
@@ -42,16 +42,9 @@ def with_default_system(
     return [{"role": "system", "content": system}, *messages]
 
 
-class PromptWorkflow(Workflow):
+class PromptWorkflow(ResettableWorkflow):
     """One user turn built from the task's ``format_args``, ``rollout_args.n`` answers sampled
     (``sample``); ``truth`` is the row's ``response_key`` column. Subclasses score them."""
-
-    def __init__(self, model: Any, task: Task, auxiliary_models: Optional[List] = None) -> None:
-        super().__init__(model, task, auxiliary_models)
-        self.reset(task)
-
-    def resettable(self) -> bool:
-        return True
 
     def reset(self, task: Task) -> None:
         self.task = task

@@ -49,7 +49,7 @@ from trinity.common.workflows.textarena_env import (
     probe_game,
     textarena,
 )
-from trinity.common.workflows.workflow import WORKFLOWS, Task, Workflow
+from trinity.common.workflows.workflow import WORKFLOWS, ResettableWorkflow, Task
 
 Messages = List[Dict[str, Any]]
 
@@ -146,7 +146,7 @@ def _column(row: Dict[str, Any], key: str, default: Any, kind: type) -> Any:
 
 
 @WORKFLOWS.register_module("textarena_workflow")
-class TextArenaWorkflow(Workflow):
+class TextArenaWorkflow(ResettableWorkflow):
     """Plays ``rollout_args.n`` episodes of one task's TextArena game, each one experience."""
 
     args_model = TextArenaArgs
@@ -160,13 +160,6 @@ class TextArenaWorkflow(Workflow):
             return 0
         index = opponent.get("auxiliary_model", 0)
         return index + 1 if isinstance(index, int) else 0
-
-    def __init__(self, model: Any, task: Task, auxiliary_models: Optional[List] = None) -> None:
-        super().__init__(model, task, auxiliary_models)
-        self.reset(task)
-
-    def resettable(self) -> bool:
-        return True
 
     def reset(self, task: Task) -> None:
         self.task = task

@@ -56,7 +56,12 @@ from trinity.common.workflows.verifiers_env import (
     vf,
     why_it_does_not_load,
 )
-from trinity.common.workflows.workflow import WORKFLOWS, Task, Workflow, read_workflow_args
+from trinity.common.workflows.workflow import (
+    WORKFLOWS,
+    ResettableWorkflow,
+    Task,
+    read_workflow_args,
+)
 
 # The variable verifiers reads the rollout server's API key from, where one is required.
 API_KEY_VARIABLE = "TRINITY_ROLLOUT_API_KEY"
@@ -104,16 +109,12 @@ def _installed() -> bool:
 
 
 @WORKFLOWS.register_module("verifiers_workflow")
-class VerifiersWorkflow(Workflow):
+class VerifiersWorkflow(ResettableWorkflow):
     """Plays ``rollout_args.n`` episodes of one task of a verifiers environment."""
 
     args_model = VerifiersArgs
     needs_packages = {"verifiers": "verifiers"}
     needs_openai_api = True  # verifiers' harness programs call the model over HTTP
-
-    def __init__(self, model: Any, task: Task, auxiliary_models: Optional[List] = None) -> None:
-        super().__init__(model, task, auxiliary_models)
-        self.reset(task)
 
     @classmethod
     def sends_tools(cls, workflow_args: Dict[str, Any]) -> bool:
@@ -126,9 +127,6 @@ class VerifiersWorkflow(Workflow):
             return False
         use_env_dir(args.env_dir)
         return declares_tools(load_env(args.env_id, args.env_args, args.env_config))
-
-    def resettable(self) -> bool:
-        return True
 
     def reset(self, task: Task) -> None:
         self.task = task

@@ -119,6 +119,18 @@ class Workflow:
         raise NotImplementedError(f"{type(self).__name__} is not resettable")
 
 
+class ResettableWorkflow(Workflow):
+    """A workflow whose per-task state is all set by ``reset``, which ``__init__`` calls: the
+    runner re-points one instance at each new task. Subclasses define ``reset``."""
+
+    def __init__(self, model: Any, task: Task, auxiliary_models: Optional[List] = None) -> None:
+        super().__init__(model, task, auxiliary_models)
+        self.reset(task)
+
+    def resettable(self) -> bool:
+        return True
+
+
 def missing_packages(workflow: Any) -> List[str]:
     """What to install for each package ``workflow.needs_packages`` names that is not
     installed (looked up, not imported: an import may take seconds)."""
