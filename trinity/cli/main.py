@@ -435,6 +435,10 @@ def _serve_tinker(options: Any) -> None:
 
 
 def main() -> None:
+    # before any thread allocates: the arena limit holds only then (utils/allocator.py)
+    from trinity.utils import allocator
+
+    allocator.tune()
     sys.exit(app())
 
 

@@ -27,8 +27,11 @@ LAUNCH_DIR_ENV = "TRINITY_LAUNCH_DIR"
 
 
 def launch_env() -> Dict[str, str]:
-    """``LAUNCH_DIR_ENV`` for an actor's ``runtime_env``: the launcher's folder, passed on."""
-    return {LAUNCH_DIR_ENV: os.environ.get(LAUNCH_DIR_ENV) or os.getcwd()}
+    """An actor's ``runtime_env`` variables: ``LAUNCH_DIR_ENV`` (the launcher's folder, passed
+    on) and glibc's malloc settings (``utils/allocator.py``: read when the process starts)."""
+    from trinity.utils import allocator
+
+    return {**allocator.env(), LAUNCH_DIR_ENV: os.environ.get(LAUNCH_DIR_ENV) or os.getcwd()}
 
 
 def is_actor(handle: Any) -> bool:
