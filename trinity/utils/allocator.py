@@ -6,9 +6,9 @@ above its mmap threshold (128 KiB, raised as blocks are freed, at most 32 MiB) a
 fresh from the kernel and unmapped when freed, so every such tensor pays a page fault per
 4 KiB page each time it is written; a thread other than the main one allocates from an
 arena of 64 MiB heaps that are shrunk (``MADV_DONTNEED``) as memory is freed, with the same
-result. Measured on SmolLM2-135M-Instruct's bf16 GRPO train step (2 cores, the trainer in a
-thread as in a one-process stage): about 10 s a step with the defaults, about 5 s with the
-settings below (docs/performance.md, "glibc's allocator").
+result. Measured on the SmolLM2-135M-Instruct example's bf16 GRPO stage (2 cores): about a
+million page faults a train step with the defaults, a few hundred with the settings below,
+and the step's median 7.40 s against 5.36 s (docs/performance.md, "glibc's allocator").
 
 ``tune()`` sets them in this process (``mallopt``): one arena for every thread, blocks below
 1 GiB taken from the heap, and up to 1 GiB of freed heap kept for reuse. The arena limit
