@@ -2,6 +2,7 @@
 by the next allocation instead of being mapped afresh, page fault by page fault."""
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -39,18 +40,14 @@ print(json.dumps({"taken": taken, "faults": sum(faults[1:])}))
 """
 
 
-def child(monkeypatch_env: dict) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD], env=monkeypatch_env, capture_output=True, text=True
-    )
+def child(environ: dict) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD], env=environ, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @glibc
-def test_a_freed_block_is_reused_without_page_faults(monkeypatch):
-    import os
-
+def test_a_freed_block_is_reused_without_page_faults():
     base = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     tuned = child({**base, "TRINITY_MALLOC": "tuned"})
     default = child({**base, "TRINITY_MALLOC": "default"})
@@ -77,3 +74,14 @@ def test_the_settings_go_to_new_processes_unless_opted_out(monkeypatch):
     monkeypatch.delenv("TRINITY_MALLOC")
     monkeypatch.setenv("MALLOC_ARENA_MAX", "4")  # the user's own glibc tunable: left alone
     assert allocator.env() == {}
+
+
+@glibc
+def test_a_process_started_with_the_settings_passes_them_on(monkeypatch):
+    """An actor that starts actors (the explorer its engines) hands on what it started with."""
+    monkeypatch.delenv("TRINITY_MALLOC", raising=False)
+    settings = allocator.env()
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
+    assert settings and allocator.env() == settings
+    assert allocator.tune() is False  # already in force from the start: nothing to set

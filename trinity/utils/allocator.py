@@ -34,29 +34,30 @@ logger = logging.getLogger(__name__)
 OPT_OUT_ENV = "TRINITY_MALLOC"  # "default": leave glibc's malloc settings alone
 # mallopt parameter numbers (glibc's malloc.h)
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -2, -3, -8
-_SETTINGS = {  # (mallopt parameter, environment variable glibc reads at start, value)
-    "arena_max": (_M_ARENA_MAX, "MALLOC_ARENA_MAX", 1),
-    "mmap_threshold": (_M_MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_", 1 << 30),
-    "trim_threshold": (_M_TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_", 1 << 30),
-    "top_pad": (_M_TOP_PAD, "MALLOC_TOP_PAD_", 1 << 28),
-}
+_SETTINGS = (  # (mallopt parameter, environment variable glibc reads at start, value)
+    (_M_ARENA_MAX, "MALLOC_ARENA_MAX", 1),
+    (_M_MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_", 1 << 30),
+    (_M_TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_", 1 << 30),
+    (_M_TOP_PAD, "MALLOC_TOP_PAD_", 1 << 28),
+)
+_ENV = {name: str(value) for _, name, value in _SETTINGS}
 
 
 def _wanted() -> bool:
     """glibc here, and the user neither opted out nor set glibc's own variables."""
     if os.environ.get(OPT_OUT_ENV, "").lower() == "default":
         return False
-    if any(name in os.environ for _, name, _ in _SETTINGS.values()):
+    if any(name in os.environ for name in _ENV):
         return False
     return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
 
 def env() -> Dict[str, str]:
-    """The settings as glibc's environment variables, for a process about to start (empty
-    when not wanted)."""
-    if not _wanted():
-        return {}
-    return {name: str(value) for _, name, value in _SETTINGS.values()}
+    """The settings as glibc's environment variables, for a process about to start: wanted
+    here, or this process was started with them (an actor starting actors passes them on);
+    empty otherwise."""
+    inherited = all(os.environ.get(name) == value for name, value in _ENV.items())
+    return dict(_ENV) if inherited or _wanted() else {}
 
 
 def tune() -> bool:
@@ -67,7 +68,7 @@ def tune() -> bool:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:
         return False
-    taken = all(libc.mallopt(param, value) == 1 for param, _, value in _SETTINGS.values())
-    if not taken:
+    taken = [libc.mallopt(param, value) == 1 for param, _, value in _SETTINGS]  # each tried
+    if not all(taken):
         logger.debug("glibc refused some malloc settings: %s", _SETTINGS)
-    return taken
+    return all(taken)
