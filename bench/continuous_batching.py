@@ -9,7 +9,10 @@ child process of its own code: "before" is main's commit ``--before`` exported w
 ``git archive`` (the engine that sampled a batch of requests in one ``generate`` call),
 "after" this checkout. Per step: the wall time until the last task returned, rows
 (samples) and tokens per second, and when each task returned (the median). Sides alternate
-within each repeat, so machine noise falls on both. It measures; it asserts nothing.
+within each repeat, so machine noise falls on both. Each child sets glibc's malloc as its
+code's ``trinity run`` does (``trinity/utils/allocator.py``, none before ab5a14c);
+``TRINITY_MALLOC=default`` leaves glibc's defaults on both sides. It measures; it asserts
+nothing.
 
 Usage::
 
@@ -37,6 +40,12 @@ RUNNERS = 2  # examples/smollm2/grpo.yaml: runner_per_model
 def run_steps(spec: Dict[str, Any]) -> Dict[str, Any]:
     """In the child: ``spec["steps"]`` steps (after one warm-up step) through an engine
     built from the ``trinity`` on ``sys.path``; the figures of each."""
+    try:  # glibc's malloc as that code's `trinity run` sets it (TRINITY_MALLOC=default: off)
+        from trinity.utils.allocator import tune
+    except ImportError:  # code from before the allocator settings (ab5a14c)
+        pass
+    else:
+        tune()
     from trinity.engine.local import LocalEngine
     from trinity.explorer.runner import WorkflowRunner
 

@@ -313,6 +313,42 @@ def test_sample_tokens_exponential_race():
     assert torch.allclose(freq, torch.tensor([0.5, 0.3, 0.2]), atol=0.015)
 
 
+def test_inverse_cdf_sample_by_hand():
+    # running sums 0.2, 0.2, 0.7, 1.0 (block 2: masses 0.2 | 0.5 | 0.3 + padding); the token
+    # is the first whose running sum exceeds u
+    weights = torch.tensor([[0.2, 0.0, 0.5, 0.3, 0.0]]).expand(6, 5)
+    uniform = torch.tensor([0.0, 0.1, 0.25, 0.69, 0.71, 1 - 2**-53], dtype=torch.float64)
+    picks = sampling.inverse_cdf_sample(weights, uniform, block=2)
+    assert picks.tolist() == [0, 0, 2, 2, 3, 3]  # never a token of weight 0, nor padding
+    # unnormalised weights: the same picks
+    assert sampling.inverse_cdf_sample(weights * 7, uniform, block=2).tolist() == picks.tolist()
+
+
+def test_inverse_cdf_sample_keeps_a_tiny_weight_in_a_large_vocabulary():
+    """150,000 tokens of weight 1 and one of 1e-3 (7e-9 of the mass, under float32's
+    resolution at a running sum of 140,000): the u in the middle of its interval picks it."""
+    weights = torch.ones(1, 150_000)
+    weights[0, 140_000] = 1e-3
+    total = 149_999 + 1e-3
+    uniform = torch.tensor([(140_000 + 5e-4) / total, (140_000 - 0.5) / total], dtype=torch.float64)
+    picks = sampling.inverse_cdf_sample(weights.expand(2, -1), uniform)
+    assert picks.tolist() == [140_000, 139_999]
+
+
+def test_inverse_cdf_sample_frequencies_follow_the_weights():
+    gen = torch.Generator().manual_seed(0)
+    probs = torch.softmax(torch.randn(1000, generator=gen) * 2, dim=0)
+    rows = 200_000
+    uniform = torch.rand(rows, generator=gen, dtype=torch.float64)
+    picks = sampling.inverse_cdf_sample(probs.expand(rows, -1), uniform, block=64)
+    counts = torch.bincount(picks, minlength=1000).double()
+    expected = probs.double() * rows
+    # Pearson's chi-square over 999 degrees of freedom: mean 999, sd sqrt(2 * 999) = 44.7;
+    # probabilities off by 10% (relative) would add about 0.1**2 * rows = 2,000
+    chi2 = ((counts - expected) ** 2 / expected).sum().item()
+    assert chi2 < 999 + 5 * 44.7
+
+
 @pytest.mark.parametrize("temperature,top_k", [(0.7, -1), (1.0, 3)])
 def test_engine_first_token_frequencies_follow_the_model(sharp_engine, prompts, temperature, top_k):
     params = SamplingParams(

@@ -4,6 +4,12 @@ The functions at the top are pure functions of tensors, shaped ``(B, V)`` for lo
 (``B`` running rows, ``V`` vocabulary) and ``(B,)`` for per-row settings. ``RowSampler``
 holds those per-row settings for a running batch, so one decoding step costs a handful of
 batched kernels no matter how many rows or how many distinct ``SamplingParams``.
+
+A row samples by inverting its distribution's CDF at one uniform draw
+(``inverse_cdf_sample``); a request with a ``seed`` of its own samples by the exponential
+race (``sample_tokens``) with noise from its own generator, so its samples do not depend on
+what runs beside it. The race needs a uniform draw per vocabulary entry, which on CPU cost
+more than the rest of sampling together (docs/performance.md, "Sampling").
 """
 
 from __future__ import annotations
@@ -77,6 +83,38 @@ def sample_tokens(
     return torch.where(greedy, best, sampled)
 
 
+def inverse_cdf_sample(
+    weights: torch.Tensor, uniform: torch.Tensor, block: int = 256
+) -> torch.Tensor:
+    """Pick token ``i`` of each row with probability ``weights_i / sum(weights)``.
+
+    Shapes: ``weights`` (B, V) float, non-negative, each row with some positive entry (e.g.
+    ``exp(scores - max)``, 0 for excluded tokens), ``uniform`` (B,) float64 in [0, 1) ->
+    (B,) long. Returns the first token whose running sum of weights exceeds ``uniform``
+    times the row's total: never a token of weight 0. The running sum is taken in two
+    levels, so that a float32 sum over a 150k vocabulary does not blur small weights: blocks
+    of ``block`` tokens are chosen by their masses summed in float64, then the token within
+    its block by a float32 running sum of at most ``block`` terms.
+    """
+    rows, vocab = weights.shape
+    if vocab % block:
+        weights = F.pad(weights, (0, -vocab % block))
+    blocks = weights.view(rows, -1, block)  # (B, N, K)
+    ends = blocks.sum(dim=-1).double().cumsum(dim=-1)  # (B, N) mass up to each block's end
+    total = ends[:, -1:]
+    below = torch.nextafter(total, torch.zeros_like(total))  # u * total may round up to it
+    target = torch.minimum(uniform[:, None] * total, below)  # (B, 1)
+    chosen = torch.searchsorted(ends, target, right=True)  # (B, 1): first end above target
+    before = F.pad(ends, (1, 0))[:, :-1].gather(1, chosen)  # at most target, by the search
+    left = (target - before).float()
+    # the chosen block's running sum only: (B, K)
+    in_block = blocks[torch.arange(rows, device=weights.device), chosen.squeeze(1)].cumsum(dim=-1)
+    # the float64 difference may round to the block's float32 total or above it
+    left = torch.minimum(left, torch.nextafter(in_block[:, -1:], torch.zeros_like(left)))
+    index = torch.searchsorted(in_block, left, right=True)
+    return (chosen * block + index).squeeze(1)
+
+
 def exponential_noise(
     shape: Tuple[int, ...], generator: torch.Generator, device: torch.device
 ) -> torch.Tensor:
@@ -137,6 +175,7 @@ class RowSampler:
     # Batch-wide facts decided on the host, so decoding steps need no device syncs.
     any_filter: bool  # some row uses top-k or top-p
     any_sampled: bool  # some row has temperature > 0
+    any_greedy: bool  # some row has temperature 0
     suppress_steps: int  # stop ids may be masked (min_tokens) for this many more steps
     top_logprobs: int  # largest top_logprobs asked for: that many alternatives per step
 
@@ -181,6 +220,7 @@ class RowSampler:
             ],
             any_filter=any(p.top_k > 0 or p.top_p < 1 for p in params),
             any_sampled=any(p.temperature > 0 for p in params),
+            any_greedy=any(p.temperature == 0 for p in params),
             suppress_steps=max(p.min_tokens for p in params),
             top_logprobs=max(p.top_logprobs for p in params),
         )
@@ -197,6 +237,7 @@ class RowSampler:
         self.seeded += other.seeded
         self.any_filter |= other.any_filter
         self.any_sampled |= other.any_sampled
+        self.any_greedy |= other.any_greedy
         self.suppress_steps = max(self.suppress_steps, other.suppress_steps)
         self.top_logprobs = max(self.top_logprobs, other.top_logprobs)
 
@@ -237,30 +278,50 @@ class RowSampler:
         """
         logits = logits.float()
         temperature = effective_temperature(self.temperature)[:, None]
-        logp = (logits / temperature).log_softmax(dim=-1)
-        scores = logp  # logits/T up to a shift: the same distribution, reused when unchanged
+        scaled = logits / temperature
+        shift = scaled.amax(dim=-1, keepdim=True)
+        weights = (scaled - shift).exp_()  # (B, V): the tempered distribution, unnormalised
+        log_z = shift.squeeze(1) + weights.sum(dim=-1).log()  # (B,) log_softmax's normaliser
+        scores = scaled  # what the token is drawn from, once penalised, masked and filtered
         if self.seen is not None:
-            penalised = apply_repetition_penalty(logits, self.seen, self.repetition_penalty)
-            scores = penalised / temperature
+            scores = apply_repetition_penalty(logits, self.seen, self.repetition_penalty)
+            scores = scores / temperature
         if self.suppress_steps:  # min_tokens: no eos/stop id yet
             suppress = (self.stop_ids >= 0) & (self.steps < self.min_tokens)[:, None]
             rows = torch.arange(len(logits), device=logits.device)[:, None].expand_as(suppress)
-            scores = scores.clone() if scores is logp else scores
+            scores = scores.clone() if scores is scaled else scores
             scores[rows[suppress], self.stop_ids[suppress]] = float("-inf")
         if self.any_filter:
             scores = filter_top_k_top_p(scores, self.top_k, self.top_p)
-        noise = self._noise(scores, generator) if self.any_sampled else None
-        tokens = sample_tokens(scores, self.temperature == 0, noise)
-        top = logp.topk(self.top_logprobs, dim=-1) if self.top_logprobs else None
-        return tokens, logp.gather(1, tokens[:, None]).squeeze(1), top
+        if scores is not scaled:
+            weights = (scores - scores.amax(dim=-1, keepdim=True)).exp_()
+        tokens = self._pick(scores, weights, generator)
+        logprobs = scaled.gather(1, tokens[:, None]).squeeze(1) - log_z
+        top = None
+        if self.top_logprobs:
+            values, ids = scaled.topk(self.top_logprobs, dim=-1)
+            top = (values - log_z[:, None], ids)
+        return tokens, logprobs, top
 
-    def _noise(self, scores: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """Exponential(1) noise (B, V): the shared generator, or a request's own seed."""
-        noise = exponential_noise(scores.shape, generator, scores.device)
+    def _pick(
+        self, scores: torch.Tensor, weights: torch.Tensor, generator: torch.Generator
+    ) -> torch.Tensor:
+        """(B,) tokens: greedy rows the argmax of ``scores``, sampled rows by the inverse CDF
+        of ``weights`` (``exp`` of ``scores`` up to a shift), a seeded request's rows by the
+        exponential race with the request's own noise."""
+        greedy = self.temperature == 0
+        if not self.any_sampled:
+            return scores.argmax(dim=-1)
+        uniform = torch.rand(
+            len(scores), generator=generator, dtype=torch.float64, device=scores.device
+        )
+        tokens = inverse_cdf_sample(weights, uniform)
+        if self.any_greedy:
+            tokens = torch.where(greedy, scores.argmax(dim=-1), tokens)
         for rows in self.seeded:
             # Draw for all n samples at each of the request's steps, so a sample's noise
             # depends only on (seed, sample, step), never on which other rows are running.
             draw = exponential_noise((rows.n, scores.shape[1]), rows.generator, scores.device)
-            mine = self.owner == rows.owner
-            noise[mine] = draw[self.nth[mine]]
-        return noise
+            mine = (self.owner == rows.owner).nonzero().squeeze(1)
+            tokens[mine] = sample_tokens(scores[mine], greedy[mine], draw[self.nth[mine]])
+        return tokens

@@ -252,9 +252,10 @@ class _Outputs:
         self.tokens[out, steps] = tokens
         self.logprobs[out, steps] = logprobs
         if best is not None:
-            k = best.values.shape[1]
-            self.top_values[out, steps, :k] = best.values
-            self.top_ids[out, steps, :k] = best.indices
+            values, ids = best
+            k = values.shape[1]
+            self.top_values[out, steps, :k] = values
+            self.top_ids[out, steps, :k] = ids
 
     def end(self, out, lengths, stopped) -> None:
         self.lengths[out] = lengths
