@@ -17,12 +17,14 @@ differentiable pass (``trinity/trainer/shared_prefix.py``). ``cache_kwargs`` /
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AttentionInterface, DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -58,6 +60,23 @@ __all__ = [
     "sdpa_unless",
     "supports_shared_prefix",
 ]
+
+# torch's CPU flash-attention kernel has a backward costing about 0.15 ms per (row, head)
+# whatever the length (torch 2.13, 2 cores, bf16: 87 ms for 64 rows x 9 heads x 40 tokens
+# against 7.6 ms for the math kernel, forward + backward even at 256 tokens, flash ahead at
+# 1024: docs/performance.md, "Attention's backward on CPU"). The math kernel keeps each
+# (L, L) attention matrix for the backward, so it is taken only up to this length.
+MATH_BACKWARD_MAX_LEN = 128
+
+
+def attention_for_backward(device: torch.device, length: int) -> ContextManager[Any]:
+    """The SDPA kernel for a pass over sequences of ``length`` tokens that will be
+    differentiated: the math kernel on CPU up to ``MATH_BACKWARD_MAX_LEN`` tokens, torch's
+    own choice otherwise (and when gradients are off: flash's forward is the faster)."""
+    if device.type == "cpu" and torch.is_grad_enabled() and length <= MATH_BACKWARD_MAX_LEN:
+        return sdpa_kernel([SDPBackend.MATH])
+    return contextlib.nullcontext()
+
 
 ATTENTION = "trinity_shared_prefix"  # the name registered in transformers' AttentionInterface
 FIRST_CAPACITY = 64  # room for 64 new tokens first: most responses are short, buffers double

@@ -50,7 +50,8 @@ def distinct_prompts(batch: ExperienceBatch) -> Tuple[torch.Tensor, torch.Tensor
     return first[order], renumber[inverse]
 
 
-def _checkpointing(model: torch.nn.Module) -> bool:
+def checkpointing(model: torch.nn.Module) -> bool:
+    """Whether ``model`` recomputes activations in its backward (gradient checkpointing)."""
     if hasattr(model, "get_base_model"):  # a peft (LoRA) model: the flag is its base model's
         model = model.get_base_model()
     # transformers 5 renamed the flag (the old name warns); older versions only have the old.
@@ -90,7 +91,7 @@ def shared_prefix_logits(
     prompts, and a key/value cache (gradient checkpointing drops the cache).
     """
     P = batch.prompt_len
-    if P == 0 or _checkpointing(model):
+    if P == 0 or checkpointing(model):
         return None
     first, inverse = distinct_prompts(batch)
     if len(first) == len(batch):
