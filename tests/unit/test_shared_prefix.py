@@ -133,27 +133,26 @@ def _sdpa_ops(fn) -> set:
     return {e.key for e in prof.key_averages() if "scaled_dot_product" in e.key}
 
 
-@pytest.mark.parametrize("share", [True, False])
-def test_short_training_passes_attend_with_the_math_kernel_and_equal_flash(
-    micro_model, share, monkeypatch
-):
-    """On CPU a differentiable pass over up to MATH_BACKWARD_MAX_LEN tokens avoids torch's
-    flash kernel (its backward is slow there); gradients equal the flash pass's."""
+def test_short_prompt_passes_to_differentiate_skip_the_flash_kernel(micro_model, monkeypatch):
+    """On CPU the shared-prefix pass attends over prompts of up to MATH_BACKWARD_MAX_LEN
+    tokens with written-out attention, not torch's flash kernel (its backward is slow there);
+    logprobs and gradients equal the flash pass's; a pass without gradients keeps flash."""
     from trinity.ops import attention
 
-    model = AutoModelForCausalLM.from_pretrained(micro_model, attn_implementation="sdpa")
+    model = AutoModelForCausalLM.from_pretrained(micro_model)
     batch = _grouped_batch((3, 1, 4), adjacent=True)
 
     def grads():
-        return _loss_and_grads(model, response_logprobs(model, batch, share_prefix=share)[0], batch)
+        return _loss_and_grads(model, response_logprobs(model, batch)[0], batch)
 
-    math_ops = _sdpa_ops(grads)
-    g_math = grads()
-    assert math_ops and not any("flash" in op for op in math_ops)
-    monkeypatch.setattr(attention, "MATH_BACKWARD_MAX_LEN", 0)  # torch's own choice: flash
-    flash_ops = _sdpa_ops(grads)
-    assert any("flash" in op for op in flash_ops)
-    assert torch.allclose(grads(), g_math, atol=1e-5, rtol=1e-4)
+    assert not any("flash" in op for op in _sdpa_ops(grads))
+    written_out, g_written_out = response_logprobs(model, batch)[0], grads()
+    monkeypatch.setattr(attention, "MATH_BACKWARD_MAX_LEN", 0)
+    assert any("flash" in op for op in _sdpa_ops(grads))
+    mask = batch.action_mask.bool()
+    flash = response_logprobs(model, batch)[0]
+    assert torch.allclose(written_out[mask], flash[mask], atol=1e-5)
+    assert torch.allclose(grads(), g_written_out, atol=1e-5, rtol=1e-4)
+    monkeypatch.setattr(attention, "MATH_BACKWARD_MAX_LEN", 128)
     with torch.no_grad():  # forward only (reference scoring): flash, whatever the length
-        monkeypatch.setattr(attention, "MATH_BACKWARD_MAX_LEN", 128)
         assert any("flash" in op for op in _sdpa_ops(lambda: response_logprobs(model, batch)))

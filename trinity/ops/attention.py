@@ -17,14 +17,12 @@ differentiable pass (``trinity/trainer/shared_prefix.py``). ``cache_kwargs`` /
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
-from typing import Any, Callable, ContextManager, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AttentionInterface, DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -63,19 +61,12 @@ __all__ = [
 
 # torch's CPU flash-attention kernel has a backward costing about 0.15 ms per (row, head)
 # whatever the length (torch 2.13, 2 cores, bf16: 87 ms for 64 rows x 9 heads x 40 tokens
-# against 7.6 ms for the math kernel, forward + backward even at 256 tokens, flash ahead at
-# 1024: docs/performance.md, "Attention's backward on CPU"). The math kernel keeps each
-# (L, L) attention matrix for the backward, so it is taken only up to this length.
+# against 7.6 ms for its math kernel; forward + backward even at 256 tokens, flash ahead at
+# 1024: docs/performance.md, "Attention's backward on CPU"). Written-out attention keeps
+# the (L, L) weights for the backward, so the trainer's prompt pass uses it only up to this
+# many tokens. (torch's own kernel choice, ``sdpa_kernel``, is process-wide: it would switch
+# the kernels of an engine prefilling in another thread too.)
 MATH_BACKWARD_MAX_LEN = 128
-
-
-def attention_for_backward(device: torch.device, length: int) -> ContextManager[Any]:
-    """The SDPA kernel for a pass over sequences of ``length`` tokens that will be
-    differentiated: the math kernel on CPU up to ``MATH_BACKWARD_MAX_LEN`` tokens, torch's
-    own choice otherwise (and when gradients are off: flash's forward is the faster)."""
-    if device.type == "cpu" and torch.is_grad_enabled() and length <= MATH_BACKWARD_MAX_LEN:
-        return sdpa_kernel([SDPBackend.MATH])
-    return contextlib.nullcontext()
 
 
 ATTENTION = "trinity_shared_prefix"  # the name registered in transformers' AttentionInterface
@@ -286,9 +277,22 @@ def _prefill_attention(cache: _PrefixCache, query, key, value, scaling: float):
     causal = torch.ones((width, width), dtype=torch.bool, device=query.device).tril()
     eye = torch.eye(width, dtype=torch.bool, device=query.device)
     mask = causal & (cache.prompt_mask[:, None, None, :] | eye)
+    if query.requires_grad and query.device.type == "cpu" and width <= MATH_BACKWARD_MAX_LEN:
+        return _written_out_attention(query, key, value, mask, scaling)
     return F.scaled_dot_product_attention(
         query, key, value, attn_mask=mask, scale=scaling, enable_gqa=key.shape[1] != query.shape[1]
     )
+
+
+def _written_out_attention(query, key, value, mask, scaling: float) -> torch.Tensor:
+    """Softmax attention as plain matmuls, for short passes to differentiate on CPU
+    (``MATH_BACKWARD_MAX_LEN``). query (B, H, Q, D), key/value (B, Hkv, K, D), mask
+    broadcast to (B, H, Q, K) (True: attend) -> (B, H, Q, Dv); softmax in fp32."""
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    scores = torch.matmul(query, key.transpose(-1, -2)).float() * scaling
+    weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+    return torch.matmul(weights.to(value.dtype), value)
 
 
 def sdpa_unless(kwarg: str, special: Callable[..., Any]) -> Callable[..., Any]:

@@ -15,7 +15,7 @@ from torch import nn
 from trinity.algorithm.optimizer import build_lr_scheduler, build_optimizer
 from trinity.algorithm.value_loss import clipped_value_loss
 from trinity.common.experience import ExperienceBatch
-from trinity.trainer.policy_step import micro_batches, training_attention
+from trinity.trainer.policy_step import micro_batches
 from trinity.utils.device import DTYPES, compute_in
 
 
@@ -34,13 +34,12 @@ class ValueModel(nn.Module):
     def forward(self, batch: ExperienceBatch) -> torch.Tensor:
         """(B, R) values of the states before each response token."""
         P, R = batch.prompt_len, batch.response_len
-        with training_attention(self.backbone, batch):
-            hidden = self.backbone(
-                input_ids=batch.input_ids,
-                attention_mask=batch.attention_mask,
-                position_ids=batch.position_ids,
-                use_cache=False,
-            ).last_hidden_state
+        hidden = self.backbone(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
+            use_cache=False,
+        ).last_hidden_state
         return self.value_head(hidden[:, P - 1 : P + R - 1]).squeeze(-1).float()
 
 

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import sys
-from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, ContextManager, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
 from trinity.algorithm.rollout_correction import IS_WEIGHTS_KEY
 from trinity.common.experience import ExperienceBatch
-from trinity.ops.attention import attention_for_backward
-from trinity.trainer.shared_prefix import checkpointing, shared_prefix_logits
+from trinity.trainer.shared_prefix import shared_prefix_logits
 from trinity.trainer.token_scores import head_scores, token_scores
 from trinity.utils.device import compute_context, compute_dtype
 
@@ -24,7 +22,6 @@ __all__ = [
     "response_logprobs",
     "response_scores",
     "token_scores",  # re-exported: it lived here (token_scores.py)
-    "training_attention",
 ]
 
 
@@ -46,26 +43,6 @@ def response_logprobs(
     ``share_prefix`` is off: sharded ranks need exactly one model call per micro-batch.
     """
     batch = batch.to(model_device(model))
-    with training_attention(model, batch):
-        return _response_logprobs(model, batch, temperature, with_entropy, share_prefix)
-
-
-def training_attention(model: torch.nn.Module, batch: ExperienceBatch) -> ContextManager[Any]:
-    """``attention_for_backward`` for a pass of ``model`` over ``batch``; none when the model
-    is checkpointed: it recomputes its forward in the backward, outside any context set
-    here, and the recomputation must run the kernels the forward ran."""
-    if checkpointing(model):
-        return nullcontext()
-    return attention_for_backward(batch.input_ids.device, batch.input_ids.shape[1])
-
-
-def _response_logprobs(
-    model: torch.nn.Module,
-    batch: ExperienceBatch,
-    temperature: float,
-    with_entropy: bool,
-    share_prefix: bool,
-) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     P, R = batch.prompt_len, batch.response_len
     targets = batch.input_ids[:, P : P + R]
     # On a GPU the shared-prefix pass's many small kernels cost more than the prompt

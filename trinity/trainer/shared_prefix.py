@@ -50,8 +50,7 @@ def distinct_prompts(batch: ExperienceBatch) -> Tuple[torch.Tensor, torch.Tensor
     return first[order], renumber[inverse]
 
 
-def checkpointing(model: torch.nn.Module) -> bool:
-    """Whether ``model`` recomputes activations in its backward (gradient checkpointing)."""
+def _checkpointing(model: torch.nn.Module) -> bool:
     if hasattr(model, "get_base_model"):  # a peft (LoRA) model: the flag is its base model's
         model = model.get_base_model()
     # transformers 5 renamed the flag (the old name warns); older versions only have the old.
@@ -91,7 +90,7 @@ def shared_prefix_logits(
     prompts, and a key/value cache (gradient checkpointing drops the cache).
     """
     P = batch.prompt_len
-    if P == 0 or checkpointing(model):
+    if P == 0 or _checkpointing(model):
         return None
     first, inverse = distinct_prompts(batch)
     if len(first) == len(batch):
