@@ -14,14 +14,24 @@ code's ``trinity run`` does (``trinity/utils/allocator.py``, none before ab5a14c
 ``TRINITY_MALLOC=default`` leaves glibc's defaults on both sides. It measures; it asserts
 nothing.
 
+``--engine`` measures the engine alone on the same work for both sides: the rows' reply
+lengths are first sampled once by this checkout's engine (temperature 1, the step's chat
+prompts, up to ``--max-tokens``), then each side's ``TransformersEngine.generate`` decodes
+every row as a request of its own (its prompt's prefill shared) to exactly its sampled length
+(``min_tokens = max_tokens``). Both sides then sample as many tokens at the same batch
+sizes, so tokens per second compares the engines' speed under the real reply-length spread
+rather than what each side's unseeded samples happened to be.
+
 Usage::
 
     python bench/continuous_batching.py --out docs/results/continuous_batching.json
+    python bench/continuous_batching.py --engine --dtype bfloat16 --threads 2
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -71,6 +81,64 @@ def run_steps(spec: Dict[str, Any]) -> Dict[str, Any]:
     return {
         "steps": [run_step(runners, rows[i * tasks :][:tasks], spec) for i in range(spec["steps"])]
     }
+
+
+def chat_prompts(engine: Any, rows: List[Dict[str, Any]]) -> List[List[int]]:
+    """The rows' questions as the chat prompts of a user turn (the model's template)."""
+    return [
+        engine.tokenizer.apply_chat_template(
+            [{"role": "user", "content": row["question"]}],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
+        for row in rows
+    ]
+
+
+def run_engine(spec: Dict[str, Any]) -> Dict[str, Any]:
+    """In the child, ``--engine``: with ``spec["lengths"]`` None, sample every step's reply
+    lengths; else decode each step's rows to those lengths and time it."""
+    # the same malloc settings on both sides: this checkout's (the engine is what differs)
+    where = os.path.join(ROOT, "trinity", "utils", "allocator.py")
+    allocator = importlib.util.spec_from_file_location("bench_allocator", where)
+    module = importlib.util.module_from_spec(allocator)
+    allocator.loader.exec_module(module)
+    module.tune()
+    from trinity.common.models.sampling import SamplingParams
+    from trinity.engine.hf_engine import TransformersEngine
+
+    with open(spec["data"]) as f:
+        rows = [json.loads(line) for line in f]
+    engine = TransformersEngine(
+        spec["model"],
+        dtype=spec["dtype"],
+        num_threads=spec["threads"],
+        max_model_len=96 + spec["max_tokens"],
+        max_prompt_tokens=96,
+        max_response_tokens=spec["max_tokens"],
+    )
+    tasks, samples = spec["tasks"], spec["samples"]
+    prompts = [chat_prompts(engine, rows[i * tasks :][:tasks]) for i in range(spec["steps"])]
+    if spec["lengths"] is None:
+        params = SamplingParams(n=samples, temperature=1.0, max_tokens=spec["max_tokens"])
+        outs = [engine.generate(p, [params] * len(p)) for p in prompts]
+        return {"lengths": [[len(o.token_ids) for r in out for o in r] for out in outs]}
+    warm = SamplingParams(n=samples, temperature=1.0, max_tokens=4, min_tokens=4)
+    engine.generate(prompts[0], [warm] * len(prompts[0]))
+    figures = []
+    for step, lengths in zip(prompts, spec["lengths"], strict=True):
+        each = [p for p in step for _ in range(samples)]  # row by row, as the lengths are
+        params = [SamplingParams(n=1, temperature=1.0, max_tokens=n, min_tokens=n) for n in lengths]
+        start = time.perf_counter()
+        outs = engine.generate(each, params)
+        wall = time.perf_counter() - start
+        tokens = sum(len(o[0].token_ids) for o in outs)
+        assert tokens == sum(lengths), (tokens, sum(lengths))
+        figures.append(
+            {"wall_s": round(wall, 3), "tokens": tokens, "tokens_per_s": round(tokens / wall, 1)}
+        )
+    return {"steps": figures}
 
 
 def run_step(runners: List[Any], rows: List[Dict[str, Any]], spec: Dict[str, Any]) -> Dict:
@@ -128,6 +196,7 @@ def export_before(commit: str, where: str) -> str:
 
 
 def run_side(code_root: str, spec: Dict[str, Any]) -> Dict[str, Any]:
+    """One child process running ``spec`` with the ``trinity`` of ``code_root``."""
     env = dict(os.environ, PYTHONPATH=code_root)
     out = subprocess.run(
         [sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)],
@@ -143,7 +212,7 @@ def run_side(code_root: str, spec: Dict[str, Any]) -> Dict[str, Any]:
 def summary(steps: List[Dict[str, Any]]) -> Dict[str, Any]:
     """Medians over every measured step of every repeat."""
     keys = ("wall_s", "rows_per_s", "tokens_per_s", "median_task_return_s")
-    return {k: round(statistics.median(s[k] for s in steps), 3) for k in keys}
+    return {k: round(statistics.median(s[k] for s in steps), 3) for k in keys if k in steps[0]}
 
 
 def compare(sides: Dict[str, str], args: Any, tasks: int, max_tokens: int) -> Dict[str, Any]:
@@ -158,12 +227,16 @@ def compare(sides: Dict[str, str], args: Any, tasks: int, max_tokens: int) -> Di
         dtype=args.dtype,
         threads=args.threads,
         steps=args.steps,
+        engine=args.engine,
+        lengths=None,
     )
+    run = {"tasks": tasks, "max_tokens": max_tokens, "rows": tasks * args.samples}
+    if args.engine:  # the reply lengths both sides decode to, sampled once here
+        spec["lengths"] = run["lengths"] = run_side(sides["after"], spec)["lengths"]
     steps: Dict[str, List[Dict[str, Any]]] = {"before": [], "after": []}
     for repeat in range(args.repeats):
         for side in ["before", "after"] if repeat % 2 == 0 else ["after", "before"]:
             steps[side] += run_side(sides[side], spec)["steps"]
-    run = {"tasks": tasks, "max_tokens": max_tokens, "rows": tasks * args.samples}
     run.update({side: {"median": summary(s), "steps": s} for side, s in steps.items()})
     print(json.dumps({k: run[k] for k in ("tasks", "max_tokens")}), flush=True)
     for side in ("before", "after"):
@@ -186,10 +259,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="the engine's torch threads")
     parser.add_argument("--steps", type=int, default=2, help="measured steps per run")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--engine", action="store_true", help="the engine alone (docstring)")
     parser.add_argument("--out")
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(run_steps(json.loads(args.child))))
+        spec = json.loads(args.child)
+        print(json.dumps((run_engine if spec.get("engine") else run_steps)(spec)))
         return
     load_start = os.getloadavg()[0]
     # each side's child runs in its own code folder: paths given here are read from here
@@ -201,8 +276,13 @@ def main() -> None:
         for max_tokens in args.max_tokens
     ]
     result = {
-        "what": "a GRPO step's requests (math_workflow, 2 runners, every task in a thread) "
-        "through the transformers engine: main before continuous batching vs after",
+        "what": (
+            "the engine alone, each row decoded to its sampled reply length"
+            if args.engine
+            else "a GRPO step's requests (math_workflow, 2 runners, every task in a thread) "
+            "through the transformers engine"
+        )
+        + ": main before continuous batching vs after",
         "before_commit": args.before,
         "model": args.model,
         "samples_per_task": args.samples,
