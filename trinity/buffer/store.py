@@ -79,19 +79,6 @@ def buffer_database(storage: Any, job_dir: str) -> str:
     return database_url(path)
 
 
-def _sqlite_commits_without_sync(connection: Any, _record: Any) -> None:
-    """A SQLite file in WAL mode with ``synchronous=NORMAL``: a commit appends to the
-    write-ahead log without waiting for the disk (the log is synced at its checkpoints).
-    A committed step survives any crash of the run's processes; only an OS crash or power
-    loss can take back the last commits. The default (a rollback journal synced several
-    times per commit) cost 7-8 ms per explore step of the tiny quickstart, on the path
-    between explorer and trainer. Several processes on one machine share a WAL file."""
-    cursor = connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.close()
-
-
 class SQLExperienceStore(ExperienceStore):
     """Experiences in one table of a SQL database (via SQLAlchemy), one row per experience,
     and the finished explore steps in a second table, ``<table>_steps``.
@@ -114,8 +101,6 @@ class SQLExperienceStore(ExperienceStore):
             self.engine = create_engine(self.url)
         except DatabaseError as exc:
             raise StoreError(f"experience buffer: {exc}") from None
-        if self.engine.dialect.name == "sqlite":
-            sa.event.listen(self.engine, "connect", _sqlite_commits_without_sync)
         metadata = sa.MetaData()
         self.table = sa.Table(
             table_name,
