@@ -1,7 +1,6 @@
 """RunnerPool: several tasks per runner at once, and a stuck task only costs itself, with
 runners as Ray actors and as threads of this process (a stage ``local_stage.py`` runs)."""
 
-import threading
 import time
 from types import SimpleNamespace
 
@@ -143,33 +142,3 @@ def test_dynamic_timeout_cuts_a_task_far_slower_than_the_successful_ones(make_ru
     error = results["stuck"].error
     assert error.startswith(f"timed out after {3 * mean:.3g}s (explorer.dynamic_timeout: 3 x")
     assert "the mean time of 2 successful task(s) like it" in error
-
-
-class Named(Sleepy):
-    """Says which thread ran each task, under which name."""
-
-    def run_task(self, task: SimpleNamespace) -> TaskResult:
-        result = super().run_task(task)
-        me = threading.current_thread()
-        result.task.update(thread=me.ident, name_then=me.name)
-        return result
-
-
-def test_a_thread_runner_reuses_idle_threads_and_never_queues_behind_a_busy_one():
-    runner = ThreadRunner(Named(), "named")
-    before = threading.active_count()
-    first = [runner.submit(t).result(timeout=10).task for t in _tasks(0, 0, 0)]
-    # one after the other: the thread that ran the first runs the next ones too
-    assert len({r["thread"] for r in first}) == 1
-    assert [r["name_then"] for r in first] == ["named:t0", "named:t1", "named:t2"]
-    # three at once while the first thread is idle: one reuses it, two start; none waits
-    futures = [runner.submit(t) for t in _tasks(0.5, 0.5, 0.5)]
-    ran = [f.result(timeout=10).task for f in futures]
-    assert _overlapping(ran) == 3
-    assert first[0]["thread"] in {r["thread"] for r in ran}
-    assert threading.active_count() == before + 3
-    runner.stop()  # its idle threads end
-    deadline = time.time() + 5
-    while threading.active_count() > before and time.time() < deadline:
-        time.sleep(0.01)
-    assert threading.active_count() == before

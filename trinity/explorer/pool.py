@@ -5,7 +5,7 @@ A runner is anything with ``submit(task) -> concurrent.futures.Future`` (of a ``
 ``start()`` (begin starting, not waiting), ``ready()`` (block until it takes tasks) and
 ``stop()`` (give it up, tasks in flight included): a Ray runner actor (``actors.RayRunner``),
 or in a stage that runs in one process a ``ThreadRunner`` (a ``WorkflowRunner`` with a thread
-per running task) or a ``LoopRunner`` (an ``AsyncWorkflowRunner`` on an event loop of its own).
+per task) or a ``LoopRunner`` (an ``AsyncWorkflowRunner`` on an event loop of its own).
 Extending: another kind of runner implements those four methods; the pool does not change.
 The pool starts a runner when it first sends it a task (those sent at once together), so a
 step that keeps fewer runners busy than the pool holds starts no more.
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import queue
 import threading
 import time
 from collections import deque
@@ -41,53 +40,27 @@ class Runner(Protocol):
 
 
 class ThreadRunner:
-    """A ``WorkflowRunner`` in this process, each task in a thread of its own while it runs.
+    """A ``WorkflowRunner`` in this process, each task in a thread of its own.
 
-    A thread whose task ended waits for the next one: starting a thread per task cost about
-    a millisecond each with the engine's loop holding the interpreter (16 tasks a step of
-    the tiny quickstart: ~12 ms). A task never waits for a busy thread: when none is idle,
-    a new one starts. Threads are daemons: a task given up on (timed out, left behind)
-    cannot be stopped, so its thread is abandoned, its result dropped, and it never holds
-    the process open. While it runs a task, a thread is named ``<runner>:<task id>``.
+    Threads are daemons: a task given up on (timed out, left behind) cannot be stopped, so
+    its thread is abandoned, its result dropped, and it never holds the process open.
     """
 
     def __init__(self, runner: Any, name: str) -> None:
         self.runner, self.name = runner, name
-        self._work: queue.SimpleQueue = queue.SimpleQueue()
-        self._idle = 0  # threads waiting on ``_work`` that no queued task is promised to
-        self._lock = threading.Lock()
-        self._stopped = False
 
     def submit(self, task: Task) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
-        future.set_running_or_notify_cancel()
-        with self._lock:
-            start = self._idle == 0
-            if not start:
-                self._idle -= 1
-        self._work.put((task, future))
-        if start:
-            threading.Thread(target=self._serve, name=self.name, daemon=True).start()
-        return future
 
-    def _serve(self) -> None:
-        """Run queued tasks one at a time, waiting for the next between them."""
-        me = threading.current_thread()
-        while True:
-            item = self._work.get()
-            if item is None:  # stopped
-                return
-            task, future = item
-            me.name = f"{self.name}:{task.task_id}"
+        def work() -> None:
             try:
                 future.set_result(self.runner.run_task(task))
             except BaseException as exc:  # the pool reports it as a lost attempt
                 future.set_exception(exc)
-            me.name = self.name
-            with self._lock:
-                if self._stopped:
-                    return
-                self._idle += 1
+
+        future.set_running_or_notify_cancel()
+        threading.Thread(target=work, name=f"{self.name}:{task.task_id}", daemon=True).start()
+        return future
 
     def start(self) -> None:
         pass
@@ -96,13 +69,8 @@ class ThreadRunner:
         pass
 
     def stop(self) -> None:
-        """Its state reports stop; its idle threads end, those running a task run on,
-        abandoned (see the class docstring)."""
+        """Its state reports stop; its threads run on, abandoned (see the class docstring)."""
         self.runner.close()
-        with self._lock:
-            self._stopped, idle, self._idle = True, self._idle, 0
-        for _ in range(idle):
-            self._work.put(None)
 
 
 class LoopRunner:
