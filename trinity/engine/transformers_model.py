@@ -55,7 +55,7 @@ class TransformersInferenceModel(InferenceModel):
     def __init__(
         self,
         batch_wait_s: float = 0.02,
-        batch_idle_s: float = 0.01,
+        batch_idle_s: float = 0.002,
         max_batch_rows: int = 512,
         **engine_kwargs: Any,
     ):
