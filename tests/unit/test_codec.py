@@ -206,3 +206,35 @@ def test_fields_missing_from_an_older_row_take_their_defaults():
     assert exp.reward == 1.0 and exp.info == {} and exp.metrics == {} and exp.group_id == ""
     assert exp.logprobs is None and exp.model_version == 0 and len(exp.eid) == 32
     assert exp.action_mask.tolist() == [True, True]
+
+
+def test_the_bytes_are_those_safetensors_torch_save_writes():
+    """Encoding from the tensors' memory writes what the library's torch ``save`` writes
+    for the same tensors and metadata (the same header, the same tensor bytes; the order of
+    the metadata's keys varies between calls of either): a row stays a safetensors blob any
+    tool reads."""
+    import json
+    import struct
+
+    def parts(blob: bytes):
+        (size,) = struct.unpack("<Q", blob[:8])
+        return json.loads(blob[8 : 8 + size]), blob[8 + size :]
+
+    exp = _full()
+    batch = torch.arange(12, dtype=torch.bfloat16).reshape(4, 3)
+    exp.advantages = batch[1]  # a view into a larger tensor, at an offset
+    exp.action_mask = torch.tensor([True, False, True])
+    exp.scratch = torch.empty(0)  # an empty tensor, under a name of its own
+    exp.returns = None
+    data = encode_experience(exp)
+    tensors = {
+        name: value.contiguous().clone()
+        for name, value in vars(exp).items()
+        if isinstance(value, torch.Tensor)
+    }
+    fields = {
+        name: value for name, value in vars(exp).items() if not isinstance(value, torch.Tensor)
+    }
+    header = {"format": FORMAT, "fields": json.dumps(fields, allow_nan=True)}
+    assert parts(data) == parts(save_tensors(tensors, metadata=header))
+    assert decode_experience(data).advantages.tolist() == [3.0, 4.0, 5.0]
