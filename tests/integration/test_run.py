@@ -60,7 +60,9 @@ def test_guide_example_workflow_as_plugin(
         "buffer.explorer_input.default_workflow_type=example_workflow",
         "buffer.explorer_input.eval_tasksets=[]",
         "buffer.total_steps=2",
-        "explorer.runner_state_report_interval=0.2",
+        # A line every 10 ms: with 0.2 s, a run whose tasks take a few ms each (the engine
+        # gathers requests for 2 ms since 3095fcd) could end before a runner's first line.
+        "explorer.runner_state_report_interval=0.01",
     ]
     (result,) = run(CONFIG, overrides, [os.path.join(HERE, "plugins")])
     assert [r["step"] for r in records(result.job_dir, "trainer")] == [1, 2]
