@@ -172,3 +172,21 @@ def test_dynamic_styles_with_over_rollout_and_dynamic_timeout_are_accepted(tmp_p
         ],
     )
     assert config.synchronizer.sync_style == "explorer_driven"
+
+
+def test_a_steps_row_is_logged_before_its_experiences_are_written(tmp_path):
+    """A run killed between the two resumes after the last step written and drops the rows
+    logged after it: only this order leaves each step exactly one row."""
+    config = finalized(tmp_path, overrides=["buffer.total_steps=3"])
+    events = []
+
+    def write(experiences, step):
+        events.append(("write", step))
+
+    def log(metrics, step):
+        if "rollout/model_version" in metrics:
+            events.append(("log", step))
+
+    explorer = Explorer(config, Pool(), Reader(), {}, lambda want: 0, write, log)
+    assert explorer.run() == 3
+    assert events == [(kind, s) for s in (1, 2, 3) for kind in ("log", "write")]

@@ -165,9 +165,12 @@ class Explorer:
                 "time/wait_for_weights": waited,  # includes loading them into the engines
             }
         )
+        # The row first: a run killed between the two resumes after the last step written and
+        # drops the rows logged after it (``role_monitor``), so each step keeps one row; the
+        # other order lost the row of a step written just before the kill.
+        self.log(metrics, step)
         if self.write is not None:
             self.write(experiences, step)  # even when empty: it closes the step
-        self.log(metrics, step)
 
     def evaluate(self, step: int, prefix: str = "eval") -> Dict[str, float]:
         """Run every eval taskset with the weights held now; log ``<prefix>/<taskset>/...``
