@@ -189,3 +189,17 @@ def test_concurrent_writer_and_reader_lose_nothing(tmp_path):
         t.join(timeout=30)
     assert eids(received) == [f"p-{i}" for i in range(6, 126)]
     assert ExperienceQueue(store=SQLExperienceStore(str(tmp_path / "q.db"))).size() == 0
+
+
+def test_a_last_step_written_empty_is_a_step_even_once_closed():
+    """The explorer writes its last step empty (all filtered) and closes the queue before
+    the trainer reads it: that read is the step (nothing to train on), the next is the end."""
+    q = ExperienceQueue()
+    q.put([exp(0)], step=1)
+    q.put([], step=2)
+    q.close()
+    assert eids(q.get(4, max_step=1).experiences) == ["p-0"]
+    got = q.get(4, max_step=2)
+    assert (got.experiences, got.state) == ([], "steps_done")
+    got = q.get(4, max_step=3)
+    assert (got.experiences, got.state) == ([], "ended")

@@ -124,15 +124,16 @@ class ExperienceQueue:
                     break
                 self._cond.wait(left)
             taken = _take(ready, n, whole_groups)
-            state = (
-                "full"
-                if len(ready) >= n
-                else "ended"
-                if self._ended
-                else "steps_done"
-                if waiting is None
-                else "timeout"
-            )
+            # Every step up to max_step written is "steps_done" even once the writer closed:
+            # a last step that came out empty (all filtered) is still a step, not the end,
+            # whether or not the close came before this read. (Unbounded, waiting is None
+            # only once closed.)
+            if len(ready) >= n:
+                state = "full"
+            elif max_step is not None and waiting is None:
+                state = "steps_done"
+            else:
+                state = "ended" if self._ended else "timeout"
             chosen = {id(e) for e in taken}
             self._items = [e for e in self._items if id(e) not in chosen]
             if self.store is not None:
