@@ -23,7 +23,8 @@ wants (the rewards, all 0, are not the point). Reported:
   engine's release and reload of its weights while the trainer steps);
 - ``stages``: per rollout decoder (the default engine; on CUDA also ``graphs``, through the
   engine registered below), steps, wall time, explore step against train step;
-- ``unit_tier``: on CUDA, the ``gpu``-marked unit tests' outcome.
+- ``unit_tier``: on CUDA, the ``gpu``-marked unit tests' outcome (a failing run keeps the
+  end of pytest's output, short tracebacks included).
 """
 
 from __future__ import annotations
@@ -240,7 +241,8 @@ def unit_tier(timeout_s: int) -> Dict[str, Any]:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     units = sorted(glob.glob(os.path.join(root, "tests", "unit", "test_*.py")))
     files = [path for path in units if "mark.gpu" in open(path).read()]
-    command = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", *files]
+    command = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "--tb=short"]
+    command += ["-p", "no:cacheprovider", *files]
     try:
         done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired as e:
@@ -252,6 +254,8 @@ def unit_tier(timeout_s: int) -> Dict[str, Any]:
         "returncode": done.returncode,
         "summary": lines[-1] if lines else "",
         "failures": [line for line in lines if line.startswith(("FAILED", "ERROR"))],
+        # what failed and where (short tracebacks), for the next change to start from
+        "output_tail": done.stdout[-8000:] if done.returncode else "",
     }
 
 

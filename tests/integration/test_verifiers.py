@@ -189,7 +189,11 @@ def test_two_grpo_steps_of_a_tool_episode(tmp_path, tool_caller, ray_cluster):
         for (_, reply), (trained, context) in zip(runs[::2], runs[1::2], strict=False):
             assert not trained and context.endswith("<|im_start|>assistant\n")
             call = re.search(r"<tool_call>\s*(\{.*\})\s*</tool_call>", reply, re.S)
-            args = json.loads(call.group(1))["arguments"]
+            call = json.loads(call.group(1))
+            if call["name"] != "calc_add":  # a sampled reply can misspell the tool's name
+                assert f"<|im_start|>tool\nerror: unknown tool '{call['name']}'" in context
+                continue
+            args = call["arguments"]
             assert f"<|im_start|>tool\n{args['a'] + args['b']}<|im_end|>" in context
             called += 1
     assert called >= 3  # the model calls the tool (9 of 12 episodes when written), the tool answers
