@@ -545,3 +545,22 @@ def test_decoder_choice_is_checked(model_dir):
         make_engine(model_dir, decoder="paged")
     with pytest.raises(ValueError, match="needs a CUDA device"):
         make_engine(model_dir, decoder="graphs")
+
+
+def test_logprobs_are_tempered_after_rows_of_temperature_1_are_joined_by_others():
+    """Rows at temperature 1 skip the division; once a row at 0.5 joins, its logprobs are
+    log_softmax(logits / 0.5) and the first rows' stay log_softmax(logits)."""
+    from trinity.common.models.sampling import SamplingParams
+
+    def rows(temperature: float, owner: int, first: int) -> sampling.RowSampler:
+        params = SamplingParams(n=1, temperature=temperature, max_tokens=4, min_tokens=0)
+        return sampling.RowSampler.build([params], [owner], torch.tensor([first]), [0], 1.0, None)
+
+    logits = torch.tensor([[2.0, 1.0, -1.0, 0.5], [2.0, 1.0, -1.0, 0.5]])
+    sampler = rows(1.0, 0, 0)
+    assert sampler.unit_temperature
+    sampler.join(rows(0.5, 1, 1))
+    assert not sampler.unit_temperature
+    tokens, logprobs, _ = sampler.sample(logits, torch.Generator().manual_seed(0))
+    want = [logits[0].log_softmax(-1)[tokens[0]], (logits[1] / 0.5).log_softmax(-1)[tokens[1]]]
+    torch.testing.assert_close(logprobs, torch.stack(want))

@@ -29,6 +29,7 @@ from trinity.engine.decoding import make_decoder, supports_shared_prefix
 from trinity.engine.prompts import PromptSide
 from trinity.engine.static_decoding import StaticDecoder, StaticSlots, bucket_rows, static_columns
 from trinity.engine.streaming import DecodeStream, Request, SampleOutput
+from trinity.ops import packed_linear
 from trinity.utils.device import attention_kwargs
 
 __all__ = ["SampleOutput", "SamplingParams", "TransformersEngine"]
@@ -106,6 +107,8 @@ class TransformersEngine(PromptSide):
         if adapter_path is not None:  # a peft LoRA adapter folder, merged over the weights
             self.model, adapter = _folder_adapter(self.model, adapter_path)
         self.model.to(self.device).eval()
+        if self.device.type == "cpu":  # oneDNN's layout, made once per weight version
+            packed_linear.pack_linears(self.model)
         self.vocab_size = self.model.get_input_embeddings().num_embeddings
         # One cache copy per distinct prompt where the architecture allows it, on CPU only:
         # there decode attention is bound by reading the cache (1.3x faster, docs/
@@ -215,6 +218,7 @@ class TransformersEngine(PromptSide):
             return 0
         self._released, freed = {}, 0
         self._slots = None  # a CUDA graph holds the addresses of the weights freed below
+        packed_linear.forget(self.model)
         for name, param in self.model.named_parameters():  # tied weights are listed once
             self._released[name] = param.shape
             freed += param.numel() * param.element_size()

@@ -28,6 +28,8 @@ from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from trinity.ops import llama_forward
+from trinity.ops.decode_attention import decode_attention
 from trinity.ops.kv_cache import GrowingLayer, pad_front
 
 
@@ -110,9 +112,30 @@ class _PrefixCache(DynamicCache):
         # columns before ``own_start`` are masked, when ``ragged`` says some row has any.
         self.own_start = torch.zeros(len(source), dtype=torch.long, device=source.device)
         self.ragged = False
+        self.rows_version = 0
+        # (key, bias) of the current decode step, shared by its layers (``decode_attention``)
+        self.step_bias: Optional[Tuple[Tuple[int, ...], torch.Tensor]] = None
         self.set_rows(source)
 
+    def grouped(self, t: torch.Tensor) -> torch.Tensor:
+        """Rows to prompt groups: (B, Hkv, M, X) -> (P, Hkv, width * M, X), row ``b`` at
+        ``slot[b]`` of its group's ``width`` and free slots zero, for one matmul per prompt."""
+        if self.dense:
+            grouped = t.view(self.groups, self.width, *t.shape[1:])
+        else:
+            grouped = t.new_zeros((self.groups * self.width, *t.shape[1:]))
+            grouped[self.slot] = t
+            grouped = grouped.view(self.groups, self.width, *t.shape[1:])
+        return grouped.permute(0, 2, 1, 3, 4).reshape(self.groups, t.shape[1], -1, t.shape[-1])
+
+    def rows(self, t: torch.Tensor) -> torch.Tensor:
+        """``grouped``'s inverse: (P, Hkv, width * M, X) -> (B, Hkv, M, X)."""
+        per_slot = t.view(self.groups, t.shape[1], self.width, -1, t.shape[-1]).transpose(1, 2)
+        per_slot = per_slot.reshape(self.groups * self.width, *per_slot.shape[2:])
+        return per_slot if self.dense else per_slot[self.slot]
+
     def set_rows(self, source: torch.Tensor) -> None:
+        self.rows_version += 1  # what ``decode_attention.step_bias`` keys its reuse on
         counts = torch.bincount(source, minlength=self.groups)
         self.width = int(counts.max())
         order = torch.sort(source, stable=True).indices
@@ -201,11 +224,12 @@ class _PrefixCache(DynamicCache):
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor]):
     """Softmax attention left unnormalised, so two parts can be merged exactly.
 
-    q: (..., Q, D) already scaled; k: (..., K, D); v: (..., K, Dv); bias broadcast to
-    (..., Q, K) or None. Returns, in fp32, (..., Q, Dv + 2): ``sum_k exp(s_k - m) v_k``, then
-    the row's max score ``m``, then ``sum_k exp(s_k - m)``.
+    q: (..., Q, D) already scaled; k: (..., K, D), or (..., K', D) with K' >= K, of which the
+    first K are the keys (a buffer the keys fill from the front); v: (..., K, Dv); bias
+    broadcast to (..., Q, K) or None. Returns, in fp32, (..., Q, Dv + 2): ``sum_k exp(s_k -
+    m) v_k``, then the row's max score ``m``, then ``sum_k exp(s_k - m)``.
     """
-    scores = torch.matmul(q, k.transpose(-1, -2)).float()
+    scores = torch.matmul(q, k.transpose(-1, -2))[..., : v.shape[-2]].float()
     if bias is not None:
         scores = scores + bias
     top = scores.amax(dim=-1, keepdim=True)
@@ -223,19 +247,8 @@ def _cascade_attention(cache: _PrefixCache, layer_idx: int, query, key, value, s
     # (B, Hkv, G*Q, D): query head h reads kv head h // G, as transformers' repeat_kv does.
     q = (query * scaling).reshape(rows, kv_heads, -1, dim)
     prefix_k, prefix_v = cache.prefix[layer_idx]  # (P, Hkv, W, D)
-    groups, width = cache.groups, cache.width
-    if cache.dense:
-        grouped = q.view(groups, width, *q.shape[1:])
-    else:
-        grouped = q.new_zeros((groups * width, *q.shape[1:]))
-        grouped[cache.slot] = q
-        grouped = grouped.view(groups, width, *q.shape[1:])
-    grouped = grouped.permute(0, 2, 1, 3, 4).reshape(groups, kv_heads, -1, dim)
-    part_p = _attend(grouped, prefix_k, prefix_v, cache.prefix_bias[:, None, None, :])
-    part_p = part_p.view(groups, kv_heads, width, -1, part_p.shape[-1]).transpose(1, 2)
-    part_p = part_p.reshape(groups * width, *part_p.shape[2:])  # (B, Hkv, G*Q, Dv + 2)
-    if not cache.dense:
-        part_p = part_p[cache.slot]
+    bias = cache.prefix_bias[:, None, None, :]
+    part_p = cache.rows(_attend(cache.grouped(q), prefix_k, prefix_v, bias))  # (B, Hkv, G*Q, Dv+2)
     bias = None
     if width_q > 1:  # new token i sees the row's earlier tokens and new tokens 0..i
         allowed = torch.ones((width_q, own), dtype=torch.bool, device=q.device)
@@ -245,6 +258,11 @@ def _cascade_attention(cache: _PrefixCache, layer_idx: int, query, key, value, s
         before = torch.arange(own, device=q.device) < cache.own_start[:, None]
         late = torch.zeros(before.shape, device=q.device).masked_fill_(before, float("-inf"))
         bias = late[:, None, None, :] if bias is None else bias + late[:, None, None, :]
+    if cache.packed is None and not torch.is_grad_enabled():
+        # Scores against the rows' whole key buffer, then cut to the keys written: given
+        # the keys as a slice of the buffer, the matmul copies them at every call
+        # (SmolLM2, 64 rows: 157 us a layer, twice the matmul's own time).
+        key = cache.layers[layer_idx].buffers()[0]
     part_s = _attend(q, key, value, bias)  # (B, Hkv, G*Q, Dv + 2)
     # Rescale both parts to their common max: exactly softmax over prompt + own keys.
     top = torch.maximum(part_p[..., -2:-1], part_s[..., -2:-1])
@@ -324,11 +342,20 @@ def _shared_prefix_attention(module, query, key, value, cache: _PrefixCache, sca
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
     if cache.packed is not None:
         out = _packed_attention(cache, module.layer_idx, query, key, value, scaling)
+    elif cache.decoding and query.shape[2] == 1 and not torch.is_grad_enabled():
+        out = decode_attention(cache, module.layer_idx, query, scaling)
     elif cache.decoding:
         out = _cascade_attention(cache, module.layer_idx, query, key, value, scaling)
     else:
         out = _prefill_attention(cache, query, key, value, scaling)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _attend_own(cache: _PrefixCache, module: Any, query, key, value) -> torch.Tensor:
+    """``_shared_prefix_attention`` for ``llama_forward``: this pass's keys/values (B, Hkv,
+    Q, D) go into the cache here, as transformers' attention module puts them."""
+    key, value = cache.update(key, value, module.layer_idx)
+    return _shared_prefix_attention(module, query, key, value, cache, module.scaling)[0]
 
 
 # The cache comes through the forward kwarg ``shared_prefix_cache``.
@@ -358,6 +385,7 @@ class SharedPrefixDecoder:
             model.set_attn_implementation(ATTENTION)
         self.model = model if body is None else body
         self.hidden = body is not None
+        self.own = None if self.hidden else llama_forward.of(model)
         self.capacity = min(steps, FIRST_CAPACITY)
         self.cache, self.logits = self._prefill(ids, mask, source)  # (B, V) (B, H with body)
         self.position = mask.sum(dim=-1)[source]  # (B,) position of the next token
@@ -365,18 +393,28 @@ class SharedPrefixDecoder:
     def _prefill(self, ids, mask, source) -> Tuple[_PrefixCache, torch.Tensor]:
         """A cache holding prompts ``ids``/``mask`` (P, W), and rows ``source``' logits."""
         cache = _PrefixCache(self.model.config, mask.bool(), source, self.capacity)
-        # The decoder has no head, so nothing to skip: it returns every prompt position.
-        keep = {} if self.hidden else {"logits_to_keep": 1}
-        out = self.model(
-            input_ids=ids,
-            position_ids=(mask.cumsum(dim=-1) - 1).clamp(min=0),
-            **cache_kwargs(self.model, cache),
-            use_cache=True,
-            shared_prefix_cache=cache,
-            **keep,
-        )
+        positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
+        if self._own(cache):
+            out = self.own(ids, positions, functools.partial(_attend_own, cache), last_only=True)
+        else:
+            # The decoder has no head, so nothing to skip: it returns every prompt position.
+            keep = {} if self.hidden else {"logits_to_keep": 1}
+            out = self._output(
+                self.model(
+                    input_ids=ids,
+                    position_ids=positions,
+                    **cache_kwargs(self.model, cache),
+                    use_cache=True,
+                    shared_prefix_cache=cache,
+                    **keep,
+                )
+            )
         cache.decoding = True
-        return cache, self._output(out)[:, -1, :][source]
+        return cache, out[:, -1, :][source]
+
+    def _own(self, cache: _PrefixCache) -> bool:
+        """Whether this pass runs ``llama_forward`` (no autograd, not a packed pass)."""
+        return self.own is not None and cache.packed is None and not torch.is_grad_enabled()
 
     def _output(self, out: Any) -> torch.Tensor:
         return out.last_hidden_state if self.hidden else out.logits
@@ -423,6 +461,8 @@ class SharedPrefixDecoder:
         return logits.index_copy(0, slots, packed[0]).view(rows, width, -1)
 
     def _forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        if self._own(self.cache):
+            return self.own(tokens, positions, functools.partial(_attend_own, self.cache))
         out = self.model(
             input_ids=tokens,
             position_ids=positions,

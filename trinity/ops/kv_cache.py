@@ -36,8 +36,10 @@ class GrowingLayer(DynamicLayer):
             return
         capacity = max(end, self.capacity if self._k is None else 2 * self._k.shape[2])
         batch, heads = key_states.shape[:2]
-        k = key_states.new_empty((batch, heads, capacity, key_states.shape[-1]))
-        v = value_states.new_empty((batch, heads, capacity, value_states.shape[-1]))
+        # zeros, not empty: the decode step reads whole buffers, unwritten columns masked,
+        # and a masked score or a 0 weight still meets them (0 * nan is nan)
+        k = key_states.new_zeros((batch, heads, capacity, key_states.shape[-1]))
+        v = value_states.new_zeros((batch, heads, capacity, value_states.shape[-1]))
         if self.length:
             k[:, :, : self.length] = self.keys
             v[:, :, : self.length] = self.values
@@ -58,6 +60,11 @@ class GrowingLayer(DynamicLayer):
 
     def get_seq_length(self) -> int:
         return self.length
+
+    def buffers(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The whole key and value buffers (B, heads, capacity, d): the first ``length``
+        columns are the cache, the rest zeros or stale (finite) columns."""
+        return self._k, self._v
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         self._k, self._v = self._k[indices], self._v[indices]

@@ -15,6 +15,7 @@ from torch import nn
 from trinity.algorithm.optimizer import build_lr_scheduler, build_optimizer
 from trinity.algorithm.value_loss import clipped_value_loss
 from trinity.common.experience import ExperienceBatch
+from trinity.ops.packed_linear import route_linears
 from trinity.trainer.policy_step import micro_batches
 from trinity.utils.device import DTYPES, compute_in
 
@@ -55,6 +56,7 @@ class Critic:
     ) -> None:
         self.settings = settings
         self.model = ValueModel(settings["model_path"]).to(device)
+        route_linears(self.model)  # fp32 on CPU: oneDNN's matmuls
         if settings.get("enable_gradient_checkpointing"):
             self.model.backbone.gradient_checkpointing_enable()
         compute_in(self.model, DTYPES[settings["param_dtype"]])

@@ -27,6 +27,7 @@ from trinity.common.config import effective_trainer_settings
 from trinity.common.config.config import rollout_temperature
 from trinity.common.experience import Experience, ExperienceBatch
 from trinity.common.weights import weights_path
+from trinity.ops.packed_linear import route_linears
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer import lora
 from trinity.trainer.actor_batch import ROLLOUT_LOGPROBS, actor_batch, sampled_tokens
@@ -110,6 +111,7 @@ class Trainer:
         if self.lora is not None:
             self.model = lora.wrap(self.model, self.lora, self.lora.base_model_name or path)
         self.model.to(self.device)
+        route_linears(self.model)  # fp32 on CPU: oneDNN's matmuls (trinity/ops/packed_linear.py)
         if self.settings["enable_gradient_checkpointing"]:
             self.model.gradient_checkpointing_enable()
         self.model.train()
@@ -168,7 +170,9 @@ class Trainer:
                 f"{path} has vocab_size {model.config.vocab_size}, the policy "
                 f"{self.model.config.vocab_size}: logprobs are only comparable on one vocabulary"
             )
-        model = self._distribute(model.to(self.device).requires_grad_(False))
+        model = model.to(self.device).requires_grad_(False)
+        route_linears(model)
+        model = self._distribute(model)
         return compute_in(model, DTYPES[self.settings["ref_param_dtype"]])
 
     def _distribute(self, model: torch.nn.Module) -> torch.nn.Module:
