@@ -87,6 +87,18 @@ def corpus_configs() -> List[str]:
     return [f for f in files if f not in named]
 
 
+def starts_vllm(entry: Entry) -> bool:
+    """Whether running ``entry`` starts a vLLM engine: it runs (is not refused before start)
+    and it, or the config it runs after, names a vllm engine type."""
+    if entry.expect == REFUSED:
+        return False
+    for config in filter(None, (entry.config, entry.after)):
+        for path, value, _ in walk_all(read_raw(os.path.join(CORPUS, config))):
+            if path.endswith("engine_type") and str(value).startswith("vllm"):
+                return True
+    return False
+
+
 @dataclass
 class Outcome:
     kind: str  # TRAINS, REFUSED or FAILED

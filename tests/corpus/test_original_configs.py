@@ -6,7 +6,9 @@ An entry the product does not meet yet carries ``now:`` (what happens instead) a
 strict xfail: once it behaves, the test fails until ``now:`` is removed from the manifest;
 when something else happens instead, it fails until ``now:`` says what.
 Marked ``corpus``: a run of every config takes longer than the main suite allows, so CI runs
-it as its own step (``.ci/run``).
+it as its own step (``.ci/run``), less the runs that start vLLM's CPU engine (also marked
+``vllm``: a minute or more each to start, the engine itself tested in the slow tier's
+tests/integration/test_vllm.py); ``-m corpus`` runs them all.
 """
 
 from __future__ import annotations
@@ -15,7 +17,15 @@ from typing import Dict
 
 import pytest
 
-from tests.corpus.harness import Entry, Harness, Outcome, check_said, read_manifest, verdict
+from tests.corpus.harness import (
+    Entry,
+    Harness,
+    Outcome,
+    check_said,
+    read_manifest,
+    starts_vllm,
+    verdict,
+)
 
 pytestmark = pytest.mark.corpus
 
@@ -27,6 +37,8 @@ def _param(entry: Entry):
     # Only the assertion of the outcome is the expected failure: a stale `now:` is a failure.
     xfail = pytest.mark.xfail(strict=True, raises=AssertionError, reason=entry.now)
     marks = [xfail] if entry.now else []
+    if starts_vllm(entry):  # a minute or more each to start vLLM's CPU engine
+        marks.append(pytest.mark.vllm)
     return pytest.param(entry, id=entry.label, marks=marks)
 
 

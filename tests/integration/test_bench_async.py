@@ -11,6 +11,7 @@ BENCH = os.path.join(os.path.dirname(os.path.dirname(HERE)), "bench", "async.py"
 
 
 @pytest.mark.slow
+@pytest.mark.bench
 def test_async_bench_writes_report(tmp_path, micro_model, arithmetic_data, ray_cluster):
     spec = importlib.util.spec_from_file_location("bench_async", BENCH)
     bench = importlib.util.module_from_spec(spec)

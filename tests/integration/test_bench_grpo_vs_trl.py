@@ -24,6 +24,7 @@ def check_system(system: dict, samples_per_step: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.bench
 def test_grpo_vs_trl_bench_writes_report(
     tmp_path, micro_model, arithmetic_data, ray_cluster, capsys
 ):

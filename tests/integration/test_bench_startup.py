@@ -8,6 +8,7 @@ from bench import startup
 
 
 @pytest.mark.slow
+@pytest.mark.bench
 def test_startup_bench_reports_floor_and_run(tmp_path):
     out = tmp_path / "startup.json"
     argv = ["--repeats", "1", "--sft-steps", "2", "--grpo-steps", "1"]

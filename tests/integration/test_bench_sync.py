@@ -8,6 +8,7 @@ from bench import sync
 
 
 @pytest.mark.slow
+@pytest.mark.bench
 @pytest.mark.integration
 def test_sync_bench_writes_report(tmp_path, ray_cluster, capsys):
     out = tmp_path / "sync.json"

@@ -9,6 +9,7 @@ from bench import trainer_scaling
 
 
 @pytest.mark.slow
+@pytest.mark.bench
 def test_trainer_scaling_reports_both_rank_counts_and_split_state(tmp_path, capsys):
     out = tmp_path / "trainer_scaling.json"
     args = ["--preset", "micro", "--rows", "4", "--prompt-tokens", "6", "--response-tokens", "4"]
