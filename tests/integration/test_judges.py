@@ -59,7 +59,6 @@ def test_ruler_example_runs_two_steps_on_the_tiny_judge(
         assert [e.reward for e in group] == normalise_group(scores)
 
 
-@pytest.mark.slow  # the module's judge (two minutes to build) is the slow test's too
 def test_rubric_example_runs_two_steps_on_the_tiny_judge(
     judges_dir, tmp_path, monkeypatch, ray_cluster
 ):

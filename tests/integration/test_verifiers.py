@@ -64,7 +64,6 @@ def sums(seed: int, count: int) -> list:
     return [(t.data.prompt, t.data.answer) for t in tasks]
 
 
-@pytest.mark.slow  # 2-4 min: verifiers builds its environment's runtime
 def test_two_grpo_steps_against_a_verifiers_environment(tmp_path, micro_model, ray_cluster):
     (result,) = run(CONFIG, overrides(tmp_path, micro_model, "explorer.eval_interval=2"), [])
     assert [r["step"] for r in records(result.job_dir, "trainer")] == [1, 2]
@@ -146,7 +145,6 @@ def turns(tokenizer, exp) -> list:
     return [(trained, tokenizer.decode(ids)) for trained, ids in runs]
 
 
-@pytest.mark.slow  # 2-4 min: verifiers builds its environment's runtime
 def test_two_grpo_steps_of_a_tool_episode(tmp_path, tool_caller, ray_cluster):
     """The example's config with the ``calc`` environment in place of ``sums``."""
     with open(CONFIG) as f:

@@ -79,14 +79,12 @@ def test_samples_carry_the_logprobs_the_trainer_computes(vllm_host, trainer_mode
     assert "2" not in stopped[0].response_text and stopped[0].info["stop_reason"] == "2"
 
 
-@pytest.mark.slow  # the module's engine (minutes to start) is the slow tests' too
 def test_three_turns_through_the_openai_client_are_one_exact_episode(vllm_host, smollm2_model):
     assert_three_turns_are_one_exact_episode(
         vllm_host, AutoTokenizer.from_pretrained(smollm2_model)
     )
 
 
-@pytest.mark.slow  # the module's engine (minutes to start) is the slow tests' too
 def test_new_weights_reach_the_samples_and_a_corrupted_copy_stops_the_sync(
     vllm_host, trainer_model, monkeypatch
 ):
