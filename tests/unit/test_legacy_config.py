@@ -3,7 +3,6 @@ values are read as their current form with one line each, keys that mean nothing
 dropped with one line saying why, keys whose meaning is not built are refused by name."""
 
 import logging
-import os
 import textwrap
 
 import pytest
@@ -321,12 +320,14 @@ def write(tmp_path, text, name="config.yaml"):
     return str(path)
 
 
-def test_trainer_config_path_is_read_as_trainer_config(tmp_path, caplog):
+def test_trainer_config_path_is_read_as_trainer_config(tmp_path, caplog, monkeypatch):
     verl = {"actor_rollout_ref": {"actor": {"ppo_micro_batch_size_per_gpu": 3}}}
     (tmp_path / "verl").mkdir()
     (tmp_path / "verl" / "train.yaml").write_text(yaml.safe_dump(verl))
     config_file = write(tmp_path, BASE + "trainer: {trainer_config_path: verl/train.yaml}\n")
-    os.chdir(tmp_path / "verl")  # not found from here: beside the config file is tried next
+    monkeypatch.chdir(
+        tmp_path / "verl"
+    )  # not found from here: beside the config file is tried next
     with caplog.at_level(logging.WARNING, logger="trinity.config"):
         config = load_config(config_file)
     assert config.trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 3
@@ -344,7 +345,7 @@ def test_a_missing_trainer_config_path_names_the_key(tmp_path):
         load_config(config_file)
 
 
-def test_a_whole_0_1_config_loads(tmp_path, caplog):
+def test_a_whole_0_1_config_loads(tmp_path, caplog, monkeypatch):
     """The shape of 0.1.1's examples: veRL keys in a separate file, old names throughout."""
     verl = """
     actor_rollout_ref:
@@ -375,7 +376,7 @@ def test_a_whole_0_1_config_loads(tmp_path, caplog):
         trainer: {trainer_config_path: train.yaml}
         """
     )
-    os.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)
     with caplog.at_level(logging.WARNING, logger="trinity.config"):
         config = load_config(write(tmp_path, text))
     assert config.explorer.runner_per_model == 4
