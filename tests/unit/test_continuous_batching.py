@@ -39,9 +39,12 @@ REQUESTS = [
 with open(os.path.join(os.path.dirname(__file__), "data", "engine_main_outputs.json")) as f:
     EXPECTED = json.load(f)["outputs"]
 # Sharpened weights give logits up to ~75: attention summed in another order (more prompts
-# or columns beside a row, the expanded decoder's padded SDPA) moves logprobs by ~1e-4;
-# the static decoder attends over all its fixed columns (test_hf_engine.py: 2e-3).
-TOLERANCE = {"shared": 2e-4, "expanded": 2e-4, "static": 2e-3}
+# or columns beside a row, the expanded decoder's padded SDPA) moves logprobs by ~1e-4 on
+# the AMD EPYCs the frozen values come from, and the shared prefix's two merged softmaxes by
+# up to 2.1e-4 on an Intel Xeon with AVX-512 (its kernels sum in another order); the
+# sampled tokens are compared exactly. The static decoder attends over all its fixed
+# columns (test_hf_engine.py: 2e-3).
+TOLERANCE = {"shared": 5e-4, "expanded": 2e-4, "static": 2e-3}
 
 
 def engine_for(model_dir, decoder: str, slots: int, device: str = "cpu"):  # noqa: F811
