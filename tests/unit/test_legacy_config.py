@@ -325,9 +325,8 @@ def test_trainer_config_path_is_read_as_trainer_config(tmp_path, caplog, monkeyp
     (tmp_path / "verl").mkdir()
     (tmp_path / "verl" / "train.yaml").write_text(yaml.safe_dump(verl))
     config_file = write(tmp_path, BASE + "trainer: {trainer_config_path: verl/train.yaml}\n")
-    monkeypatch.chdir(
-        tmp_path / "verl"
-    )  # not found from here: beside the config file is tried next
+    # not found from here: beside the config file is tried next
+    monkeypatch.chdir(tmp_path / "verl")
     with caplog.at_level(logging.WARNING, logger="trinity.config"):
         config = load_config(config_file)
     assert config.trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 3
