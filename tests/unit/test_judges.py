@@ -5,6 +5,7 @@ The policy and the judge are stand-ins here (the judge an object with ``openai.O
 judge served over HTTP.
 """
 
+import json
 import os
 from types import SimpleNamespace
 
@@ -258,25 +259,55 @@ def test_the_examples_prompt_the_tiny_judge_as_it_was_taught():
 
 
 def test_the_tiny_judge_is_taught_scores_worked_out_from_the_truth():
-    from trinity.demo.judges import judgments, ruler_score
+    from trinity.demo.judges import in_format, judgments, ruler_score
 
     # 10 for the sum, one less per unit off, 0 for anything but a number
     assert [ruler_score(a, 46) for a in ("46", "44", "56", "100", "4a", "")] == [10, 8, 0, 0, 0, 0]
-    pairs = judgments(40, seed=3)
-    assert pairs == judgments(40, seed=3)  # seeded
-    for prompt, reply in pairs:
-        question = prompt.split("Question: ")[1].split("\n")[0]
-        truth = sum(int(x) for x in question.rstrip("=").split("+"))
-        if "Answers:" in prompt:
-            answers = prompt.split("Answers:\n")[1].split("\nScore each")[0].split("\n")
-            expected = [
-                f"{k}: {ruler_score(line.split(') ', 1)[1], truth)}"
-                for k, line in enumerate(answers, 1)
-            ]
-            assert reply.split("\n") == expected
+    made = judgments(200, seed=3)
+    assert made == judgments(200, seed=3)  # seeded
+    for j in made:
+        a, b = j.prompt.split("Question: ")[1].split("=")[0].split("+")
+        assert j.truth == int(a) + int(b)
+        assert in_format(j, j.reply)
+        if j.criterion is None:
+            listed = "\n".join(f"{k}) {x}" for k, x in enumerate(j.answers, 1))
+            assert f"Answers:\n{listed}\nScore each" in j.prompt
+            expected = [f"{k}: {ruler_score(x, j.truth)}" for k, x in enumerate(j.answers, 1)]
+            assert j.reply == "\n".join(expected)
         else:
-            answer = prompt.split("\nAnswer: ")[1].split("\n")[0]
-            if "equals the reference" in prompt:
-                assert reply == ("10" if answer == str(truth) else "0")
-            else:
-                assert reply == ("10" if answer.isdigit() else "0")
+            (answer,) = j.answers
+            assert f"\nAnswer: {answer}\nCriterion: {j.criterion}\n" in j.prompt
+            meets = answer == str(j.truth) if "equals" in j.criterion else answer.isdigit()
+            assert j.reply == ("10" if meets else "0")
+    # as an untrained policy answers: groups of random strings only, some with a newline
+    noise_only = [
+        j for j in made if j.criterion is None and not any(x.isdigit() for x in j.answers)
+    ]
+    assert len(noise_only) >= 10 and any("\n" in x for j in noise_only for x in j.answers)
+
+
+def test_a_reply_is_in_the_judges_format_only_line_for_line():
+    from trinity.demo.judges import Judgment, in_format
+
+    group = Judgment("p", "1: 10\n2: 0", 5, ("5", "x"), None)
+    verdict = Judgment("p", "10", 5, ("5",), "the answer equals the reference")
+    assert in_format(group, "1: 3\n2: 0") and in_format(verdict, "7")
+    for reply in ("1: 3", "2: 3\n1: 0", "1: 3\n2: 11", "1: 3\n2: 0\n3: 0", "10\n10", "1: x\n2: 0"):
+        assert not in_format(group, reply)
+    for reply in ("1: 7", "11", "", "7 "):
+        assert not in_format(verdict, reply)
+
+
+def test_the_judge_trains_on_until_it_replies_in_the_format(tmp_path, monkeypatch):
+    from trinity.demo import judges
+
+    rates = iter([0.5, 0.97])
+    monkeypatch.setattr(judges, "read_rate", lambda *args: next(rates))
+    judges.prepare_judges(str(tmp_path), steps=2, n_judgments=40)
+    marker = json.loads((tmp_path / "judge" / "judge.json").read_text())
+    assert marker["read_rates"] == [0.5, 0.97] and marker["steps"] == 2
+
+    monkeypatch.setattr(judges, "read_rate", lambda *args: 0.9)
+    with pytest.raises(RuntimeError, match=r"90% of held-out judgments after 3 x 2 steps"):
+        judges.prepare_judges(str(tmp_path), steps=2, n_judgments=41)
+    assert not (tmp_path / "judge" / "judge.json").exists()  # no half-trained judge reused
