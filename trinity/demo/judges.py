@@ -9,8 +9,8 @@ judgments of arithmetic answers that this module computes, prompted exactly as t
 ``judge_prompt`` (``RULER_PROMPT``, ``RUBRIC_PROMPT``; a test holds the YAML to them). The
 answers it is taught on range from numbers to the random strings an untrained policy writes,
 and it is built only once its greedy replies to held-out judgments are in the format (at least
-``MIN_READ_RATE`` of them; 96.5% after the first 300 steps on an Intel Xeon); it judges only
-in part. Point ``JUDGE_MODEL`` at a real chat model for real verdicts.
+``MIN_READ_RATE`` of them; 96.5-99.5% after the first 300 steps for seeds 0-3 on an Intel
+Xeon); it judges only in part. Point ``JUDGE_MODEL`` at a real chat model for real verdicts.
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ def _answer(rng: random.Random, truth: int, noise: float) -> str:
     """An answer a policy might give: with probability ``noise`` a random string (what an
     untrained policy writes), else the right number, a near one or another number."""
     if rng.random() < noise:
-        return "".join(rng.choice(_NOISE) for _ in range(rng.randint(0, 8)))
+        length = 8 if rng.random() < 0.5 else rng.randint(0, 7)  # 8: a reply cut at the limit
+        return "".join(rng.choice(_NOISE) for _ in range(length))
     kind = rng.random()
     if kind < 0.45:
         return str(truth)
