@@ -10,7 +10,9 @@ import os
 from types import SimpleNamespace
 
 import pytest
+from typer.testing import CliRunner
 
+from trinity.cli.main import app
 from trinity.common.config import FormatConfig, GenerationConfig
 from trinity.common.config.base import ConfigError, validate_model
 from trinity.common.experience import Experience
@@ -299,15 +301,25 @@ def test_a_reply_is_in_the_judges_format_only_line_for_line():
 
 
 def test_the_judge_trains_on_until_it_replies_in_the_format(tmp_path, monkeypatch):
-    from trinity.demo import judges
+    from trinity.demo import DemoBuildError, judges
 
+    # one training step a round: what is checked is the rounds, not what the judge learns
+    monkeypatch.setattr(
+        judges.prepare_judges, "__kwdefaults__", {"steps": 1, "n_judgments": 40, "seed": 0}
+    )
     rates = iter([0.5, 0.97])
     monkeypatch.setattr(judges, "read_rate", lambda *args: next(rates))
-    judges.prepare_judges(str(tmp_path), steps=2, n_judgments=40)
+    judges.prepare_judges(str(tmp_path))
     marker = json.loads((tmp_path / "judge" / "judge.json").read_text())
-    assert marker["read_rates"] == [0.5, 0.97] and marker["steps"] == 2
+    assert marker["read_rates"] == [0.5, 0.97] and marker["steps"] == 1
 
     monkeypatch.setattr(judges, "read_rate", lambda *args: 0.9)
-    with pytest.raises(RuntimeError, match=r"90% of held-out judgments after 3 x 2 steps"):
-        judges.prepare_judges(str(tmp_path), steps=2, n_judgments=41)
+    with pytest.raises(DemoBuildError, match=r"90% of held-out judgments after 3 x 1 steps"):
+        judges.prepare_judges(str(tmp_path), n_judgments=41)
     assert not (tmp_path / "judge" / "judge.json").exists()  # no half-trained judge reused
+
+    # the command says so in a line, exit code 2, no traceback
+    out = str(tmp_path)
+    result = CliRunner().invoke(app, ["prepare-quickstart", "--task", "judges", "--out", out])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "replies in the format to 90% of held-out judgments" in result.output

@@ -108,14 +108,14 @@ def prepare_quickstart(
     Offline and seeded; --task arithmetic by default. Prints the commands that run the
     demo's examples on the folder it wrote.
     """
-    from trinity.demo import DEMOS, prepare_demo, run_commands
+    from trinity.demo import DEMOS, DemoBuildError, prepare_demo, run_commands
     from trinity.demo.gguf import GGUFImportError
 
     if task not in DEMOS:
         _fail(f"--task {task} is not a demo; choose one of {', '.join(sorted(DEMOS))}")
     try:
         built = prepare_demo(task, out)
-    except GGUFImportError as exc:
+    except (GGUFImportError, DemoBuildError) as exc:
         _fail(str(exc))
     for key, path in built.items():
         typer.echo(f"{key}: {path}")

@@ -109,6 +109,10 @@ def run_commands(name: str, root: str) -> List[str]:
     return [f"{demo.variable}={folder} trinity run --config {args}" for args in demo.examples]
 
 
+class DemoBuildError(RuntimeError):
+    """A demo's model could not be built as asked; the message says why and what to change."""
+
+
 def read_marker(path: str) -> Optional[Dict[str, Any]]:
     """The arguments a demo's data was built with (its JSON marker), or None if not built."""
     if not os.path.isfile(path):
@@ -117,4 +121,4 @@ def read_marker(path: str) -> Optional[Dict[str, Any]]:
         return json.load(f)
 
 
-__all__ = ["DEMOS", "Demo", "prepare_demo", "read_marker", "run_commands"]
+__all__ = ["DEMOS", "Demo", "DemoBuildError", "prepare_demo", "read_marker", "run_commands"]

@@ -23,7 +23,7 @@ import shutil
 import string
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-from trinity.demo import read_marker
+from trinity.demo import DemoBuildError, read_marker
 from trinity.demo.tiny import build_tiny_preset
 
 # The examples' judge_prompt values (examples/judges/*.yaml), which the judge is taught on.
@@ -191,7 +191,7 @@ def prepare_judges(
 
     The judge trains ``steps`` steps, then replies greedily to 200 held-out judgments; while
     fewer than ``MIN_READ_RATE`` of its replies are in the format, it trains ``steps`` more
-    (a warm restart of the schedule, up to ``ROUNDS`` rounds), else ``RuntimeError``: the same
+    (a warm restart of the schedule, up to ``ROUNDS`` rounds), else ``DemoBuildError``: the same
     seed takes another path on another kind of CPU (its kernels round differently)."""
     from trinity.demo.synthetic import prepare_quickstart
 
@@ -225,7 +225,7 @@ def _train_until_read(path: str, made: List[Judgment], steps: int, seed: int) ->
         if rates[-1] >= MIN_READ_RATE:
             model.save_pretrained(path)
             return rates
-    raise RuntimeError(
+    raise DemoBuildError(
         f"the tiny judge at {path} replies in the format to {rates[-1]:.0%} of held-out "
         f"judgments after {ROUNDS} x {steps} steps (needs {MIN_READ_RATE:.0%}); build it with "
         "more steps (trinity.demo.judges.prepare_judges(root, steps=...)) or set JUDGE_MODEL "
