@@ -33,7 +33,7 @@ from trinity.engine.sampling import RowSampler
 if TYPE_CHECKING:
     from trinity.engine.hf_engine import TransformersEngine
 
-__all__ = ["DecodeStream", "SampleOutput"]
+__all__ = ["DecodeStream", "SampleOutput", "fill_from_tail"]
 
 
 @dataclass
@@ -120,7 +120,7 @@ class DecodeStream:
                 self.decoder = self.sampler = self.logits = None
                 return finished
             # drop finished rows: they would cost a full row of compute each step
-            keep = (~done).nonzero().squeeze(1)
+            keep = fill_from_tail(done)
             self.decoder.select(keep)
             sampler.select(keep)
             tokens = tokens[keep]
@@ -205,6 +205,18 @@ class DecodeStream:
                 _cut_top(sample, running.request.params.top_logprobs)
             results.append((running.tag, group))
         return results
+
+
+def fill_from_tail(done: torch.Tensor) -> torch.Tensor:
+    """(B',) the rows to keep when rows ``done`` (B,) bool leave: the first B' rows stay in
+    place and the running rows after them move into the finished ones' places, so a KV
+    cache copies only those few rows (``GrowingLayer.batch_select_indices``).
+
+    E.g. done = [F, T, F, F, T, F] -> [0, 5, 2, 3]."""
+    running = (~done).nonzero().squeeze(1)
+    keep = torch.arange(len(running), device=done.device)
+    keep[done[: len(running)]] = running[running >= len(running)]
+    return keep
 
 
 def _cut_top(sample: SampleOutput, k: int) -> None:
