@@ -129,7 +129,7 @@ def drop_tokens(
     held_max = weights[rows, ids] == 1
     weights[rows, ids] = 0
     redo = rows[held_max].unique()
-    if len(redo):  # a host sync, only while min_tokens holds a stop id that led
+    if len(redo):  # unique's size: a host sync on a GPU, at steps min_tokens holds only
         part = scores[redo]
         inside = torch.isin(rows, redo)
         part[torch.searchsorted(redo, rows[inside]), ids[inside]] = float("-inf")
@@ -320,7 +320,7 @@ class RowSampler:
             if scores is scaled and not (self.any_filter or self.any_greedy or self.seeded):
                 # Only the inverse CDF reads the distribution (``_pick``): the stop ids'
                 # weights are zeroed in place instead of the (B, V) scores copied, masked
-                # and exponentiated again; the same tokens, 3.5 of 8 ms a step fewer at
+                # and exponentiated again; the same tokens, sampling 7.2 -> 4.9 ms a step at
                 # SmolLM2's 64 rows.
                 weights = drop_tokens(weights, scaled, rows, ids)
             else:
