@@ -59,7 +59,10 @@ SAME = dict(rtol=0, atol=0)
 
 @pytest.mark.parametrize("kind", sorted(CONFIGS))
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_the_own_forward_gives_transformers_logits(kind, dtype):
+@pytest.mark.parametrize("mkl", [False, True], ids=["onednn", "mkl"])
+def test_the_own_forward_gives_transformers_logits(kind, dtype, mkl, monkeypatch):
+    """Both machine kinds on any machine: fp32 reordered for oneDNN, or plain for MKL."""
+    monkeypatch.setattr(packed_linear, "MKL_FP32", mkl)
     model = model_of(CONFIGS[kind](), dtype)
     ids, mask, source = prompts()
     with torch.inference_mode():

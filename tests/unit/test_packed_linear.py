@@ -25,10 +25,18 @@ def tolerance(dtype: torch.dtype, bias: bool) -> dict:
     return dict(rtol=0, atol=2e-5)
 
 
+@pytest.fixture(params=[False, True], ids=["onednn", "mkl"])
+def mkl(request, monkeypatch) -> bool:
+    """Both machine kinds on any machine: fp32 reordered for oneDNN, or small fp32 weights
+    plain for MKL (an Intel CPU, ``MKL_FP32``)."""
+    monkeypatch.setattr(packed_linear, "MKL_FP32", request.param)
+    return request.param
+
+
 @pytest.mark.skipif(not DTYPES, reason="this torch build or CPU packs no dtype")
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("bias", [True, False])
-def test_packed_layers_compute_what_f_linear_does(dtype, bias):
+def test_packed_layers_compute_what_f_linear_does(dtype, bias, mkl):
     module = layer(dtype, bias)
     plain = module.weight.detach().clone(), None if module.bias is None else module.bias.detach()
     assert packed_linear.pack_linears(torch.nn.Sequential(module)) == 1
@@ -41,7 +49,7 @@ def test_packed_layers_compute_what_f_linear_does(dtype, bias):
 
 
 @pytest.mark.skipif(not DTYPES, reason="this torch build or CPU packs no dtype")
-def test_a_changed_weight_is_packed_again():
+def test_a_changed_weight_is_packed_again(mkl):
     module, other = layer(DTYPES[0], seed=0), layer(DTYPES[0], seed=1)
     packed_linear.pack_linears(module)
     x = torch.randn(4, 48).to(DTYPES[0])
@@ -87,9 +95,10 @@ def test_autograd_and_other_dtypes_take_f_linear():
     torch.float32 not in DTYPES, reason="this torch build or CPU has no fp32 oneDNN"
 )
 @pytest.mark.parametrize("frozen", [False, True])
-def test_routed_layers_train_as_f_linear_does(frozen):
+def test_routed_layers_train_as_f_linear_does(frozen, monkeypatch):
     """The trainer's fp32 route: the same outputs and gradients as F.linear (fp32 sums in
     another order), the weight's left alone when it is frozen (LoRA's base, a reference)."""
+    monkeypatch.setattr(packed_linear, "MKL_FP32", False)
     routed, plain = layer(torch.float32), layer(torch.float32)
     routed.requires_grad_(not frozen), plain.requires_grad_(not frozen)
     assert packed_linear.route_linears(torch.nn.Sequential(routed)) == 1
@@ -110,7 +119,8 @@ def test_routed_layers_train_as_f_linear_does(frozen):
 @pytest.mark.skipif(
     torch.float32 not in DTYPES, reason="this torch build or CPU has no fp32 oneDNN"
 )
-def test_routed_layers_leave_autocast_to_f_linear():
+def test_routed_layers_leave_autocast_to_f_linear(monkeypatch):
+    monkeypatch.setattr(packed_linear, "MKL_FP32", False)
     module = layer(torch.float32)
     packed_linear.route_linears(module)
     x = torch.randn(4, 48)
@@ -120,3 +130,32 @@ def test_routed_layers_leave_autocast_to_f_linear():
         want = F.linear(x, module.weight, module.bias)
     assert got.dtype == torch.bfloat16
     assert torch.equal(got, want)
+
+
+@pytest.mark.skipif(not DTYPES, reason="this torch build or CPU packs no dtype")
+def test_where_mkl_is_fast_small_fp32_weights_stay_plain(monkeypatch):
+    """On an Intel CPU (``MKL_FP32``): fp32 weights up to ``PLAIN_FP32_NUMEL`` elements are
+    read plain by F.linear (no copy: the same bits, the same memory), larger ones and bf16
+    are reordered for oneDNN, and the trainer's layers are not routed."""
+    monkeypatch.setattr(packed_linear, "MKL_FP32", True)
+    small, large = layer(torch.float32, seed=0), layer(torch.float32, seed=1)
+    x = torch.randn(5, 48)
+    packed_linear.pack_linears(torch.nn.Sequential(small, large))
+    monkeypatch.setattr(packed_linear, "PLAIN_FP32_NUMEL", 48 * 80)
+    with torch.inference_mode():
+        assert torch.equal(small(x), F.linear(x, small.weight, small.bias))
+    assert not small._trinity_packed.reordered
+    assert small._trinity_packed.weight.data_ptr() == small.weight.data_ptr()
+    monkeypatch.setattr(packed_linear, "PLAIN_FP32_NUMEL", 48 * 80 - 1)
+    with torch.inference_mode():
+        torch.testing.assert_close(
+            large(x), F.linear(x, large.weight, large.bias), rtol=0, atol=2e-5
+        )
+    assert large._trinity_packed.reordered
+    assert packed_linear.route_linears(layer(torch.float32)) == 0
+    if torch.bfloat16 in DTYPES:
+        half = layer(torch.bfloat16)
+        packed_linear.pack_linears(half)
+        with torch.inference_mode():
+            half(x.bfloat16())
+        assert half._trinity_packed.reordered

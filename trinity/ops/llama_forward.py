@@ -97,7 +97,7 @@ class _Fused:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         weights = [linear.weight for linear in self.linears]
         biases = [linear.bias for linear in self.linears]
-        return packed_linear.pointwise(x, *self.packed.of(weights, biases))
+        return self.packed.linear(x, weights, biases)
 
 
 class LlamaForward:

@@ -24,6 +24,11 @@ calls need gradients, so nothing is packed; each fp32 call outside autocast runs
 itself, which for fp32 costs less than MKL's slow path) and whose weight gradient stays
 torch's GEMM (oneDNN would first need both operands transposed in memory). Under autocast
 (bf16 compute) a call stays ``F.linear``: oneDNN runs it already.
+
+On Intel CPUs MKL's fp32 GEMM takes its fast path (``MKL_FP32``): there the trainer is not
+routed, and the engine keeps fp32 weights of at most ``PLAIN_FP32_NUMEL`` elements plain
+(concatenated where ``llama_forward`` fuses them) for ``F.linear``, with no copy to make
+when the weights change. The quickstart's GRPO step on a 2-core Xeon: 274 -> 236-241 ms.
 """
 
 from __future__ import annotations
@@ -51,14 +56,56 @@ def available(dtype: torch.dtype) -> bool:
         return False
 
 
+def _vendor() -> str:
+    """The CPU's vendor id (``GenuineIntel``, ``AuthenticAMD``, ...); empty where unknown."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+# MKL's fp32 GEMM, which ``F.linear`` runs on CPU, takes its fast path on Intel CPUs only.
+# There, timed on a 2-core Xeon (docs/performance.md, "MKL on Intel CPUs"), it matches
+# oneDNN at the trainer's shapes and beats it on small matrices (about 10 us less a call),
+# so the trainer is not routed and the engine packs only larger fp32 matrices.
+MKL_FP32 = _vendor() == "GenuineIntel"
+# On such a CPU, fp32 weights of at most this many elements stay plain for MKL: oneDNN's
+# packed call was 0.9-1.0x MKL's at 64 rows up to 1024 x 256 and 1.02-1.3x from 576 x 576 up.
+PLAIN_FP32_NUMEL = 1 << 18
+
+
+def _reordered(weight: torch.Tensor) -> bool:
+    """Whether ``weight`` (N, K) is multiplied by oneDNN from its packed layout (else
+    ``F.linear`` reads it plain; see ``MKL_FP32``)."""
+    return not (MKL_FP32 and weight.dtype == torch.float32 and weight.numel() <= PLAIN_FP32_NUMEL)
+
+
 class Packed:
     """The packed copy of one weight, or of several concatenated along their outputs (with
-    their biases, when they have them), and what it was made from."""
+    their biases, when they have them), what it was made from, and the multiply it takes:
+    oneDNN's from the packed layout, or ``F.linear`` where the weight stays plain."""
 
     def __init__(self) -> None:
         self.weight: Optional[torch.Tensor] = None
         self.bias: Optional[torch.Tensor] = None
         self.source: tuple = ()  # (data_ptr, version) of each tensor it was made from
+        self.reordered = True  # the weight is in oneDNN's layout (else plain)
+
+    def linear(
+        self,
+        x: torch.Tensor,
+        weights: Sequence[torch.Tensor],
+        biases: Sequence[Optional[torch.Tensor]],
+    ) -> torch.Tensor:
+        """``x @ cat(weights).T + cat(biases)`` from the packed copy; shapes as ``of``."""
+        weight, bias = self.of(weights, biases)
+        if self.reordered:
+            return pointwise(x, weight, bias)
+        return F.linear(x, weight, bias)
 
     def of(
         self, weights: Sequence[torch.Tensor], biases: Sequence[Optional[torch.Tensor]]
@@ -70,8 +117,11 @@ class Packed:
         else:
             made_from = tuple((t.data_ptr(), t._version) for t in tensors)
         if self.weight is None or not made_from or self.source != made_from:
-            weight = weights[0] if len(weights) == 1 else torch.cat(weights)
-            self.weight = torch.ops.mkldnn._reorder_linear_weight(weight.detach())
+            weight = (weights[0] if len(weights) == 1 else torch.cat(weights)).detach()
+            self.reordered = _reordered(weight)
+            self.weight = weight
+            if self.reordered:
+                self.weight = torch.ops.mkldnn._reorder_linear_weight(weight)
             self.bias = None
             if any(b is not None for b in biases):
                 self.bias = biases[0] if len(biases) == 1 else torch.cat(biases).detach()
@@ -99,7 +149,7 @@ def _packed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     )
     if not packed:
         return F.linear(x, weight, self.bias)
-    return pointwise(x, *self._trinity_packed.of((weight,), (self.bias,)))
+    return self._trinity_packed.linear(x, (weight,), (self.bias,))
 
 
 def pack_linears(model: torch.nn.Module) -> int:
@@ -167,7 +217,7 @@ def _routed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
 def route_linears(model: torch.nn.Module) -> int:
     """Route every plain fp32 ``nn.Linear`` of a model that trains on CPU through ``_Linear``
     where oneDNN has fp32 (see the module docstring); returns how many layers were routed."""
-    if not available(torch.float32):
+    if not available(torch.float32) or MKL_FP32:
         return 0
     count = 0
     for module in model.modules():
