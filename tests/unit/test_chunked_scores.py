@@ -81,6 +81,34 @@ def _saved_bytes(fn):
     return out, sum(saved)
 
 
+@pytest.mark.parametrize("with_entropy", [True, False])
+def test_unscored_tokens_cost_nothing_and_score_zero(with_entropy):
+    """``scored``: the scored tokens' values and gradients are the full logits' with the
+    others' upstream gradients zero; the others get 0 and pass no gradient."""
+    leaf, hidden, weight, bias, targets = _random_case(tied=True)
+    scored = torch.rand(2, 9, generator=torch.Generator().manual_seed(1)) > 0.4
+    assert 0 < int(scored.sum()) < 18
+    up_lp, up_ent = torch.randn(2, 9), torch.randn(2, 9)
+    results = []
+    for kwargs in ({}, {"scored": scored, "chunk_tokens": 4}):
+        logprob, entropy = head_scores(hidden, weight, bias, targets, 0.8, with_entropy, **kwargs)
+        if not kwargs:  # the reference: every token scored, the others' gradient masked
+            logprob, entropy = logprob * scored, entropy * scored if with_entropy else None
+        loss = (logprob * up_lp).sum() + ((entropy * up_ent).sum() if with_entropy else 0.0)
+        results.append(
+            (logprob, entropy, torch.autograd.grad(loss, (leaf, weight), retain_graph=True))
+        )
+    (lp0, ent0, grads0), (lp1, ent1, grads1) = results
+    _close(lp1, lp0)
+    assert torch.equal(lp1[~scored], torch.zeros(int((~scored).sum())))
+    if with_entropy:
+        _close(ent1, ent0)
+        assert torch.equal(ent1[~scored], torch.zeros(int((~scored).sum())))
+    for got, want in zip(grads1, grads0, strict=True):
+        _close(got, want)
+    assert torch.equal(grads1[0][~scored], torch.zeros(int((~scored).sum()), 8))
+
+
 @pytest.mark.parametrize("kept", [False, True])
 def test_chunked_scores_save_less_than_the_full_logits(kept, monkeypatch):
     """Recomputing every chunk: a tenth of one fp32 [tokens x vocab] tensor is saved. Keeping
@@ -145,9 +173,12 @@ def _assert_chunked_equals_full(monkeypatch, model, batch, temperature, with_ent
         patch.setattr(policy_step, "PLAIN_HEAD_MODELS", frozenset())  # the full logits
         assert output_head(model) is None
         full = _scores_and_grads(model, batch, temperature, with_entropy, share)
-    _close(chunked[0], full[0])
-    if with_entropy:
-        _close(chunked[1], full[1])
+    # the response's padding is not scored through the head: 0 there
+    real = batch.attention_mask[:, batch.prompt_len :] > 0
+    assert not real.all()
+    for got, want in zip(chunked[:2] if with_entropy else chunked[:1], full, strict=False):
+        _close(got[real], want[real])
+        assert not got[~real].any()
     assert chunked[2].keys() == full[2].keys() and full[2]
     for name, grad in full[2].items():
         _close(chunked[2][name], grad)
@@ -200,8 +231,9 @@ def test_bf16_compute_scores_agree_with_the_full_logits(micro_model, monkeypatch
     chunked = _scores_and_grads(model, batch, 0.8, True, False)
     monkeypatch.setattr(policy_step, "PLAIN_HEAD_MODELS", frozenset())
     full = _scores_and_grads(model, batch, 0.8, True, False)
-    _close(chunked[0], full[0], atol=1e-2)
-    _close(chunked[1], full[1], atol=1e-2)
+    real = batch.attention_mask[:, batch.prompt_len :] > 0  # padding: 0 through the head
+    _close(chunked[0][real], full[0][real], atol=1e-2)
+    _close(chunked[1][real], full[1][real], atol=1e-2)
     flat = [torch.cat([g.flatten() for g in grads.values()]) for grads in (chunked[2], full[2])]
     assert torch.nn.functional.cosine_similarity(*flat, dim=0) > 0.999
     fp32 = _scores_and_grads(

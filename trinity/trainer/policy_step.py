@@ -63,8 +63,10 @@ def response_logprobs(
         hidden = shared_prefix_logits(model, batch, decoder) if share_prefix else None
         if hidden is None:
             hidden = decoder(**_model_inputs(batch)).last_hidden_state[:, P - 1 : P + R - 1]
+        # Padding columns of ragged responses cost the head nothing: scores 0 there.
+        real = batch.attention_mask[:, P : P + R] > 0
         return head_scores(
-            hidden, head.weight, head.bias, targets, temperature, with_entropy, dtype
+            hidden, head.weight, head.bias, targets, temperature, with_entropy, dtype, scored=real
         )
 
 
