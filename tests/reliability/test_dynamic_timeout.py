@@ -28,8 +28,9 @@ def test_a_hanging_workflow_is_cut_by_the_dynamic_timeout(
     (result,) = run(BASE_CONFIG, args, [PLUGINS])
     out = capsys.readouterr().out
     assert "train-1-arith_train-0" in out and "(explorer.dynamic_timeout: 3 x" in out
-    # cut once the successes so far (2 or 3 of rows 1-3: one runner runs them in turn) make
-    # the limit shorter than row 0 has been running
-    assert re.search(r"the mean time of [23] successful task\(s\) like it", out)
+    # cut once the successes so far (1 to 3 of rows 1-3: one runner runs them in turn; how
+    # many have ended when the limit is checked depends on the machine's load) make the
+    # limit shorter than row 0 has been running
+    assert re.search(r"the mean time of [123] successful task\(s\) like it", out)
     trainer = records(result.job_dir, "trainer")
     assert [r["sample/experience_count"] for r in trainer] == [12]  # rows 1-3, 4 rollouts each
