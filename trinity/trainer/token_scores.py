@@ -110,9 +110,10 @@ def head_scores(
         keep,
     )
     if index is not None:  # back in place among the unscored tokens' zeros
-        logprob = logprob.new_zeros(len(scored.reshape(-1))).index_copy(0, index, logprob)
+        tokens = targets.numel()
+        logprob = logprob.new_zeros(tokens).index_copy(0, index, logprob)
         if with_entropy:
-            entropy = entropy.new_zeros(len(logprob)).index_copy(0, index, entropy)
+            entropy = entropy.new_zeros(tokens).index_copy(0, index, entropy)
     return logprob.view(lead), entropy.view(lead) if with_entropy else None
 
 
