@@ -43,30 +43,32 @@ def scored(model, experience, temperature: float) -> torch.Tensor:
     return logprobs.gather(1, experience.tokens[start:, None])[:, 0]
 
 
+@pytest.fixture(scope="class")
+def vllm_host(smollm2_model):
+    host = LocalEngine(
+        "vllm",
+        {"host": "127.0.0.1", "port": 0},
+        name="vllm-test",
+        model_path=smollm2_model,
+        max_model_len=512,
+        max_prompt_tokens=None,
+        max_response_tokens=16,
+        max_num_seqs=8,  # its KV cache sized for the 4 samples asked at once, not 256
+        dtype="float32",  # as the trainer computes on CPU: logprobs comparable to 1e-3
+    )
+    yield host
+    host.close()
+
+
+@pytest.fixture(scope="class")
+def trainer_model(smollm2_model):
+    return AutoModelForCausalLM.from_pretrained(smollm2_model, dtype=torch.float32)
+
+
 class TestOneEngine:
     """These tests share one engine (vLLM takes about 30 s to start here). It is closed at
     the class's end, before the runs below start their own: a second SmolLM2 engine beside
     it would crowd a 24 GiB machine that runs two test workers."""
-
-    @pytest.fixture(scope="class")
-    def vllm_host(self, smollm2_model):
-        host = LocalEngine(
-            "vllm",
-            {"host": "127.0.0.1", "port": 0},
-            name="vllm-test",
-            model_path=smollm2_model,
-            max_model_len=512,
-            max_prompt_tokens=None,
-            max_response_tokens=16,
-            max_num_seqs=8,  # its KV cache sized for the 4 samples asked at once, not 256
-            dtype="float32",  # as the trainer computes on CPU: logprobs comparable to 1e-3
-        )
-        yield host
-        host.close()
-
-    @pytest.fixture(scope="class")
-    def trainer_model(self, smollm2_model):
-        return AutoModelForCausalLM.from_pretrained(smollm2_model, dtype=torch.float32)
 
     @pytest.mark.slow
     def test_samples_carry_the_logprobs_the_trainer_computes(self, vllm_host, trainer_model):
