@@ -133,12 +133,16 @@ class TestOneEngine:
 
 
 def engine_cores() -> set:
-    """vLLM engine-core processes started by this one."""
-    return {
-        p.pid
-        for p in psutil.Process().children(recursive=True)
-        if "EngineCore" in " ".join(p.cmdline())
-    }
+    """vLLM engine-core processes started by this one and still running (a closed engine's
+    may linger as a zombie until it is reaped)."""
+    return {p.pid for p in psutil.Process().children(recursive=True) if _is_engine_core(p)}
+
+
+def _is_engine_core(process: psutil.Process) -> bool:
+    try:
+        return "EngineCore" in " ".join(process.cmdline())
+    except psutil.NoSuchProcess:  # ended, or a zombie (ZombieProcess is a NoSuchProcess)
+        return False
 
 
 @pytest.mark.slow
