@@ -66,9 +66,9 @@ def trainer_model(smollm2_model):
 
 
 class TestOneEngine:
-    """These tests share one engine (vLLM takes about 30 s to start here). It is closed at
-    the class's end, before the runs below start their own: a second SmolLM2 engine beside
-    it would crowd a 24 GiB machine that runs two test workers."""
+    """These tests share one engine (vLLM takes about 30 s to start here), closed when the
+    class ends rather than the module, so it is not kept through the runs below, which start
+    their own: engines held side by side crowded a 24 GiB machine that runs two test workers."""
 
     @pytest.mark.slow
     def test_samples_carry_the_logprobs_the_trainer_computes(self, vllm_host, trainer_model):
