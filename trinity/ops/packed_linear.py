@@ -28,7 +28,8 @@ torch's GEMM (oneDNN would first need both operands transposed in memory). Under
 On Intel CPUs MKL's fp32 GEMM takes its fast path (``MKL_FP32``): there the trainer is not
 routed, and the engine keeps fp32 weights of at most ``PLAIN_FP32_NUMEL`` elements plain
 (concatenated where ``llama_forward`` fuses them) for ``F.linear``, with no copy to make
-when the weights change. The quickstart's GRPO step on a 2-core Xeon: 274 -> 236-241 ms.
+when the weights change. The quickstart's GRPO step on a 2-core Xeon: 274 -> 236-241 ms
+(7092b4c; docs/performance.md, "MKL on Intel CPUs").
 """
 
 from __future__ import annotations
